@@ -1,0 +1,406 @@
+// Package config loads doppel's typed configuration: defaults, then a YAML file, then DOPPEL_* env, then flags.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+)
+
+// Config is the whole of doppel's configuration, read once at start and passed down.
+type Config struct {
+	DataDir      string   `koanf:"data_dir"`
+	BootstrapKey string   `koanf:"bootstrap_key"`
+	Log          Log      `koanf:"log"`
+	API          API      `koanf:"api"`
+	DB           DB       `koanf:"db"`
+	Blob         Blob     `koanf:"blob"`
+	Temporal     Temporal `koanf:"temporal"`
+	Collect      Collect  `koanf:"collect"`
+	Build        Build    `koanf:"build"`
+	Twin         Twin     `koanf:"twin"`
+	Session      Session  `koanf:"session"`
+	Model        Model    `koanf:"model"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `koanf:"level"`
+	Format string `koanf:"format"`
+}
+
+// API configures the HTTP server.
+type API struct {
+	Addr      string `koanf:"addr"`
+	PublicURL string `koanf:"public_url"`
+}
+
+// DB selects the metadata database.
+type DB struct {
+	Driver string `koanf:"driver"`
+	DSN    string `koanf:"dsn"`
+}
+
+// Blob selects the blob store for trace batches and bundles.
+type Blob struct {
+	Driver    string `koanf:"driver"`
+	Dir       string `koanf:"dir"`
+	Endpoint  string `koanf:"endpoint"`
+	AccessKey string `koanf:"access_key"`
+	SecretKey string `koanf:"secret_key"`
+	Bucket    string `koanf:"bucket"`
+	Region    string `koanf:"region"`
+	UseSSL    bool   `koanf:"use_ssl"`
+}
+
+// Temporal locates the Temporal frontend (empty Address in dev mode: an in-process dev server).
+type Temporal struct {
+	Address   string `koanf:"address"`
+	Namespace string `koanf:"namespace"`
+	TaskQueue string `koanf:"task_queue"`
+	DevAddr   string `koanf:"dev_addr"`
+	UIAddr    string `koanf:"ui_addr"`
+}
+
+// Collect bounds trace ingest.
+type Collect struct {
+	MaxRequestBytes int64         `koanf:"max_request_bytes"`
+	MaxEnvBytes     int64         `koanf:"max_env_bytes"`
+	RatePerSecond   float64       `koanf:"rate_per_second"`
+	RateBurst       int           `koanf:"rate_burst"`
+	RebuildDebounce time.Duration `koanf:"rebuild_debounce"`
+}
+
+// Build bounds environment builds.
+type Build struct {
+	Timeout time.Duration `koanf:"timeout"`
+}
+
+// Twin selects how twins run and when they stop.
+type Twin struct {
+	Driver string        `koanf:"driver"`
+	Idle   time.Duration `koanf:"idle"`
+	Image  string        `koanf:"image"`
+	Binary string        `koanf:"binary"`
+}
+
+// Session bounds sessions.
+type Session struct {
+	Idle time.Duration `koanf:"idle"`
+}
+
+// Model is the OpenAI-compatible chat endpoint behind the simulate rung and seeding; empty BaseURL means none.
+type Model struct {
+	BaseURL string        `koanf:"base_url"`
+	APIKey  string        `koanf:"api_key"`
+	Name    string        `koanf:"name"`
+	Timeout time.Duration `koanf:"timeout"`
+}
+
+// Key describes one configuration key: its dotted name, default and meaning.
+type Key struct {
+	Name    string
+	Default any
+	Help    string
+}
+
+// Env is the key's environment variable name.
+func (k Key) Env() string { return "DOPPEL_" + strings.ToUpper(strings.ReplaceAll(k.Name, ".", "_")) }
+
+// Flag is the key's command-line flag name.
+func (k Key) Flag() string {
+	return strings.ReplaceAll(strings.ReplaceAll(k.Name, ".", "-"), "_", "-")
+}
+
+// Keys lists every configuration key with its default, in documentation order.
+func Keys() []Key {
+	return []Key{
+		{"data_dir", "./doppel-data", "directory for embedded state: SQLite metadata, local blobs, the dev Temporal database"},
+		{"bootstrap_key", "", "fixes the first workspace key (mk_live_…) so scripts can use it; empty: minted once and printed"},
+		{"log.level", "info", "debug, info, warn or error"},
+		{"log.format", "text", "text or json"},
+		{"api.addr", "127.0.0.1:8080", "address the HTTP API listens on"},
+		{"api.public_url", "", "URL clients reach the API at (printed, used in links); empty: derived from api.addr"},
+		{"db.driver", "sqlite", "metadata database: sqlite (embedded) or postgres"},
+		{"db.dsn", "", "database DSN; empty with sqlite: <data_dir>/doppel.db"},
+		{"blob.driver", "local", "blob store: local (a directory) or s3 (MinIO or any S3)"},
+		{"blob.dir", "", "local blob directory; empty: <data_dir>/blobs"},
+		{"blob.endpoint", "", "S3 endpoint host:port (blob.driver=s3)"},
+		{"blob.access_key", "", "S3 access key"},
+		{"blob.secret_key", "", "S3 secret key"},
+		{"blob.bucket", "doppel", "S3 bucket (created if missing)"},
+		{"blob.region", "", "S3 region"},
+		{"blob.use_ssl", false, "use TLS to reach the S3 endpoint"},
+		{"temporal.address", "", "Temporal frontend host:port; empty in `doppel dev`: an in-process dev server"},
+		{"temporal.namespace", "default", "Temporal namespace"},
+		{"temporal.task_queue", "doppel", "task queue the worker polls"},
+		{"temporal.dev_addr", "127.0.0.1:7233", "frontend address of the in-process dev server (doppel dev)"},
+		{"temporal.ui_addr", "127.0.0.1:8233", "Temporal Web UI address in doppel dev; empty: no UI"},
+		{"collect.max_request_bytes", int64(32 << 20), "largest collect request body in bytes (413 above)"},
+		{"collect.max_env_bytes", int64(4 << 30), "most collected bytes per environment (413 above)"},
+		{"collect.rate_per_second", 50.0, "collect requests per second allowed per client address (429 above)"},
+		{"collect.rate_burst", 100, "burst of collect requests allowed per client address"},
+		{"collect.rebuild_debounce", "30s", "quiet time after the last collected batch before an environment rebuilds"},
+		{"build.timeout", "30m", "longest an environment build may run"},
+		{"twin.driver", "process", "how twins run: process (child processes), docker, or inproc"},
+		{"twin.idle", "15m", "idle time after which a twin stops"},
+		{"twin.image", "doppel-twin:dev", "Docker image of the twin (twin.driver=docker)"},
+		{"twin.binary", "", "doppel binary the process driver launches; empty: this executable"},
+		{"session.idle", "1h", "idle time after which a session expires"},
+		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
+		{"model.api_key", "", "API key for model.base_url"},
+		{"model.name", "", "model name sent to model.base_url"},
+		{"model.timeout", "30s", "time limit of one model request"},
+	}
+}
+
+// Flags registers a flag for every key on fs, plus --config.
+func Flags(fs *pflag.FlagSet) {
+	fs.String("config", "", "YAML configuration file")
+	for _, k := range Keys() {
+		switch d := k.Default.(type) {
+		case bool:
+			fs.Bool(k.Flag(), d, k.Help)
+		case int:
+			fs.Int(k.Flag(), d, k.Help)
+		case int64:
+			fs.Int64(k.Flag(), d, k.Help)
+		case float64:
+			fs.Float64(k.Flag(), d, k.Help)
+		default:
+			fs.String(k.Flag(), fmt.Sprint(d), k.Help)
+		}
+	}
+}
+
+// Load reads the configuration: defaults, then the file named by --config (or DOPPEL_CONFIG), then DOPPEL_*
+// variables from environ, then flags set on fs. It validates the result; errors name the bad key.
+func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
+	k := koanf.New(".")
+	defaults := map[string]any{}
+	byEnv := map[string]string{}
+	byFlag := map[string]string{}
+	for _, key := range Keys() {
+		defaults[key.Name] = key.Default
+		byEnv[key.Env()] = key.Name
+		byFlag[key.Flag()] = key.Name
+	}
+	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
+		return nil, fmt.Errorf("config: defaults: %w", err)
+	}
+
+	path := lookupEnv(environ, "DOPPEL_CONFIG")
+	if fs != nil {
+		if f := fs.Lookup("config"); f != nil && f.Changed {
+			path = f.Value.String()
+		}
+	}
+	if path != "" {
+		fk := koanf.New(".")
+		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return nil, fmt.Errorf("config: file %s: %w", path, err)
+		}
+		for _, name := range fk.Keys() {
+			if _, ok := defaults[name]; !ok {
+				return nil, fmt.Errorf("config: file %s: unknown key %q", path, name)
+			}
+		}
+		if err := k.Merge(fk); err != nil {
+			return nil, fmt.Errorf("config: file %s: %w", path, err)
+		}
+	}
+
+	envProvider := env.Provider(".", env.Opt{
+		Prefix:      "DOPPEL_",
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, v string) (string, any) {
+			return byEnv[name], v // unknown DOPPEL_* names (e.g. DOPPEL_TEST_*) map to "" and are ignored
+		},
+	})
+	if err := k.Load(envProvider, nil); err != nil {
+		return nil, fmt.Errorf("config: environment: %w", err)
+	}
+
+	if fs != nil {
+		flags := posflag.ProviderWithFlag(fs, ".", k, func(f *pflag.Flag) (string, any) {
+			name, ok := byFlag[f.Name]
+			if !ok || !f.Changed {
+				return "", nil
+			}
+			return name, posflag.FlagVal(fs, f)
+		})
+		if err := k.Load(flags, nil); err != nil {
+			return nil, fmt.Errorf("config: flags: %w", err)
+		}
+	}
+
+	var c Config
+	if err := k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c.fill()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func lookupEnv(environ []string, name string) string {
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// fill derives defaults that depend on other keys.
+func (c *Config) fill() {
+	if c.DB.Driver == "sqlite" && c.DB.DSN == "" {
+		c.DB.DSN = "file:" + filepath.Join(c.DataDir, "doppel.db")
+	}
+	if c.Blob.Driver == "local" && c.Blob.Dir == "" {
+		c.Blob.Dir = filepath.Join(c.DataDir, "blobs")
+	}
+	if c.API.PublicURL == "" {
+		host, port, err := net.SplitHostPort(c.API.Addr)
+		if err == nil {
+			if host == "" || host == "0.0.0.0" || host == "::" {
+				host = "127.0.0.1"
+			}
+			c.API.PublicURL = "http://" + net.JoinHostPort(host, port)
+		}
+	}
+}
+
+// FieldError names the configuration key that failed validation.
+type FieldError struct {
+	Key    string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("config: %s: %s", e.Key, e.Reason) }
+
+// Validate checks every key; the error names each bad key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &FieldError{Key: key, Reason: fmt.Sprintf(format, args...)})
+	}
+	oneOf := func(key, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		bad(key, "must be one of %s (got %q)", strings.Join(allowed, ", "), v)
+	}
+	addr := func(key, v string, optional bool) {
+		if v == "" && optional {
+			return
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			bad(key, "must be host:port (got %q)", v)
+		}
+	}
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "must be a positive duration such as 30s (got %s)", d)
+		}
+	}
+
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	if c.BootstrapKey != "" && (!strings.HasPrefix(c.BootstrapKey, "mk_live_") || len(c.BootstrapKey) < len("mk_live_")+16) {
+		bad("bootstrap_key", "must start with mk_live_ and carry at least 16 more characters")
+	}
+	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	oneOf("log.format", c.Log.Format, "text", "json")
+	addr("api.addr", c.API.Addr, false)
+	if c.API.PublicURL != "" {
+		if u, err := url.Parse(c.API.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
+			bad("api.public_url", "must be an absolute URL (got %q)", c.API.PublicURL)
+		}
+	}
+	oneOf("db.driver", c.DB.Driver, "sqlite", "postgres")
+	if c.DB.Driver == "postgres" && c.DB.DSN == "" {
+		bad("db.dsn", "is required when db.driver is postgres")
+	}
+	oneOf("blob.driver", c.Blob.Driver, "local", "s3")
+	if c.Blob.Driver == "s3" {
+		addr("blob.endpoint", c.Blob.Endpoint, false)
+		if c.Blob.Bucket == "" {
+			bad("blob.bucket", "is required when blob.driver is s3")
+		}
+		if c.Blob.AccessKey == "" {
+			bad("blob.access_key", "is required when blob.driver is s3")
+		}
+		if c.Blob.SecretKey == "" {
+			bad("blob.secret_key", "is required when blob.driver is s3")
+		}
+	}
+	addr("temporal.address", c.Temporal.Address, true)
+	addr("temporal.dev_addr", c.Temporal.DevAddr, false)
+	addr("temporal.ui_addr", c.Temporal.UIAddr, true)
+	if c.Temporal.Namespace == "" {
+		bad("temporal.namespace", "must not be empty")
+	}
+	if c.Temporal.TaskQueue == "" {
+		bad("temporal.task_queue", "must not be empty")
+	}
+	if c.Collect.MaxRequestBytes <= 0 {
+		bad("collect.max_request_bytes", "must be positive")
+	}
+	if c.Collect.MaxEnvBytes < c.Collect.MaxRequestBytes {
+		bad("collect.max_env_bytes", "must be at least collect.max_request_bytes")
+	}
+	if c.Collect.RatePerSecond <= 0 {
+		bad("collect.rate_per_second", "must be positive")
+	}
+	if c.Collect.RateBurst < 1 {
+		bad("collect.rate_burst", "must be at least 1")
+	}
+	if c.Collect.RebuildDebounce < 0 {
+		bad("collect.rebuild_debounce", "must not be negative")
+	}
+	positive("build.timeout", c.Build.Timeout)
+	oneOf("twin.driver", c.Twin.Driver, "process", "docker", "inproc")
+	positive("twin.idle", c.Twin.Idle)
+	if c.Twin.Driver == "docker" && c.Twin.Image == "" {
+		bad("twin.image", "is required when twin.driver is docker")
+	}
+	positive("session.idle", c.Session.Idle)
+	if c.Model.BaseURL != "" {
+		if u, err := url.Parse(c.Model.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
+			bad("model.base_url", "must be an absolute URL (got %q)", c.Model.BaseURL)
+		}
+		if c.Model.Name == "" {
+			bad("model.name", "is required when model.base_url is set")
+		}
+	}
+	positive("model.timeout", c.Model.Timeout)
+	return errors.Join(errs...)
+}
+
+// Reference renders the configuration keys as a Markdown table (for the README and `doppel config`).
+func Reference() string {
+	var b strings.Builder
+	b.WriteString("| key | env | flag | default | meaning |\n|---|---|---|---|---|\n")
+	for _, k := range Keys() {
+		fmt.Fprintf(&b, "| `%s` | `%s` | `--%s` | `%v` | %s |\n", k.Name, k.Env(), k.Flag(), k.Default, k.Help)
+	}
+	return b.String()
+}
