@@ -1,0 +1,235 @@
+// Package schema holds doppel's metadata models and the embedded migrations that create them on SQLite and PostgreSQL.
+package schema
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Workspace access states (spec §5: 403 with access pending|denied).
+const (
+	AccessGranted = "granted"
+	AccessPending = "pending"
+	AccessDenied  = "denied"
+)
+
+// API key kinds. Session tokens live on their session row, not here.
+const (
+	KeyKindWorkspace = "workspace" // mk_live_…
+	KeyKindMCP       = "mcp"       // mcp_at_…
+)
+
+// Environment status values.
+const (
+	EnvCollecting = "collecting"
+	EnvBuilding   = "building"
+	EnvReady      = "ready"
+	EnvFailed     = "failed"
+)
+
+// Twin states (spec §3).
+const (
+	TwinStopped = "stopped"
+	TwinBooting = "booting"
+	TwinReady   = "ready"
+)
+
+// Build status values.
+const (
+	BuildQueued    = "queued"
+	BuildRunning   = "running"
+	BuildSucceeded = "succeeded"
+	BuildFailed    = "failed"
+)
+
+// Session status values.
+const (
+	SessionOpen    = "open"
+	SessionClosed  = "closed"
+	SessionExpired = "expired"
+	SessionBroken  = "broken"
+)
+
+// Fidelity labels of a call result (spec §2.5); sessions count calls per label.
+const (
+	FidelityAExecuted  = "A_executed"
+	FidelityBTwin      = "B_twin"
+	FidelityBReplayed  = "B_replayed"
+	FidelityBInferred  = "B_inferred"
+	FidelityBSimulated = "B_simulated"
+)
+
+// Workspace is a tenant. Every other row belongs to one.
+type Workspace struct {
+	bun.BaseModel `bun:"table:workspaces"`
+
+	ID        string    `bun:"id,pk"`
+	Name      string    `bun:"name,notnull"`
+	Access    string    `bun:"access,notnull"`
+	CreatedAt time.Time `bun:"created_at,notnull"`
+}
+
+// APIKey is a workspace key or an MCP access token, stored only as a hash.
+type APIKey struct {
+	bun.BaseModel `bun:"table:api_keys"`
+
+	ID          string     `bun:"id,pk"`
+	WorkspaceID string     `bun:"workspace_id,notnull"`
+	Kind        string     `bun:"kind,notnull"`
+	Hash        string     `bun:"hash,notnull"`   // hex SHA-256 of the plaintext
+	Prefix      string     `bun:"prefix,notnull"` // display form, e.g. "mk_live_abcd…"
+	Name        string     `bun:"name,notnull"`
+	CreatedAt   time.Time  `bun:"created_at,notnull"`
+	RevokedAt   *time.Time `bun:"revoked_at"`
+	LastUsedAt  *time.Time `bun:"last_used_at"`
+}
+
+// Environment is one project's mirror: its collected traces, builds and twin.
+type Environment struct {
+	bun.BaseModel `bun:"table:environments"`
+
+	ID             string    `bun:"id,pk"`
+	WorkspaceID    string    `bun:"workspace_id,notnull"`
+	Slug           string    `bun:"slug,notnull"`
+	Name           string    `bun:"name,notnull"` // the project name as collected
+	Status         string    `bun:"status,notnull"`
+	Framework      string    `bun:"framework,notnull"`
+	Language       string    `bun:"language,notnull"`
+	NTraces        int64     `bun:"n_traces,notnull"`
+	NTools         int64     `bun:"n_tools,notnull"`
+	SchemaSource   string    `bun:"schema_source,notnull"`
+	CoveredPct     float64   `bun:"covered_pct,notnull"`
+	SimulatedPct   float64   `bun:"simulated_pct,notnull"`
+	HasAgent       bool      `bun:"has_agent,notnull"`
+	Headline       string    `bun:"headline,notnull"`
+	ActiveBuildID  string    `bun:"active_build_id,nullzero"`
+	CollectedBytes int64     `bun:"collected_bytes,notnull"`
+	TwinState      string    `bun:"twin_state,notnull"`
+	TwinEndpoint   string    `bun:"twin_endpoint,notnull"`
+	CreatedAt      time.Time `bun:"created_at,notnull"`
+	UpdatedAt      time.Time `bun:"updated_at,notnull"`
+}
+
+// Build is one run of the build workflow over an environment's traces.
+type Build struct {
+	bun.BaseModel `bun:"table:builds"`
+
+	ID          string          `bun:"id,pk"`
+	EnvID       string          `bun:"env_id,notnull"`
+	WorkspaceID string          `bun:"workspace_id,notnull"`
+	Status      string          `bun:"status,notnull"`
+	Progress    float64         `bun:"progress,notnull"` // 0..1
+	Stage       string          `bun:"stage,notnull"`
+	BundleKey   string          `bun:"bundle_key,notnull"`
+	BundleHash  string          `bun:"bundle_hash,notnull"`
+	Report      json.RawMessage `bun:"report"`             // small report inline, or
+	ReportKey   string          `bun:"report_key,notnull"` // a blob key for a large one
+	Error       string          `bun:"error,notnull"`
+	WorkflowID  string          `bun:"workflow_id,notnull"`
+	CreatedAt   time.Time       `bun:"created_at,notnull"`
+	StartedAt   *time.Time      `bun:"started_at"`
+	FinishedAt  *time.Time      `bun:"finished_at"`
+	UpdatedAt   time.Time       `bun:"updated_at,notnull"`
+}
+
+// TraceBatch is one accepted collect request, stored whole as a content-addressed blob.
+type TraceBatch struct {
+	bun.BaseModel `bun:"table:trace_batches"`
+
+	ID          string    `bun:"id,pk"`
+	EnvID       string    `bun:"env_id,notnull"`
+	BlobKey     string    `bun:"blob_key,notnull"`
+	NTraces     int64     `bun:"n_traces,notnull"`     // traces new to the environment
+	NDuplicates int64     `bun:"n_duplicates,notnull"` // traces already present, skipped
+	Bytes       int64     `bun:"bytes,notnull"`
+	ToolsSeen   []string  `bun:"tools_seen"`
+	CreatedAt   time.Time `bun:"created_at,notnull"`
+}
+
+// Trace records that a trace id is present in an environment and which batch holds it.
+// The primary key (env_id, trace_id) is the dedupe guarantee.
+type Trace struct {
+	bun.BaseModel `bun:"table:traces"`
+
+	EnvID     string    `bun:"env_id,pk"`
+	TraceID   string    `bun:"trace_id,pk"`
+	BatchID   string    `bun:"batch_id,notnull"`
+	Idx       int64     `bun:"idx,notnull"` // position in the batch's traces array
+	CreatedAt time.Time `bun:"created_at,notnull"`
+}
+
+// Session is one isolated, seeded world opened on an environment.
+type Session struct {
+	bun.BaseModel `bun:"table:sessions"`
+
+	ID               string          `bun:"id,pk"`
+	EnvID            string          `bun:"env_id,notnull"`
+	WorkspaceID      string          `bun:"workspace_id,notnull"`
+	BuildID          string          `bun:"build_id,notnull"`
+	TokenHash        string          `bun:"token_hash,notnull"`
+	OpenedByKeyID    string          `bun:"opened_by_key_id,notnull"`
+	Seed             int64           `bun:"seed,notnull"`
+	SeedInstructions string          `bun:"seed_instructions,notnull"`
+	Seeded           bool            `bun:"seeded,notnull"`
+	SeedNote         string          `bun:"seed_note,notnull"`
+	Scenario         string          `bun:"scenario,notnull"`
+	Clock            string          `bun:"clock,notnull"`
+	RecordOutputs    bool            `bun:"record_outputs,notnull"`
+	WorldHash        string          `bun:"world_hash,notnull"`
+	StateHash        string          `bun:"state_hash,notnull"`
+	Receipts         json.RawMessage `bun:"receipts"`
+	Status           string          `bun:"status,notnull"`
+	NCalls           int64           `bun:"n_calls,notnull"`
+	NErrors          int64           `bun:"n_errors,notnull"`
+	NAExecuted       int64           `bun:"n_a_executed,notnull"`
+	NBTwin           int64           `bun:"n_b_twin,notnull"`
+	NBReplayed       int64           `bun:"n_b_replayed,notnull"`
+	NBInferred       int64           `bun:"n_b_inferred,notnull"`
+	NBSimulated      int64           `bun:"n_b_simulated,notnull"`
+	NDowngraded      int64           `bun:"n_downgraded,notnull"`
+	CreatedAt        time.Time       `bun:"created_at,notnull"`
+	LastUsedAt       time.Time       `bun:"last_used_at,notnull"`
+	ExpiresAt        time.Time       `bun:"expires_at,notnull"`
+	ClosedAt         *time.Time      `bun:"closed_at"`
+}
+
+// Call is one tool call in a session's transcript (its journal entry).
+type Call struct {
+	bun.BaseModel `bun:"table:calls"`
+
+	ID         string          `bun:"id,pk"`
+	SessionID  string          `bun:"session_id,notnull"`
+	Seq        int64           `bun:"seq,notnull"` // 1, 2, … per session
+	Tool       string          `bun:"tool,notnull"`
+	Arguments  json.RawMessage `bun:"arguments,notnull"`
+	Content    string          `bun:"content,notnull"`
+	Error      bool            `bun:"error,notnull"`
+	Fidelity   string          `bun:"fidelity,notnull"`
+	Rung       string          `bun:"rung,notnull"`
+	Downgraded bool            `bun:"downgraded,notnull"`
+	Ms         int64           `bun:"ms,notnull"`
+	Requestor  string          `bun:"requestor,notnull"`
+	StateHash  string          `bun:"state_hash,notnull"`
+	CreatedAt  time.Time       `bun:"created_at,notnull"`
+}
+
+// UsageMeter is a workspace's running total of one meter in one period (e.g. "2026-11").
+type UsageMeter struct {
+	bun.BaseModel `bun:"table:usage_meters"`
+
+	WorkspaceID string    `bun:"workspace_id,pk"`
+	Period      string    `bun:"period,pk"`
+	Meter       string    `bun:"meter,pk"`
+	Amount      float64   `bun:"amount,notnull"`
+	UpdatedAt   time.Time `bun:"updated_at,notnull"`
+}
+
+// Models lists every model, for callers that register or inspect them.
+func Models() []any {
+	return []any{
+		(*Workspace)(nil), (*APIKey)(nil), (*Environment)(nil), (*Build)(nil),
+		(*TraceBatch)(nil), (*Trace)(nil), (*Session)(nil), (*Call)(nil), (*UsageMeter)(nil),
+	}
+}

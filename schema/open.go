@@ -1,0 +1,147 @@
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+	"github.com/uptrace/bun/driver/sqliteshim"
+)
+
+// Drivers Open accepts.
+const (
+	DriverSQLite   = "sqlite"
+	DriverPostgres = "postgres"
+)
+
+// Options says which database to open.
+type Options struct {
+	// Driver is "sqlite" or "postgres".
+	Driver string
+	// DSN is a file path or file: URI for SQLite (":memory:" for a private in-memory database),
+	// or a postgres:// URL for PostgreSQL.
+	DSN string
+	// MaxOpenConns overrides the pool size (default: 4 for SQLite, 4×GOMAXPROCS for PostgreSQL).
+	MaxOpenConns int
+	// BusyTimeout is how long a SQLite writer waits for the file lock (default 10s).
+	BusyTimeout time.Duration
+}
+
+// Open opens the metadata database with a pool suited to its driver. It does not migrate.
+//
+// SQLite is opened in WAL mode with a busy timeout, foreign keys on, and every
+// transaction begun IMMEDIATE, so concurrent writers queue for the lock instead
+// of failing; times are stored as fixed-width RFC 3339 UTC text with microseconds.
+func Open(ctx context.Context, opts Options) (*bun.DB, error) {
+	switch opts.Driver {
+	case DriverSQLite:
+		return openSQLite(ctx, opts)
+	case DriverPostgres:
+		return openPostgres(ctx, opts)
+	default:
+		return nil, fmt.Errorf("schema: driver %q: want %q or %q", opts.Driver, DriverSQLite, DriverPostgres)
+	}
+}
+
+func openSQLite(ctx context.Context, opts Options) (*bun.DB, error) {
+	if opts.DSN == "" {
+		return nil, errors.New("schema: sqlite DSN is empty: give a file path")
+	}
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = 10 * time.Second
+	}
+	dsn, memory, err := sqliteDSN(opts.DSN, busy)
+	if err != nil {
+		return nil, err
+	}
+	sqldb, err := sql.Open(sqliteshim.ShimName, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("schema: open sqlite %q: %w", opts.DSN, err)
+	}
+	n := opts.MaxOpenConns
+	if n <= 0 {
+		n = 4
+	}
+	if memory {
+		n = 1 // each connection to :memory: is its own database
+	}
+	sqldb.SetMaxOpenConns(n)
+	sqldb.SetMaxIdleConns(n)
+	sqldb.SetConnMaxIdleTime(0)
+	db := bun.NewDB(sqldb, &sqliteDialect{Dialect: sqlitedialect.New()})
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("schema: open sqlite %q: %w", opts.DSN, err)
+	}
+	return db, nil
+}
+
+// sqliteDSN turns a path or file: URI into a modernc DSN carrying doppel's pragmas.
+func sqliteDSN(in string, busy time.Duration) (dsn string, memory bool, err error) {
+	path, query, _ := strings.Cut(strings.TrimPrefix(in, "file:"), "?")
+	memory = path == ":memory:" || strings.Contains(query, "mode=memory")
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", false, fmt.Errorf("schema: sqlite DSN %q: %w", in, err)
+	}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	if !memory {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+	}
+	q.Add("_pragma", "foreign_keys(1)")
+	q.Set("_txlock", "immediate")
+	return "file:" + path + "?" + q.Encode(), memory, nil
+}
+
+func openPostgres(ctx context.Context, opts Options) (*bun.DB, error) {
+	if opts.DSN == "" {
+		return nil, errors.New("schema: postgres DSN is empty: give a postgres:// URL")
+	}
+	if !strings.HasPrefix(opts.DSN, "postgres://") && !strings.HasPrefix(opts.DSN, "postgresql://") {
+		return nil, fmt.Errorf("schema: postgres DSN must be a postgres:// URL")
+	}
+	sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(opts.DSN), pgdriver.WithTimeout(10*time.Second)))
+	n := opts.MaxOpenConns
+	if n <= 0 {
+		n = 4 * runtime.GOMAXPROCS(0)
+	}
+	sqldb.SetMaxOpenConns(n)
+	sqldb.SetMaxIdleConns(n)
+	sqldb.SetConnMaxIdleTime(5 * time.Minute)
+	sqldb.SetConnMaxLifetime(time.Hour)
+	db := bun.NewDB(sqldb, pgdialect.New())
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("schema: open postgres: %w", err)
+	}
+	return db, nil
+}
+
+// sqliteDialect is bun's SQLite dialect with times written as fixed-width RFC 3339 UTC
+// ("2006-01-02T15:04:05.000000Z"), so they read as RFC 3339 and sort as text.
+type sqliteDialect struct {
+	*sqlitedialect.Dialect
+}
+
+// TimeLayout is how SQLite stores times.
+const TimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+func (d *sqliteDialect) AppendTime(b []byte, tm time.Time) []byte {
+	b = append(b, '\'')
+	b = tm.UTC().AppendFormat(b, TimeLayout)
+	return append(b, '\'')
+}
+
+// Now returns the current time as stored: UTC, truncated to the microsecond both dialects keep.
+func Now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
