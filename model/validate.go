@@ -1,0 +1,356 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Validate checks a decoded JSON value (from decodeJSON: map[string]any, []any, json.Number, string, bool,
+// nil) against a JSON Schema. It understands the subset doppel's inferred and provided schemas use: type
+// (one or a list), properties, required, additionalProperties (bool or schema), items, enum, const, anyOf,
+// oneOf, allOf, minItems, maxItems, minimum, maximum, nullable. Unknown keywords are ignored. The error
+// names the JSON path of the first violation, e.g. $.orders[0].status.
+func Validate(schema json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(schema)) == 0 {
+		return nil
+	}
+	var s any
+	if err := json.Unmarshal(schema, &s); err != nil {
+		return fmt.Errorf("schema is not JSON: %w", err)
+	}
+	return validate(s, v, "$")
+}
+
+func validate(s any, v any, path string) error {
+	switch sv := s.(type) {
+	case bool:
+		if !sv {
+			return fmt.Errorf("%s: not allowed", path)
+		}
+		return nil
+	case map[string]any:
+		return validateObject(sv, v, path)
+	default:
+		return nil
+	}
+}
+
+func validateObject(s map[string]any, v any, path string) error {
+	if t, ok := s["type"]; ok {
+		types := typeList(t)
+		if nb, _ := s["nullable"].(bool); nb {
+			types = append(types, "null")
+		}
+		if len(types) > 0 && !matchesAny(types, v) {
+			return fmt.Errorf("%s: want %s, got %s", path, strings.Join(types, " or "), kindOf(v))
+		}
+	}
+	if c, ok := s["const"]; ok && !jsonEqual(c, v) {
+		return fmt.Errorf("%s: must equal %s", path, compact(c))
+	}
+	if e, ok := s["enum"].([]any); ok {
+		found := false
+		for _, x := range e {
+			if jsonEqual(x, v) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Errorf("%s: %s is not one of %s", path, compact(v), compact(e))
+		}
+	}
+	if all, ok := s["allOf"].([]any); ok {
+		for _, sub := range all {
+			if err := validate(sub, v, path); err != nil {
+				return err
+			}
+		}
+	}
+	for _, kw := range []string{"anyOf", "oneOf"} {
+		alts, ok := s[kw].([]any)
+		if !ok || len(alts) == 0 {
+			continue
+		}
+		var first error
+		matched := false
+		for _, sub := range alts {
+			if err := validate(sub, v, path); err == nil {
+				matched = true
+				break
+			} else if first == nil {
+				first = err
+			}
+		}
+		if !matched {
+			return fmt.Errorf("%s: matches no alternative of %s (first: %v)", path, kw, first)
+		}
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		props, _ := s["properties"].(map[string]any)
+		if req, ok := s["required"].([]any); ok {
+			for _, r := range req {
+				name, _ := r.(string)
+				if _, present := x[name]; !present {
+					return fmt.Errorf("%s: missing required field %q", path, name)
+				}
+			}
+		}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			sub := fieldPath(path, k)
+			if ps, ok := props[k]; ok {
+				if err := validate(ps, x[k], sub); err != nil {
+					return err
+				}
+				continue
+			}
+			if ap, ok := s["additionalProperties"]; ok {
+				if err := validate(ap, x[k], sub); err != nil {
+					if b, isBool := ap.(bool); isBool && !b {
+						return fmt.Errorf("%s: unknown field", sub)
+					}
+					return err
+				}
+			}
+		}
+	case []any:
+		if n, ok := number(s["minItems"]); ok && float64(len(x)) < n {
+			return fmt.Errorf("%s: %d items, want at least %v", path, len(x), n)
+		}
+		if n, ok := number(s["maxItems"]); ok && float64(len(x)) > n {
+			return fmt.Errorf("%s: %d items, want at most %v", path, len(x), n)
+		}
+		if items, ok := s["items"]; ok {
+			for i, it := range x {
+				if err := validate(items, it, path+"["+strconv.Itoa(i)+"]"); err != nil {
+					return err
+				}
+			}
+		}
+	case json.Number:
+		f, err := x.Float64()
+		if err == nil {
+			if n, ok := number(s["minimum"]); ok && f < n {
+				return fmt.Errorf("%s: %s is below the minimum %v", path, x, n)
+			}
+			if n, ok := number(s["maximum"]); ok && f > n {
+				return fmt.Errorf("%s: %s is above the maximum %v", path, x, n)
+			}
+		}
+	}
+	return nil
+}
+
+func fieldPath(path, k string) string {
+	for _, r := range k {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return path + "[" + strconv.Quote(k) + "]"
+		}
+	}
+	if k == "" {
+		return path + `[""]`
+	}
+	return path + "." + k
+}
+
+func typeList(t any) []string {
+	switch x := t.(type) {
+	case string:
+		return []string{x}
+	case []any:
+		out := make([]string, 0, len(x))
+		for _, e := range x {
+			if s, ok := e.(string); ok {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+func matchesAny(types []string, v any) bool {
+	for _, t := range types {
+		if matchesType(t, v) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchesType(t string, v any) bool {
+	switch t {
+	case "object":
+		_, ok := v.(map[string]any)
+		return ok
+	case "array":
+		_, ok := v.([]any)
+		return ok
+	case "string":
+		_, ok := v.(string)
+		return ok
+	case "boolean":
+		_, ok := v.(bool)
+		return ok
+	case "null":
+		return v == nil
+	case "number":
+		_, ok := v.(json.Number)
+		return ok
+	case "integer":
+		n, ok := v.(json.Number)
+		if !ok {
+			return false
+		}
+		if _, err := n.Int64(); err == nil {
+			return true
+		}
+		f, err := n.Float64()
+		return err == nil && f == math.Trunc(f) && !math.IsInf(f, 0)
+	}
+	return true // unknown type names do not reject
+}
+
+func kindOf(v any) string {
+	switch x := v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case nil:
+		return "null"
+	case json.Number:
+		if _, err := x.Int64(); err == nil {
+			return "integer"
+		}
+		return "number"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// jsonEqual compares a schema value (decoded with float64 numbers) with a data value (json.Number numbers).
+func jsonEqual(a, b any) bool {
+	return bytes.Equal(canonical(a), canonical(b))
+}
+
+func compact(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// decodeJSON decodes one JSON document keeping numbers exact (json.Number) and refusing trailing data.
+func decodeJSON(b []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, err
+	}
+	if d.More() {
+		return nil, fmt.Errorf("trailing data after the JSON value")
+	}
+	var extra any
+	if err := d.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("trailing data after the JSON value")
+	}
+	return v, nil
+}
+
+// Canonical returns the canonical JSON of a JSON document: object keys sorted, no insignificant space,
+// numbers in their shortest exact form. It is the cache-key form of tool arguments.
+func Canonical(doc []byte) ([]byte, error) {
+	v, err := decodeJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	return canonical(v), nil
+}
+
+func canonical(v any) []byte {
+	var b bytes.Buffer
+	writeCanonical(&b, v)
+	return b.Bytes()
+}
+
+func writeCanonical(b *bytes.Buffer, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			kb, _ := json.Marshal(k)
+			b.Write(kb)
+			b.WriteByte(':')
+			writeCanonical(b, x[k])
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeCanonical(b, e)
+		}
+		b.WriteByte(']')
+	case json.Number:
+		b.WriteString(canonicalNumber(string(x)))
+	case float64:
+		b.WriteString(canonicalNumber(strconv.FormatFloat(x, 'g', -1, 64)))
+	default:
+		eb, _ := json.Marshal(x)
+		b.Write(eb)
+	}
+}
+
+// canonicalNumber spells a number so that equal values are equal bytes: integers without exponent or
+// fraction, everything else as the shortest float64 form.
+func canonicalNumber(s string) string {
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return strconv.FormatInt(i, 10)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return s
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
