@@ -1,0 +1,1087 @@
+package ingest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/doppel-dev/doppel/trace"
+)
+
+// errStop unwinds the parser after a syntax error or when MaxErrors is reached; the reason is in p.errs.
+var errStop = errors.New("ingest: stop")
+
+// seg is one step of a JSON path: an object key, or an array index when idx >= 0.
+type seg struct {
+	key string
+	idx int
+}
+
+type parser struct {
+	buf       []byte
+	pos       int
+	opts      Options
+	path      []seg
+	errs      []FieldError
+	truncated bool
+	stopped   bool
+	// checkUTF8 is set when checking in-memory values (ValidateTrace), which may hold invalid UTF-8.
+	checkUTF8 bool
+	// lenient skips the field rules (types and syntax are still checked): DecodeBlob reads stored batches.
+	lenient  bool
+	scratch  []byte
+	traceIDs map[string]int
+	callIDs  map[string]struct{}
+}
+
+func newParser(buf []byte, opts Options) *parser {
+	return &parser{
+		buf:      buf,
+		opts:     opts,
+		path:     make([]seg, 0, 8),
+		traceIDs: map[string]int{},
+		callIDs:  map[string]struct{}{},
+	}
+}
+
+func (p *parser) push(key string) { p.path = append(p.path, seg{key: key, idx: -1}) }
+func (p *parser) pushIdx(i int)   { p.path = append(p.path, seg{idx: i}) }
+func (p *parser) pop()            { p.path = p.path[:len(p.path)-1] }
+
+func (p *parser) pathString() string {
+	if len(p.path) == 0 {
+		return "body"
+	}
+	var b strings.Builder
+	for i, s := range p.path {
+		switch {
+		case s.idx >= 0:
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.idx))
+			b.WriteByte(']')
+		case isPlainKey(s.key):
+			if i > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(s.key)
+		default:
+			b.WriteByte('[')
+			b.WriteString(strconv.Quote(s.key))
+			b.WriteByte(']')
+		}
+	}
+	return b.String()
+}
+
+func isPlainKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c == '_' || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// fail records a field error at the current path.
+func (p *parser) fail(msg string) {
+	if p.stopped {
+		return
+	}
+	if len(p.errs) >= p.opts.MaxErrors {
+		p.truncated, p.stopped = true, true
+		return
+	}
+	p.errs = append(p.errs, FieldError{Path: p.pathString(), Message: msg})
+}
+
+// failField records a field error at the current path plus key.
+func (p *parser) failField(key, msg string) {
+	p.push(key)
+	p.fail(msg)
+	p.pop()
+}
+
+// syntax records a syntax error at byte offset at and stops decoding.
+func (p *parser) syntax(at int, msg string) error {
+	if !p.stopped {
+		p.errs = append(p.errs, FieldError{Path: p.pathString(), Message: fmt.Sprintf("invalid JSON at byte %d: %s", at, msg)})
+		p.stopped = true
+	}
+	return errStop
+}
+
+func (p *parser) ws() {
+	for p.pos < len(p.buf) {
+		switch p.buf[p.pos] {
+		case ' ', '\t', '\n', '\r':
+			p.pos++
+		default:
+			return
+		}
+	}
+}
+
+// kind names the JSON type of the value starting with c, or "" when c cannot start a value.
+func kind(c byte) string {
+	switch {
+	case c == '"':
+		return "string"
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == 't' || c == 'f':
+		return "boolean"
+	case c == 'n':
+		return "null"
+	case c == '-' || c >= '0' && c <= '9':
+		return "number"
+	}
+	return ""
+}
+
+// peek skips white space and returns the next byte; at the end of the body it records a syntax error.
+func (p *parser) peek() (byte, error) {
+	p.ws()
+	if p.pos >= len(p.buf) {
+		return 0, p.syntax(p.pos, "unexpected end of body")
+	}
+	return p.buf[p.pos], nil
+}
+
+// wrongType reports that the value at the current path is not of the wanted type, and skips it.
+func (p *parser) wrongType(want string) error {
+	c, err := p.peek()
+	if err != nil {
+		return err
+	}
+	k := kind(c)
+	if k == "" {
+		return p.syntax(p.pos, fmt.Sprintf("invalid character %s looking for a value", quoteByte(c)))
+	}
+	if err := p.skip(0); err != nil {
+		return err
+	}
+	p.fail(fmt.Sprintf("must be %s, got %s", want, k))
+	return nil
+}
+
+func quoteByte(c byte) string {
+	if c >= 0x20 && c < 0x7f {
+		return strconv.QuoteRune(rune(c))
+	}
+	return fmt.Sprintf("0x%02x", c)
+}
+
+// nextKey reads the next field name of an object whose '{' is consumed, and the ':' after it.
+// It answers end=true after the closing '}'. The key may point into a scratch buffer.
+func (p *parser) nextKey(first *bool) (key []byte, end bool, err error) {
+	c, err := p.peek()
+	if err != nil {
+		return nil, false, err
+	}
+	if c == '}' {
+		p.pos++
+		return nil, true, nil
+	}
+	if *first {
+		*first = false
+	} else {
+		if c != ',' {
+			return nil, false, p.syntax(p.pos, fmt.Sprintf("invalid character %s after an object field, expecting ',' or '}'", quoteByte(c)))
+		}
+		p.pos++
+		if c, err = p.peek(); err != nil {
+			return nil, false, err
+		}
+	}
+	if c != '"' {
+		return nil, false, p.syntax(p.pos, fmt.Sprintf("invalid character %s looking for a field name", quoteByte(c)))
+	}
+	if key, err = p.rawString(); err != nil {
+		return nil, false, err
+	}
+	if c, err = p.peek(); err != nil {
+		return nil, false, err
+	}
+	if c != ':' {
+		return nil, false, p.syntax(p.pos, fmt.Sprintf("invalid character %s after a field name, expecting ':'", quoteByte(c)))
+	}
+	p.pos++
+	return key, false, nil
+}
+
+// nextElem moves to the next element of an array whose '[' is consumed; end=true after the closing ']'.
+func (p *parser) nextElem(first *bool) (end bool, err error) {
+	c, err := p.peek()
+	if err != nil {
+		return false, err
+	}
+	if c == ']' {
+		p.pos++
+		return true, nil
+	}
+	if *first {
+		*first = false
+		return false, nil
+	}
+	if c != ',' {
+		return false, p.syntax(p.pos, fmt.Sprintf("invalid character %s after an array element, expecting ',' or ']'", quoteByte(c)))
+	}
+	p.pos++
+	_, err = p.peek()
+	return false, err
+}
+
+// rawString reads the string at p.pos (which holds '"') and returns its unescaped bytes: a view of the
+// body when the string has no escapes, else the scratch buffer, valid until the next rawString.
+func (p *parser) rawString() ([]byte, error) {
+	start := p.pos + 1
+	buf := p.buf
+	i := start
+	for {
+		i = nextSpecial(buf, i)
+		if i >= len(buf) {
+			return nil, p.syntax(len(buf), "unexpected end of body in a string")
+		}
+		switch c := buf[i]; {
+		case c == '"':
+			p.pos = i + 1
+			return buf[start:i], nil
+		case c >= 0x80:
+			n := validRune(buf, i)
+			if n == 0 {
+				return nil, p.syntax(i, "invalid UTF-8 in a string")
+			}
+			i += n
+		default:
+			return p.stringSlow(start, i)
+		}
+	}
+}
+
+// stringSlow goes on from rawString at buf[i], a backslash or a control character, unescaping into scratch.
+func (p *parser) stringSlow(start, i int) ([]byte, error) {
+	buf := p.buf
+	out := append(p.scratch[:0], buf[start:i]...)
+	defer func() { p.scratch = out[:0] }()
+	for {
+		j := nextSpecial(buf, i)
+		out = append(out, buf[i:j]...)
+		i = j
+		if i >= len(buf) {
+			return nil, p.syntax(len(buf), "unexpected end of body in a string")
+		}
+		c := buf[i]
+		switch {
+		case c == '"':
+			p.pos = i + 1
+			return out, nil
+		case c == '\\':
+			if i+1 >= len(buf) {
+				return nil, p.syntax(len(buf), "unexpected end of body in a string")
+			}
+			e := buf[i+1]
+			i += 2
+			switch e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(buf[i:])
+				if !ok {
+					return nil, p.syntax(i-2, `invalid \u escape in a string`)
+				}
+				i += 4
+				if utf16.IsSurrogate(r) {
+					// A valid pair is consumed whole; anything else becomes U+FFFD, as encoding/json does.
+					r2 := rune(-1)
+					if i+1 < len(buf) && buf[i] == '\\' && buf[i+1] == 'u' {
+						if v, ok := hex4(buf[i+2:]); ok {
+							r2 = v
+						}
+					}
+					if d := utf16.DecodeRune(r, r2); d != unicode.ReplacementChar {
+						r = d
+						i += 6
+					} else {
+						r = unicode.ReplacementChar
+					}
+				}
+				out = utf8.AppendRune(out, r)
+			default:
+				return nil, p.syntax(i-2, fmt.Sprintf("invalid escape %s in a string", quoteByte(e)))
+			}
+		case c < 0x20:
+			return nil, p.syntax(i, "control character in a string (it must be escaped)")
+		default:
+			n := validRune(buf, i)
+			if n == 0 {
+				return nil, p.syntax(i, "invalid UTF-8 in a string")
+			}
+			out = append(out, buf[i:i+n]...)
+			i += n
+		}
+	}
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		case c >= 'A' && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r*16 + rune(c)
+	}
+	return r, true
+}
+
+// skip reads and checks one JSON value of any type.
+func (p *parser) skip(depth int) error {
+	c, err := p.peek()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '{', '[':
+		if depth >= maxDepth {
+			return p.syntax(p.pos, fmt.Sprintf("nested deeper than %d levels", maxDepth))
+		}
+		p.pos++
+		first := true
+		for {
+			var end bool
+			if c == '{' {
+				_, end, err = p.nextKey(&first)
+			} else {
+				end, err = p.nextElem(&first)
+			}
+			if err != nil {
+				return err
+			}
+			if end {
+				return nil
+			}
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+		}
+	case '"':
+		_, err := p.rawString()
+		return err
+	case 't':
+		return p.literal("true")
+	case 'f':
+		return p.literal("false")
+	case 'n':
+		return p.literal("null")
+	}
+	if c == '-' || c >= '0' && c <= '9' {
+		return p.number()
+	}
+	return p.syntax(p.pos, fmt.Sprintf("invalid character %s looking for a value", quoteByte(c)))
+}
+
+func (p *parser) literal(lit string) error {
+	if !bytes.HasPrefix(p.buf[p.pos:], []byte(lit)) {
+		return p.syntax(p.pos, fmt.Sprintf("invalid literal, expecting %s", lit))
+	}
+	p.pos += len(lit)
+	return nil
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func (p *parser) number() error {
+	b, i := p.buf, p.pos
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return p.syntax(i, "invalid number")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return p.syntax(i, "invalid number: digits expected after '.'")
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return p.syntax(i, "invalid number: digits expected in the exponent")
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	p.pos = i
+	return nil
+}
+
+// jsonError answers "" when b is exactly one JSON value (white space around it allowed), else why not.
+func jsonError(b []byte) string {
+	q := parser{buf: b, opts: Options{MaxErrors: 1}}
+	err := q.skip(0)
+	if err == nil {
+		q.ws()
+		if q.pos < len(b) {
+			return fmt.Sprintf("invalid JSON at byte %d: unexpected data after the value", q.pos)
+		}
+		return ""
+	}
+	return q.errs[0].Message
+}
+
+// str reads a string value. A wrong type is reported at the current path and answered with ok=false;
+// null answers ok=false, null=true and is reported only when nullOK is false.
+func (p *parser) str(nullOK bool) (s string, ok, null bool, err error) {
+	c, err := p.peek()
+	if err != nil {
+		return "", false, false, err
+	}
+	switch c {
+	case '"':
+		b, err := p.rawString()
+		if err != nil {
+			return "", false, false, err
+		}
+		return string(b), true, false, nil
+	case 'n':
+		if err := p.literal("null"); err != nil {
+			return "", false, false, err
+		}
+		if !nullOK {
+			p.fail("must be a string, got null")
+		}
+		return "", false, true, nil
+	}
+	return "", false, false, p.wrongType("a string")
+}
+
+// open consumes the '[' or '{' wanted; any other type is reported (null too unless nullOK) and skipped.
+func (p *parser) open(want byte, nullOK bool) (ok, null bool, err error) {
+	c, err := p.peek()
+	if err != nil {
+		return false, false, err
+	}
+	if c == want {
+		p.pos++
+		return true, false, nil
+	}
+	what := "an object"
+	if want == '[' {
+		what = "an array"
+	}
+	if c == 'n' {
+		if err := p.literal("null"); err != nil {
+			return false, false, err
+		}
+		if !nullOK {
+			p.fail("must be " + what + ", got null")
+		}
+		return false, true, nil
+	}
+	return false, false, p.wrongType(what)
+}
+
+// parseBody reads the whole collect body into b.
+func (p *parser) parseBody(b *trace.Batch) {
+	if err := p.body(b); err != nil {
+		return
+	}
+	p.ws()
+	if p.pos < len(p.buf) {
+		p.syntax(p.pos, "unexpected data after the body's object")
+	}
+}
+
+const (
+	bProject = 1 << iota
+	bTraces
+)
+
+func (p *parser) body(b *trace.Batch) error {
+	ok, _, err := p.open('{', false)
+	if err != nil || !ok {
+		return err
+	}
+	var seen, bad uint32
+	first := true
+	for {
+		key, end, err := p.nextKey(&first)
+		if err != nil {
+			return err
+		}
+		if end {
+			break
+		}
+		switch string(key) {
+		case "project":
+			if p.twice(&seen, bProject, "project") {
+				break
+			}
+			p.push("project")
+			s, ok, _, err := p.str(false)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			if ok {
+				b.Project = s
+			} else {
+				bad |= bProject
+			}
+		case "traces":
+			if p.twice(&seen, bTraces, "traces") {
+				break
+			}
+			p.push("traces")
+			ok, err := p.traces(b)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				bad |= bTraces
+			}
+		default:
+			p.push(string(key))
+			err := p.skip(1)
+			p.pop()
+			if err != nil {
+				return err
+			}
+		}
+		if p.stopped {
+			return errStop
+		}
+	}
+	if p.lenient {
+		return nil
+	}
+	if bad&bProject == 0 {
+		p.push("project")
+		p.checkProject(b.Project)
+		p.pop()
+	}
+	if bad&bTraces == 0 && len(b.Traces) == 0 {
+		p.failField("traces", "is required and must hold at least one trace")
+	}
+	return nil
+}
+
+// twice reports a field given a second time in one object; the value is then skipped.
+func (p *parser) twice(seen *uint32, bit uint32, key string) bool {
+	if *seen&bit == 0 {
+		*seen |= bit
+		return false
+	}
+	p.push(key)
+	if err := p.skip(1); err == nil {
+		p.fail("is given twice")
+	}
+	p.pop()
+	return true
+}
+
+func (p *parser) traces(b *trace.Batch) (ok bool, err error) {
+	if ok, _, err := p.open('[', false); err != nil || !ok {
+		return false, err
+	}
+	first := true
+	for i := 0; ; i++ {
+		end, err := p.nextElem(&first)
+		if err != nil {
+			return false, err
+		}
+		if end {
+			return true, nil
+		}
+		if i == p.opts.MaxTraces {
+			p.fail(fmt.Sprintf("holds more than the limit of %d traces in one batch", p.opts.MaxTraces))
+			p.stopped = true
+			return false, errStop
+		}
+		b.Traces = append(b.Traces, trace.Trace{})
+		p.pushIdx(i)
+		err = p.trace(&b.Traces[i], i)
+		p.pop()
+		if err != nil {
+			return false, err
+		}
+		if p.stopped {
+			return false, errStop
+		}
+	}
+}
+
+const (
+	tID = 1 << iota
+	tModel
+	tMessages
+)
+
+func (p *parser) trace(t *trace.Trace, ti int) error {
+	ok, _, err := p.open('{', false)
+	if err != nil || !ok {
+		return err
+	}
+	clear(p.callIDs)
+	var seen, bad uint32
+	first := true
+	for {
+		key, end, err := p.nextKey(&first)
+		if err != nil {
+			return err
+		}
+		if end {
+			break
+		}
+		switch string(key) {
+		case "id":
+			if p.twice(&seen, tID, "id") {
+				break
+			}
+			p.push("id")
+			s, ok, _, err := p.str(false)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			t.ID = s
+			if !ok {
+				bad |= tID
+			}
+		case "model":
+			if p.twice(&seen, tModel, "model") {
+				break
+			}
+			p.push("model")
+			s, ok, null, err := p.str(true)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			t.Model = s
+			if !ok && !null {
+				bad |= tModel
+			}
+		case "messages":
+			if p.twice(&seen, tMessages, "messages") {
+				break
+			}
+			p.push("messages")
+			ok, err := p.messages(t)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				bad |= tMessages
+			}
+		default:
+			p.push(string(key))
+			err := p.skip(1)
+			p.pop()
+			if err != nil {
+				return err
+			}
+		}
+		if p.stopped {
+			return errStop
+		}
+	}
+	p.checkTrace(t, bad, ti, false)
+	return nil
+}
+
+func (p *parser) messages(t *trace.Trace) (bool, error) {
+	if ok, _, err := p.open('[', false); err != nil || !ok {
+		return false, err
+	}
+	first := true
+	for j := 0; ; j++ {
+		end, err := p.nextElem(&first)
+		if err != nil {
+			return false, err
+		}
+		if end {
+			return true, nil
+		}
+		t.Messages = append(t.Messages, trace.Message{})
+		p.pushIdx(j)
+		err = p.message(&t.Messages[j])
+		p.pop()
+		if err != nil {
+			return false, err
+		}
+		if p.stopped {
+			return false, errStop
+		}
+	}
+}
+
+// Field bits of a message. Spelling bits tell the two names of an aliased field apart.
+const (
+	mRole = 1 << iota
+	mContent
+	mToolCalls
+	mToolCallID
+	mName
+	kToolCalls
+	kToolCallsCamel
+	kToolCallID
+	kToolCallIDCamel
+)
+
+func (p *parser) message(m *trace.Message) error {
+	ok, _, err := p.open('{', false)
+	if err != nil || !ok {
+		return err
+	}
+	var seen, bad, present uint32
+	first := true
+	for {
+		key, end, err := p.nextKey(&first)
+		if err != nil {
+			return err
+		}
+		if end {
+			break
+		}
+		switch k := string(key); k {
+		case "role":
+			if p.twice(&seen, mRole, k) {
+				break
+			}
+			p.push(k)
+			s, ok, _, err := p.str(false)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			m.Role = s
+			if !ok {
+				bad |= mRole
+			}
+		case "content":
+			if p.twice(&seen, mContent, k) {
+				break
+			}
+			present |= mContent
+			p.push(k)
+			s, ok, null, err := p.str(true)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			if ok {
+				m.Content = &s
+			} else if !null {
+				bad |= mContent
+			}
+		case "name":
+			if p.twice(&seen, mName, k) {
+				break
+			}
+			p.push(k)
+			s, ok, null, err := p.str(true)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			m.Name = s
+			if !ok && !null {
+				bad |= mName
+			}
+		case "tool_calls", "toolCalls":
+			spell, other := uint32(kToolCalls), uint32(kToolCallsCamel)
+			if k == "toolCalls" {
+				spell, other = other, spell
+			}
+			if p.twice(&seen, spell, k) {
+				break
+			}
+			p.push(k)
+			var calls []trace.ToolCall
+			ok, err := p.toolCalls(&calls)
+			if err == nil && ok && seen&other != 0 && bad&mToolCalls == 0 && !equalCalls(calls, m.ToolCalls) {
+				p.fail("differs from the other spelling given (tool_calls, toolCalls): give one")
+				ok = false
+			}
+			p.pop()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				bad |= mToolCalls
+			}
+			m.ToolCalls = calls
+		case "tool_call_id", "toolCallId":
+			spell, other := uint32(kToolCallID), uint32(kToolCallIDCamel)
+			if k == "toolCallId" {
+				spell, other = other, spell
+			}
+			if p.twice(&seen, spell, k) {
+				break
+			}
+			p.push(k)
+			s, ok, null, err := p.str(true)
+			if err == nil && ok && seen&other != 0 && bad&mToolCallID == 0 && s != m.ToolCallID {
+				p.fail("differs from the other spelling given (tool_call_id, toolCallId): give one")
+				ok = false
+			}
+			p.pop()
+			if err != nil {
+				return err
+			}
+			if ok {
+				m.ToolCallID = s
+			} else if !null {
+				bad |= mToolCallID
+			}
+		default:
+			p.push(k)
+			err := p.skip(1)
+			p.pop()
+			if err != nil {
+				return err
+			}
+		}
+		if p.stopped {
+			return errStop
+		}
+	}
+	p.checkMessage(m, bad, present, false)
+	return nil
+}
+
+func equalCalls(a, b []trace.ToolCall) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) toolCalls(calls *[]trace.ToolCall) (bool, error) {
+	ok, null, err := p.open('[', true)
+	if err != nil || null {
+		return null, err
+	}
+	if !ok {
+		return false, nil
+	}
+	first := true
+	for k := 0; ; k++ {
+		end, err := p.nextElem(&first)
+		if err != nil {
+			return false, err
+		}
+		if end {
+			return true, nil
+		}
+		*calls = append(*calls, trace.ToolCall{})
+		p.pushIdx(k)
+		err = p.toolCall(&(*calls)[k])
+		p.pop()
+		if err != nil {
+			return false, err
+		}
+		if p.stopped {
+			return false, errStop
+		}
+	}
+}
+
+// Field bits of a tool call and its function.
+const (
+	cID = 1 << iota
+	cType
+	cFunction
+	cName
+	cArguments
+)
+
+func (p *parser) toolCall(tc *trace.ToolCall) error {
+	ok, _, err := p.open('{', false)
+	if err != nil || !ok {
+		return err
+	}
+	var seen, bad, present uint32
+	first := true
+	for {
+		key, end, err := p.nextKey(&first)
+		if err != nil {
+			return err
+		}
+		if end {
+			break
+		}
+		switch k := string(key); k {
+		case "id", "type":
+			bit := uint32(cID)
+			dst := &tc.ID
+			if k == "type" {
+				bit, dst = cType, &tc.Type
+			}
+			if p.twice(&seen, bit, k) {
+				break
+			}
+			p.push(k)
+			s, ok, null, err := p.str(k == "type")
+			p.pop()
+			if err != nil {
+				return err
+			}
+			*dst = s
+			if !ok && !(null && k == "type") {
+				bad |= bit
+			}
+		case "function":
+			if p.twice(&seen, cFunction, k) {
+				break
+			}
+			present |= cFunction
+			p.push(k)
+			fbad, err := p.function(&tc.Function)
+			p.pop()
+			if err != nil {
+				return err
+			}
+			bad |= fbad
+		default:
+			p.push(k)
+			err := p.skip(1)
+			p.pop()
+			if err != nil {
+				return err
+			}
+		}
+		if p.stopped {
+			return errStop
+		}
+	}
+	p.checkToolCall(tc, bad, present)
+	return nil
+}
+
+// function reads a tool call's function object; it answers the bits of fields already reported.
+func (p *parser) function(f *trace.Function) (uint32, error) {
+	ok, _, err := p.open('{', false)
+	if err != nil || !ok {
+		return cFunction, err
+	}
+	var seen, bad uint32
+	first := true
+	for {
+		key, end, err := p.nextKey(&first)
+		if err != nil {
+			return bad, err
+		}
+		if end {
+			return bad, nil
+		}
+		switch k := string(key); k {
+		case "name", "arguments":
+			bit := uint32(cName)
+			dst := &f.Name
+			if k == "arguments" {
+				bit, dst = cArguments, &f.Arguments
+			}
+			if p.twice(&seen, bit, k) {
+				break
+			}
+			p.push(k)
+			var s string
+			var ok bool
+			if k == "arguments" {
+				s, ok, err = p.arguments()
+			} else {
+				s, ok, _, err = p.str(false)
+			}
+			p.pop()
+			if err != nil {
+				return bad, err
+			}
+			*dst = s
+			if !ok {
+				bad |= bit
+			}
+		default:
+			p.push(k)
+			err := p.skip(1)
+			p.pop()
+			if err != nil {
+				return bad, err
+			}
+		}
+		if p.stopped {
+			return bad, errStop
+		}
+	}
+}
+
+// arguments reads function.arguments, which must be a string; a JSON object or array given directly
+// gets a message that says how to send it.
+func (p *parser) arguments() (string, bool, error) {
+	c, err := p.peek()
+	if err != nil {
+		return "", false, err
+	}
+	if c == '{' || c == '[' {
+		if err := p.skip(1); err != nil {
+			return "", false, err
+		}
+		p.fail(fmt.Sprintf("must be a string holding JSON, got %s (encode the arguments as a JSON string)", kind(c)))
+		return "", false, nil
+	}
+	s, ok, _, err := p.str(false)
+	return s, ok, err
+}
