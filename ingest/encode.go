@@ -32,6 +32,29 @@ func AppendJSON(dst []byte, b *trace.Batch) []byte {
 	return e.buf
 }
 
+// AppendTrace appends the canonical JSON of one trace, as AppendJSON writes it inside a batch.
+func AppendTrace(dst []byte, t *trace.Trace) []byte {
+	e := encoder{buf: dst}
+	e.trace(t)
+	return e.buf
+}
+
+// AppendBody appends a collect body for project around traces already encoded by AppendTrace.
+func AppendBody(dst []byte, project string, traces [][]byte) []byte {
+	e := encoder{buf: dst}
+	e.raw(`{"project":`)
+	e.str(project)
+	e.raw(`,"traces":[`)
+	for i, t := range traces {
+		if i > 0 {
+			e.raw(",")
+		}
+		e.buf = append(e.buf, t...)
+	}
+	e.raw("]}")
+	return e.buf
+}
+
 // EncodeBlob returns the blob of an accepted batch: its canonical JSON, gzip-compressed with a fixed
 // header (no name, no time, BlobFormat as comment) and a fixed level, so equal batches give equal
 // blobs (with one Go version) and a content address names the batch.

@@ -312,6 +312,10 @@ func TestEncodeCanonical(t *testing.T) {
 	if string(ba) != string(bb) {
 		t.Fatal("equal batches gave different blobs")
 	}
+	one := AppendBody(nil, pa.Batch.Project, [][]byte{AppendTrace(nil, &pa.Batch.Traces[0])})
+	if string(one) != want {
+		t.Fatalf("AppendBody(AppendTrace) = %s, want %s", one, want)
+	}
 	if _, err := DecodeBlob(ja); err == nil {
 		t.Fatal("DecodeBlob accepted plain JSON")
 	}
