@@ -1,0 +1,157 @@
+package twinrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Loader loads the runtime a twin hosts (reads and parses its bundle).
+type Loader func(ctx context.Context) (Runtime, error)
+
+// ServeOptions configures Serve.
+type ServeOptions struct {
+	// Listen is the host:port to bind; port 0 picks a free one. Empty means 127.0.0.1:0.
+	Listen string
+	// Load loads the bundle once the listener is bound (BundleFile, BundleBlob). Required.
+	Load Loader
+	// AddrFile, when set, receives the bound host:port (written atomically) as soon as the listener is bound.
+	AddrFile string
+	// Announce, when set, receives one line "listening on HOST:PORT" as soon as the listener is bound.
+	Announce io.Writer
+	// OnListen, when set, is called with the bound host:port as soon as the listener is bound.
+	OnListen func(addr string)
+	Logger   *slog.Logger
+	// MaxBodyBytes bounds request bodies (zero: DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds the graceful shutdown when ctx ends (zero: 5s).
+	ShutdownTimeout time.Duration
+}
+
+// ListenPrefix starts the line Serve writes to ServeOptions.Announce.
+const ListenPrefix = "listening on "
+
+// Serve runs a twin: it binds the listener, announces the address (health answers from then on), loads the bundle,
+// becomes ready, and serves until ctx ends; then it shuts down gracefully and returns nil. A bundle that fails to
+// load ends Serve with that error, so a supervising driver sees the process exit.
+func Serve(ctx context.Context, opts ServeOptions) error {
+	if opts.Load == nil {
+		return errors.New("twinrpc: ServeOptions.Load is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	listen := opts.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("twinrpc: listen on %s: %w", listen, err)
+	}
+	addr := ln.Addr().String()
+
+	srv := NewServer(ServerOptions{MaxBodyBytes: opts.MaxBodyBytes, Logger: log})
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	shutdown := func() error {
+		timeout := opts.ShutdownTimeout
+		if timeout <= 0 {
+			timeout = 5 * time.Second
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		if err := hs.Shutdown(sctx); err != nil {
+			_ = hs.Close()
+		}
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+
+	if err := announce(opts, addr); err != nil {
+		_ = shutdown()
+		return err
+	}
+	log.Info("twin listening", "addr", addr)
+
+	start := time.Now()
+	loaded := make(chan error, 1)
+	go func() {
+		rt, err := opts.Load(ctx)
+		if err == nil {
+			srv.SetRuntime(rt)
+			log.Info("twin ready", "bundle", rt.BundleHash(), "load", time.Since(start).String())
+		}
+		loaded <- err
+	}()
+
+	for {
+		select {
+		case err := <-loaded:
+			if err != nil {
+				_ = shutdown()
+				return fmt.Errorf("twinrpc: load bundle: %w", err)
+			}
+			loaded = nil
+		case err := <-served:
+			return fmt.Errorf("twinrpc: serve on %s: %w", addr, err)
+		case <-ctx.Done():
+			return shutdown()
+		}
+	}
+}
+
+func announce(opts ServeOptions, addr string) error {
+	if opts.AddrFile != "" {
+		if err := writeFileAtomic(opts.AddrFile, []byte(addr+"\n")); err != nil {
+			return fmt.Errorf("twinrpc: write addr file: %w", err)
+		}
+	}
+	if opts.Announce != nil {
+		if _, err := fmt.Fprintf(opts.Announce, "%s%s\n", ListenPrefix, addr); err != nil {
+			return fmt.Errorf("twinrpc: announce address: %w", err)
+		}
+	}
+	if opts.OnListen != nil {
+		opts.OnListen(addr)
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}
