@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -23,8 +22,9 @@ func SQLiteDSN(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "doppel.db")
 }
 
-// PostgresDSN creates an empty database on the real PostgreSQL named by DOPPEL_TEST_POSTGRES
-// (or skips), drops it when the test ends, and returns its DSN.
+// PostgresDSN creates an empty schema on the real PostgreSQL named by DOPPEL_TEST_POSTGRES
+// (or skips), drops it when the test ends, and returns a DSN whose search_path is that schema.
+// A schema is much cheaper than a database and isolates tests just as well.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
 	admin := testenv.Postgres(t)
@@ -32,19 +32,21 @@ func PostgresDSN(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("DOPPEL_TEST_POSTGRES: %v", err)
 	}
-	name := strings.ToLower(strings.Replace(schema.NewID("doppel_t_"), "-", "_", -1))
+	name := schema.NewID("doppel_t_")
 	adm := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(admin)))
-	if _, err := adm.ExecContext(context.Background(), fmt.Sprintf(`CREATE DATABASE %q`, name)); err != nil {
+	if _, err := adm.ExecContext(context.Background(), fmt.Sprintf(`CREATE SCHEMA %q`, name)); err != nil {
 		adm.Close()
-		t.Fatalf("create test database: %v", err)
+		t.Fatalf("create test schema: %v", err)
 	}
 	t.Cleanup(func() {
 		defer adm.Close()
-		if _, err := adm.ExecContext(context.Background(), fmt.Sprintf(`DROP DATABASE IF EXISTS %q WITH (FORCE)`, name)); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
+		if _, err := adm.ExecContext(context.Background(), fmt.Sprintf(`DROP SCHEMA IF EXISTS %q CASCADE`, name)); err != nil {
+			t.Errorf("drop test schema %s: %v", name, err)
 		}
 	})
-	u.Path = "/" + name
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 

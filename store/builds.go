@@ -1,0 +1,88 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/schema"
+)
+
+// CreateBuild inserts a build for b.EnvID. It fills ID, WorkspaceID (from the environment),
+// Status (queued) and the times when they are empty.
+func CreateBuild(ctx context.Context, db bun.IDB, b *schema.Build) error {
+	env, err := GetEnvByID(ctx, db, b.EnvID)
+	if err != nil {
+		return fmt.Errorf("store: create build: %w", err)
+	}
+	if b.WorkspaceID != "" && b.WorkspaceID != env.WorkspaceID {
+		return fmt.Errorf("store: create build: env %q: %w", b.EnvID, ErrNotFound)
+	}
+	b.WorkspaceID = env.WorkspaceID
+	if b.ID == "" {
+		b.ID = schema.NewID(schema.PrefixBuild)
+	}
+	if b.Status == "" {
+		b.Status = schema.BuildQueued
+	}
+	t := now()
+	if b.CreatedAt.IsZero() {
+		b.CreatedAt = t
+	}
+	b.UpdatedAt = t
+	if _, err := db.NewInsert().Model(b).Exec(ctx); err != nil {
+		return wrap(err, "create build for env %q", b.EnvID)
+	}
+	return nil
+}
+
+// GetBuild returns a workspace's build; another workspace's build is ErrNotFound.
+func GetBuild(ctx context.Context, db bun.IDB, workspaceID, id string) (*schema.Build, error) {
+	b := new(schema.Build)
+	if err := db.NewSelect().Model(b).Where("id = ? AND workspace_id = ?", id, workspaceID).Scan(ctx); err != nil {
+		return nil, wrap(err, "get build %q", id)
+	}
+	return b, nil
+}
+
+// GetBuildByID returns a build whatever its workspace (for workers, not for requests).
+func GetBuildByID(ctx context.Context, db bun.IDB, id string) (*schema.Build, error) {
+	b := new(schema.Build)
+	if err := db.NewSelect().Model(b).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, wrap(err, "get build %q", id)
+	}
+	return b, nil
+}
+
+// ListBuilds returns an environment's builds, newest first; limit ≤ 0 means all.
+func ListBuilds(ctx context.Context, db bun.IDB, envID string, limit int) ([]schema.Build, error) {
+	builds := []schema.Build{}
+	q := db.NewSelect().Model(&builds).Where("env_id = ?", envID).Order("created_at DESC", "id DESC")
+	if limit > 0 {
+		q = q.Limit(int64(limit))
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, wrap(err, "list builds of env %q", envID)
+	}
+	return builds, nil
+}
+
+// UpdateBuild writes the named columns of b (all mutable columns when none are named) and stamps updated_at.
+func UpdateBuild(ctx context.Context, db bun.IDB, b *schema.Build, columns ...string) error {
+	b.UpdatedAt = now()
+	q := db.NewUpdate().Model(b).WherePK()
+	if len(columns) > 0 {
+		q = q.Column(append(columns, "updated_at")...)
+	} else {
+		q = q.ExcludeColumn("id", "env_id", "workspace_id", "created_at")
+	}
+	res, err := q.Exec(ctx)
+	if err != nil {
+		return wrap(err, "update build %q", b.ID)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: update build %q: %w", b.ID, ErrNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/schema"
+)
+
+// DefaultSessionIdle is how long an unused session stays open (spec §8: one hour).
+const DefaultSessionIdle = time.Hour
+
+// CreateSession opens a session row and mints its ms_ token, returned once; only its hash is stored.
+// The caller sets EnvID, OpenedByKeyID and the seeding fields; ID, WorkspaceID (from the
+// environment), TokenHash, Status (open) and the times are filled in. ExpiresAt defaults to
+// DefaultSessionIdle from now.
+func CreateSession(ctx context.Context, db bun.IDB, s *schema.Session) (string, error) {
+	env, err := GetEnvByID(ctx, db, s.EnvID)
+	if err != nil {
+		return "", fmt.Errorf("store: create session: %w", err)
+	}
+	if s.WorkspaceID != "" && s.WorkspaceID != env.WorkspaceID {
+		return "", fmt.Errorf("store: create session: env %q: %w", s.EnvID, ErrNotFound)
+	}
+	m, err := cred.Mint(cred.KindSession)
+	if err != nil {
+		return "", fmt.Errorf("store: create session: %w", err)
+	}
+	s.WorkspaceID = env.WorkspaceID
+	if s.ID == "" {
+		s.ID = schema.NewID(schema.PrefixSession)
+	}
+	s.TokenHash = m.Hash
+	s.Status = schema.SessionOpen
+	t := now()
+	s.CreatedAt, s.LastUsedAt = t, t
+	if s.ExpiresAt.IsZero() {
+		s.ExpiresAt = t.Add(DefaultSessionIdle)
+	}
+	s.ClosedAt = nil
+	if _, err := db.NewInsert().Model(s).Exec(ctx); err != nil {
+		return "", wrap(err, "create session on env %q", s.EnvID)
+	}
+	return m.Plaintext, nil
+}
+
+// GetSession returns a workspace's session; another workspace's session is ErrNotFound.
+func GetSession(ctx context.Context, db bun.IDB, workspaceID, id string) (*schema.Session, error) {
+	s := new(schema.Session)
+	if err := db.NewSelect().Model(s).Where("id = ? AND workspace_id = ?", id, workspaceID).Scan(ctx); err != nil {
+		return nil, wrap(err, "get session %q", id)
+	}
+	return s, nil
+}
+
+// GetSessionByID returns a session whatever its workspace (for workers, not for requests).
+func GetSessionByID(ctx context.Context, db bun.IDB, id string) (*schema.Session, error) {
+	s := new(schema.Session)
+	if err := db.NewSelect().Model(s).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, wrap(err, "get session %q", id)
+	}
+	return s, nil
+}
+
+// SessionByToken returns the session an ms_ token belongs to, whatever its status
+// (callers decide what a closed or expired session answers). Unknown or malformed tokens are ErrNotFound.
+func SessionByToken(ctx context.Context, db bun.IDB, token string) (*schema.Session, error) {
+	if k, err := cred.Parse(token); err != nil || k != cred.KindSession {
+		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
+	}
+	s := new(schema.Session)
+	if err := db.NewSelect().Model(s).Where("token_hash = ?", cred.Hash(token)).Scan(ctx); err != nil {
+		return nil, wrap(err, "session by token")
+	}
+	if !cred.Matches(token, s.TokenHash) {
+		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
+	}
+	return s, nil
+}
+
+// ListSessions returns an environment's sessions, newest first; status "" means any; limit ≤ 0 means all.
+func ListSessions(ctx context.Context, db bun.IDB, envID, status string, limit int) ([]schema.Session, error) {
+	out := []schema.Session{}
+	q := db.NewSelect().Model(&out).Where("env_id = ?", envID)
+	if status != "" {
+		q = q.Where("status = ?", status)
+	}
+	q = q.Order("created_at DESC", "id DESC")
+	if limit > 0 {
+		q = q.Limit(int64(limit))
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, wrap(err, "list sessions of env %q", envID)
+	}
+	return out, nil
+}
+
+// UpdateSession writes the named columns of s (all mutable columns when none are named).
+func UpdateSession(ctx context.Context, db bun.IDB, s *schema.Session, columns ...string) error {
+	q := db.NewUpdate().Model(s).WherePK()
+	if len(columns) > 0 {
+		q = q.Column(columns...)
+	} else {
+		q = q.ExcludeColumn("id", "env_id", "workspace_id", "token_hash", "opened_by_key_id", "created_at")
+	}
+	res, err := q.Exec(ctx)
+	if err != nil {
+		return wrap(err, "update session %q", s.ID)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("store: update session %q: %w", s.ID, ErrNotFound)
+	}
+	return nil
+}
+
+// EndSession moves an open session to status (closed, expired or broken), which revokes its token.
+// It reports whether the session was open; ending an ended session changes nothing.
+func EndSession(ctx context.Context, db bun.IDB, id, status string) (bool, error) {
+	switch status {
+	case schema.SessionClosed, schema.SessionExpired, schema.SessionBroken:
+	default:
+		return false, fmt.Errorf("store: end session: %w: status %q is not closed|expired|broken", ErrInvalid, status)
+	}
+	res, err := db.NewUpdate().Model((*schema.Session)(nil)).
+		Set("status = ?", status).Set("closed_at = ?", now()).
+		Where("id = ? AND status = ?", id, schema.SessionOpen).Exec(ctx)
+	if err != nil {
+		return false, wrap(err, "end session %q", id)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// ExpireIdleSessions marks every open session whose expires_at is before at as expired and returns their ids.
+func ExpireIdleSessions(ctx context.Context, db bun.IDB, at time.Time) ([]string, error) {
+	var ids []string
+	err := db.NewUpdate().Model((*schema.Session)(nil)).
+		Set("status = ?", schema.SessionExpired).Set("closed_at = ?", at.UTC()).
+		Where("status = ? AND expires_at < ?", schema.SessionOpen, at.UTC()).
+		Returning("id").Scan(ctx, &ids)
+	if err != nil {
+		return nil, wrap(err, "expire idle sessions")
+	}
+	return ids, nil
+}
+
+// fidelityColumn is the session counter a fidelity label increments.
+func fidelityColumn(label string) (string, bool) {
+	switch label {
+	case schema.FidelityAExecuted:
+		return "n_a_executed", true
+	case schema.FidelityBTwin:
+		return "n_b_twin", true
+	case schema.FidelityBReplayed:
+		return "n_b_replayed", true
+	case schema.FidelityBInferred:
+		return "n_b_inferred", true
+	case schema.FidelityBSimulated:
+		return "n_b_simulated", true
+	}
+	return "", false
+}
+
+type sessionDelta struct {
+	calls, errors, downgraded int64
+	fid                       map[string]int64
+	lastSeq                   int64
+	stateHash                 string
+	lastUsed                  time.Time
+}
+
+// AppendCalls journals a group of calls (from one or many sessions) in one transaction — the
+// group commit — and updates each session's counters, state_hash (from its highest seq),
+// last_used_at and, when idle > 0, expires_at = last call + idle. A seq already used in its
+// session is ErrConflict and nothing is written. ID and CreatedAt are filled in when empty.
+func AppendCalls(ctx context.Context, db bun.IDB, calls []schema.Call, idle time.Duration) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	t := now()
+	deltas := map[string]*sessionDelta{}
+	var order []string
+	for i := range calls {
+		c := &calls[i]
+		col, ok := fidelityColumn(c.Fidelity)
+		if !ok {
+			return fmt.Errorf("store: append calls: %w: calls[%d].fidelity %q is not a known label", ErrInvalid, i, c.Fidelity)
+		}
+		if c.SessionID == "" || c.Seq <= 0 || c.Tool == "" {
+			return fmt.Errorf("store: append calls: %w: calls[%d] needs a session id, a seq ≥ 1 and a tool", ErrInvalid, i)
+		}
+		if c.Arguments == nil {
+			c.Arguments = []byte("{}")
+		}
+		if c.ID == "" {
+			c.ID = schema.NewID(schema.PrefixCall)
+		}
+		if c.CreatedAt.IsZero() {
+			c.CreatedAt = t
+		}
+		d := deltas[c.SessionID]
+		if d == nil {
+			d = &sessionDelta{fid: map[string]int64{}}
+			deltas[c.SessionID] = d
+			order = append(order, c.SessionID)
+		}
+		d.calls++
+		if c.Error {
+			d.errors++
+		}
+		if c.Downgraded {
+			d.downgraded++
+		}
+		d.fid[col]++
+		if c.Seq > d.lastSeq {
+			d.lastSeq, d.stateHash = c.Seq, c.StateHash
+		}
+		if c.CreatedAt.After(d.lastUsed) {
+			d.lastUsed = c.CreatedAt
+		}
+	}
+	return inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&calls).Exec(ctx); err != nil {
+			return wrap(err, "append %d calls", len(calls))
+		}
+		for _, id := range order {
+			d := deltas[id]
+			q := tx.NewUpdate().Model((*schema.Session)(nil)).
+				Set("n_calls = n_calls + ?", d.calls).
+				Set("n_errors = n_errors + ?", d.errors).
+				Set("n_downgraded = n_downgraded + ?", d.downgraded).
+				Set("state_hash = ?", d.stateHash).
+				Set("last_used_at = ?", d.lastUsed)
+			for _, col := range []string{"n_a_executed", "n_b_twin", "n_b_replayed", "n_b_inferred", "n_b_simulated"} {
+				if n := d.fid[col]; n > 0 {
+					q = q.Set("? = ? + ?", bun.Ident(col), bun.Ident(col), n)
+				}
+			}
+			if idle > 0 {
+				q = q.Set("expires_at = ?", d.lastUsed.Add(idle))
+			}
+			res, err := q.Where("id = ?", id).Exec(ctx)
+			if err != nil {
+				return wrap(err, "count calls of session %q", id)
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				return fmt.Errorf("store: append calls: session %q: %w", id, ErrNotFound)
+			}
+		}
+		return nil
+	})
+}
+
+// ListCalls returns a session's calls with seq > afterSeq in seq order; limit ≤ 0 means all.
+func ListCalls(ctx context.Context, db bun.IDB, sessionID string, afterSeq int64, limit int) ([]schema.Call, error) {
+	out := []schema.Call{}
+	q := db.NewSelect().Model(&out).Where("session_id = ? AND seq > ?", sessionID, afterSeq).Order("seq ASC")
+	if limit > 0 {
+		q = q.Limit(int64(limit))
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, wrap(err, "list calls of session %q", sessionID)
+	}
+	return out, nil
+}
+
+// LastSeq returns the highest seq journaled for a session, 0 when none.
+func LastSeq(ctx context.Context, db bun.IDB, sessionID string) (int64, error) {
+	var seq int64
+	err := db.NewSelect().Model((*schema.Call)(nil)).ColumnExpr("COALESCE(MAX(seq), 0)").
+		Where("session_id = ?", sessionID).Scan(ctx, &seq)
+	if err != nil {
+		return 0, wrap(err, "last seq of session %q", sessionID)
+	}
+	return seq, nil
+}

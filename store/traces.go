@@ -1,0 +1,144 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/schema"
+)
+
+// insertChunk bounds the rows of one multi-row INSERT.
+const insertChunk = 500
+
+// BatchResult is what InsertTraceBatch stored.
+type BatchResult struct {
+	Batch *schema.TraceBatch
+	// Inserted are the trace ids new to the environment, in batch order.
+	Inserted []string
+	// Duplicates are the trace ids already present (or repeated within the batch), in batch order.
+	Duplicates []string
+}
+
+// InsertTraceBatch records one collect batch for batch.EnvID: the batch row, and a trace row
+// for each id not already present in the environment. Ids already present — from an earlier
+// batch, a concurrent one, or earlier in this one — are skipped and counted as duplicates.
+// The environment's n_traces grows by the new ids, and collected_bytes by batch.Bytes when at
+// least one id is new. All or nothing: it runs in one transaction (a savepoint inside db's).
+//
+// traceIDs are the batch's trace ids in order (Trace.Idx is the position). The caller sets
+// EnvID, BlobKey, Bytes and ToolsSeen; ID, CreatedAt, NTraces and NDuplicates are filled in.
+func InsertTraceBatch(ctx context.Context, db bun.IDB, batch *schema.TraceBatch, traceIDs []string) (*BatchResult, error) {
+	if batch.EnvID == "" || batch.BlobKey == "" {
+		return nil, fmt.Errorf("store: insert trace batch: %w: env id and blob key are required", ErrInvalid)
+	}
+	for i, id := range traceIDs {
+		if id == "" {
+			return nil, fmt.Errorf("store: insert trace batch: %w: traces[%d].id is empty", ErrInvalid, i)
+		}
+	}
+	if batch.ID == "" {
+		batch.ID = schema.NewID(schema.PrefixTraceBatch)
+	}
+	batch.CreatedAt = now()
+	batch.NTraces, batch.NDuplicates = 0, 0
+
+	// First occurrence of each id within the batch.
+	seen := make(map[string]bool, len(traceIDs))
+	rows := make([]schema.Trace, 0, len(traceIDs))
+	for i, id := range traceIDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		rows = append(rows, schema.Trace{EnvID: batch.EnvID, TraceID: id, BatchID: batch.ID, Idx: int64(i), CreatedAt: batch.CreatedAt})
+	}
+	// Insert in key order so concurrent batches take row locks in one order (no deadlocks on PostgreSQL).
+	slices.SortFunc(rows, func(a, b schema.Trace) int { return cmp.Compare(a.TraceID, b.TraceID) })
+
+	res := &BatchResult{Batch: batch}
+	err := inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(batch).Exec(ctx); err != nil {
+			return wrap(err, "insert trace batch for env %q", batch.EnvID)
+		}
+		fresh := make(map[string]bool, len(rows))
+		for start := 0; start < len(rows); start += insertChunk {
+			chunk := rows[start:min(start+insertChunk, len(rows))]
+			var got []string
+			err := tx.NewInsert().Model(&chunk).
+				On("CONFLICT (env_id, trace_id) DO NOTHING").
+				Returning("trace_id").
+				Scan(ctx, &got)
+			if err != nil {
+				return wrap(err, "insert traces for env %q", batch.EnvID)
+			}
+			for _, id := range got {
+				fresh[id] = true
+			}
+		}
+		dupSeen := map[string]bool{}
+		for _, id := range traceIDs {
+			if fresh[id] && !dupSeen[id] {
+				res.Inserted = append(res.Inserted, id)
+			} else {
+				res.Duplicates = append(res.Duplicates, id)
+			}
+			dupSeen[id] = true
+		}
+		batch.NTraces, batch.NDuplicates = int64(len(res.Inserted)), int64(len(res.Duplicates))
+		if _, err := tx.NewUpdate().Model(batch).Column("n_traces", "n_duplicates").WherePK().Exec(ctx); err != nil {
+			return wrap(err, "count trace batch %q", batch.ID)
+		}
+		bytes := int64(0)
+		if batch.NTraces > 0 {
+			bytes = batch.Bytes
+		}
+		r, err := tx.NewUpdate().Model((*schema.Environment)(nil)).
+			Set("n_traces = n_traces + ?", batch.NTraces).
+			Set("collected_bytes = collected_bytes + ?", bytes).
+			Set("updated_at = ?", batch.CreatedAt).
+			Where("id = ?", batch.EnvID).Exec(ctx)
+		if err != nil {
+			return wrap(err, "count traces of env %q", batch.EnvID)
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			return fmt.Errorf("store: insert trace batch: env %q: %w", batch.EnvID, ErrNotFound)
+		}
+		return nil
+	})
+	if err != nil {
+		res.Inserted, res.Duplicates = nil, nil
+		return nil, err
+	}
+	return res, nil
+}
+
+// ListTraceBatches returns an environment's batches, oldest first.
+func ListTraceBatches(ctx context.Context, db bun.IDB, envID string) ([]schema.TraceBatch, error) {
+	batches := []schema.TraceBatch{}
+	if err := db.NewSelect().Model(&batches).Where("env_id = ?", envID).Order("created_at ASC", "id ASC").Scan(ctx); err != nil {
+		return nil, wrap(err, "list trace batches of env %q", envID)
+	}
+	return batches, nil
+}
+
+// ListTraces returns where each of an environment's traces is stored, ordered by trace id.
+func ListTraces(ctx context.Context, db bun.IDB, envID string) ([]schema.Trace, error) {
+	traces := []schema.Trace{}
+	if err := db.NewSelect().Model(&traces).Where("env_id = ?", envID).Order("trace_id ASC").Scan(ctx); err != nil {
+		return nil, wrap(err, "list traces of env %q", envID)
+	}
+	return traces, nil
+}
+
+// CountTraces returns how many distinct traces an environment holds.
+func CountTraces(ctx context.Context, db bun.IDB, envID string) (int64, error) {
+	n, err := db.NewSelect().Model((*schema.Trace)(nil)).Where("env_id = ?", envID).Count(ctx)
+	if err != nil {
+		return 0, wrap(err, "count traces of env %q", envID)
+	}
+	return int64(n), nil
+}
