@@ -155,6 +155,24 @@ func ValidateTrace(t *trace.Trace) error {
 	return nil
 }
 
+// DecodeTrace reads and validates one trace given alone (an element of a traces array, a JSONL
+// line), by the rules Decode applies; paths are relative to the trace, and "trace" names it whole.
+func DecodeTrace(data []byte) (*trace.Trace, error) {
+	p := newParser(data, Options{}.withDefaults())
+	p.root = "trace"
+	var t trace.Trace
+	if err := p.trace(&t, 0); err == nil {
+		p.ws()
+		if p.pos < len(p.buf) {
+			p.syntax(p.pos, "unexpected data after the trace")
+		}
+	}
+	if len(p.errs) > 0 {
+		return nil, &Error{Fields: p.errs, Truncated: p.truncated}
+	}
+	return &t, nil
+}
+
 func summarize(traces []trace.Trace) (tools []string, messages, calls int) {
 	seen := map[string]struct{}{}
 	for i := range traces {

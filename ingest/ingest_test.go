@@ -320,3 +320,21 @@ func TestEncodeCanonical(t *testing.T) {
 		t.Fatal("DecodeBlob accepted plain JSON")
 	}
 }
+
+func TestDecodeTrace(t *testing.T) {
+	got, err := DecodeTrace([]byte(" " + tr("t1", user, call, answer) + "\n"))
+	if err != nil || got.ID != "t1" || len(got.Messages) != 3 {
+		t.Fatalf("DecodeTrace = %+v, %v", got, err)
+	}
+	for in, want := range map[string]string{
+		`[]`:                                  "trace: must be an object, got array",
+		tr("t", `{"role":"x","content":"y"}`): `messages[0].role: must be one of system, user, assistant, tool; got "x"`,
+		tr("t", user) + " {}":                 "trace: invalid JSON at byte",
+		`{"messages":[` + user + `]}`:         "id: is required",
+	} {
+		_, err := DecodeTrace([]byte(in))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("DecodeTrace(%s) = %v, want %q", in, err, want)
+		}
+	}
+}

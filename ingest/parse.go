@@ -33,7 +33,9 @@ type parser struct {
 	// checkUTF8 is set when checking in-memory values (ValidateTrace), which may hold invalid UTF-8.
 	checkUTF8 bool
 	// lenient skips the field rules (types and syntax are still checked): DecodeBlob reads stored batches.
-	lenient  bool
+	lenient bool
+	// root names the whole input in paths ("body" when empty).
+	root     string
 	scratch  []byte
 	traceIDs map[string]int
 	callIDs  map[string]struct{}
@@ -55,6 +57,9 @@ func (p *parser) pop()            { p.path = p.path[:len(p.path)-1] }
 
 func (p *parser) pathString() string {
 	if len(p.path) == 0 {
+		if p.root != "" {
+			return p.root
+		}
 		return "body"
 	}
 	var b strings.Builder
