@@ -1,0 +1,183 @@
+// Package blob stores immutable byte objects (trace batches, build bundles) by key, on local disk or S3/MinIO.
+package blob
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// ErrNotFound is returned (wrapped) by Get and Stat when no object has the key.
+var ErrNotFound = errors.New("blob: not found")
+
+// ErrInvalidKey is returned (wrapped) when a key is empty, too long, or could escape its namespace.
+var ErrInvalidKey = errors.New("blob: invalid key")
+
+// ErrSizeMismatch is returned (wrapped) by Put when the reader yields more or fewer bytes than the declared size.
+// Nothing is stored in that case.
+var ErrSizeMismatch = errors.New("blob: size mismatch")
+
+// MaxKeyLen is the longest key accepted, in bytes (the S3 limit).
+const MaxKeyLen = 1024
+
+// MaxSegmentLen is the longest slash-separated key segment accepted, in bytes (MinIO stores segments as file names).
+const MaxSegmentLen = 255
+
+// Store is the blob store used by ingest and builds.
+//
+// Put stores r under key, replacing any object there atomically: readers see the whole old or the whole new
+// object, never a part. size is the exact byte count r yields, or -1 if unknown; a reader yielding a different
+// count fails with ErrSizeMismatch and stores nothing. An empty contentType is stored as application/octet-stream.
+// Get and Stat fail with ErrNotFound for a missing key. Delete of a missing key succeeds.
+// Ping reports whether the store answers.
+type Store interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Stat(ctx context.Context, key string) (Info, error)
+	Delete(ctx context.Context, key string) error
+	Ping(ctx context.Context) error
+}
+
+// Info describes a stored object.
+type Info struct {
+	Key         string
+	Size        int64
+	ContentType string
+	ModTime     time.Time
+}
+
+// DefaultContentType is stored when Put is given an empty content type.
+const DefaultContentType = "application/octet-stream"
+
+// ContentKey returns the content address of data under prefix: "prefix/<hex sha256 of data>"
+// (just the hex digest when prefix is empty). Equal data gives equal keys.
+func ContentKey(prefix string, data []byte) string {
+	sum := sha256.Sum256(data)
+	h := hex.EncodeToString(sum[:])
+	prefix = strings.TrimSuffix(prefix, "/")
+	if prefix == "" {
+		return h
+	}
+	return prefix + "/" + h
+}
+
+// ValidateKey reports why key is not acceptable, wrapping ErrInvalidKey, or nil.
+// A key is 1..MaxKeyLen bytes of slash-separated segments; each segment is 1..MaxSegmentLen bytes, does not start
+// with a dot
+// (so "." and ".." are out), and uses only ASCII letters, digits and - _ . = + : @ characters.
+func ValidateKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: key is empty", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key is %d bytes, longer than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	for i, seg := range strings.Split(key, "/") {
+		if seg == "" {
+			return fmt.Errorf("%w: key %q has an empty segment %d (leading, trailing or double slash)", ErrInvalidKey, key, i)
+		}
+		if len(seg) > MaxSegmentLen {
+			return fmt.Errorf("%w: key %q has a segment of %d bytes, longer than %d", ErrInvalidKey, key, len(seg), MaxSegmentLen)
+		}
+		if seg[0] == '.' {
+			return fmt.Errorf("%w: key %q has segment %q starting with a dot", ErrInvalidKey, key, seg)
+		}
+		for j := 0; j < len(seg); j++ {
+			if !keyByte(seg[j]) {
+				return fmt.Errorf("%w: key %q has a disallowed character %q", ErrInvalidKey, key, seg[j])
+			}
+		}
+	}
+	return nil
+}
+
+func keyByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("-_.=+:@", c) >= 0
+}
+
+// exactReader yields exactly want bytes from r, failing with ErrSizeMismatch when r is shorter or longer.
+// On an over-long input it withholds the final chunk, so a consumer that fills fixed buffers sees a failure too.
+type exactReader struct {
+	ctx   context.Context
+	r     io.Reader
+	left  int64
+	want  int64
+	ended bool
+	err   error
+}
+
+func newExactReader(ctx context.Context, r io.Reader, size int64) *exactReader {
+	return &exactReader{ctx: ctx, r: r, left: size, want: size}
+}
+
+func (e *exactReader) Read(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	if err := e.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if e.left == 0 {
+		if err := e.checkEnd(); err != nil {
+			return 0, err
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > e.left {
+		p = p[:e.left]
+	}
+	n, err := e.r.Read(p)
+	e.left -= int64(n)
+	if e.left == 0 {
+		if cerr := e.checkEnd(); cerr != nil {
+			return 0, cerr
+		}
+		return n, nil
+	}
+	if err == io.EOF {
+		e.err = fmt.Errorf("%w: reader ended after %d of the declared %d bytes", ErrSizeMismatch, e.want-e.left, e.want)
+		return n, e.err
+	}
+	return n, err
+}
+
+// checkEnd makes sure the underlying reader has nothing past the declared size.
+func (e *exactReader) checkEnd() error {
+	if e.ended {
+		return nil
+	}
+	var probe [1]byte
+	m, err := io.ReadFull(e.r, probe[:])
+	switch {
+	case m > 0:
+		e.err = fmt.Errorf("%w: reader has more than the declared %d bytes", ErrSizeMismatch, e.want)
+		return e.err
+	case err != nil && err != io.EOF:
+		e.err = err
+		return err
+	}
+	e.ended = true
+	return nil
+}
+
+// ctxReader stops reading when ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
