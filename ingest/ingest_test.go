@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -243,6 +245,8 @@ func TestValidateTrace(t *testing.T) {
 }
 
 func TestSlug(t *testing.T) {
+	long := strings.Repeat("ab ", 40)
+	sum := sha256.Sum256([]byte(long))
 	cases := map[string]string{
 		"tau2-retail":              "tau2-retail",
 		"Tau Retail":               "tau-retail",
@@ -251,8 +255,8 @@ func TestSlug(t *testing.T) {
 		"---":                      "",
 		"日本語":                      "",
 		"a":                        "a",
-		strings.Repeat("ab ", 40):  strings.TrimSuffix(strings.Repeat("ab-", 21), "-"),
-		strings.Repeat("x", 100):   strings.Repeat("x", 63),
+		long:                       strings.Repeat("ab-", 17) + "a-" + hex.EncodeToString(sum[:])[:10],
+		strings.Repeat("x", 63):    strings.Repeat("x", 63),
 		"UPPER.lower.123":          "upper-lower-123",
 		"trailing punctuation...!": "trailing-punctuation",
 	}
@@ -264,6 +268,9 @@ func TestSlug(t *testing.T) {
 		if len(got) > MaxSlugLen || strings.HasPrefix(got, "-") || strings.HasSuffix(got, "-") || strings.Contains(got, "--") {
 			t.Errorf("Slug(%q) = %q is not a clean slug", in, got)
 		}
+	}
+	if Slug(strings.Repeat("x", 64)) == Slug(strings.Repeat("x", 65)) {
+		t.Error("long names that differ share a slug")
 	}
 }
 
