@@ -1,0 +1,153 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/schema/schematest"
+)
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(p/100*float64(len(sorted)) + 0.5)
+	k = max(1, min(k, len(sorted)))
+	return sorted[k-1]
+}
+
+func report(b *testing.B, lat []time.Duration, elapsed time.Duration, st Stats) {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "commits/s")
+	b.ReportMetric(float64(percentile(lat, 50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(percentile(lat, 99).Microseconds()), "p99-µs")
+	if st.Batches > 0 {
+		b.ReportMetric(float64(st.Items)/float64(st.Batches), "calls/batch")
+	}
+	b.ReportMetric(0, "ns/op") // ns/op of a concurrent loop is misleading; the figures above are the result
+}
+
+type benchCase struct {
+	name    string
+	linger  time.Duration
+	batch   int
+	workers int
+	tx      bool // explicit BEGIN … COMMIT around the batch's single INSERT
+}
+
+var benchCases = []benchCase{
+	{"nogroup", 0, 1, 1, false}, // one transaction per call: the baseline group commit beats
+	{"linger=0", 0, 256, 1, false},
+	{"linger=0/tx", 0, 256, 1, true},
+	{"linger=1ms", time.Millisecond, 256, 1, false},
+	{"linger=2ms", 2 * time.Millisecond, 256, 1, false},
+	{"linger=0/workers=2", 0, 256, 2, false},
+}
+
+func benchDB(b *testing.B, driver string) (*bun.DB, []string) {
+	db := schematest.Open(b, driver)
+	return db, seedSessions(b, db, 64)
+}
+
+// BenchmarkJournalClosedLoop: 64 submitters, each submitting its next call as soon as the last one
+// committed (64 sessions of an agent loop), as fast as the database allows.
+func BenchmarkJournalClosedLoop(b *testing.B) {
+	for _, driver := range schematest.Drivers() {
+		for _, bc := range benchCases {
+			if driver == schema.DriverSQLite && bc.workers > 1 {
+				continue
+			}
+			b.Run(driver+"/"+bc.name, func(b *testing.B) {
+				db, sessions := benchDB(b, driver)
+				w, err := New(Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, SingleStatement: !bc.tx})
+				if err != nil {
+					b.Fatal(err)
+				}
+				const conc = 64
+				var next atomic.Int64
+				lats := make([][]time.Duration, conc)
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for g := range conc {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var seq int64
+						for next.Add(1) <= int64(b.N) {
+							seq++
+							t0 := time.Now()
+							if err := w.Submit(context.Background(), call(sessions[g], seq)); err != nil {
+								b.Error(err)
+								return
+							}
+							lats[g] = append(lats[g], time.Since(t0))
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				w.Close()
+				var all []time.Duration
+				for _, l := range lats {
+					all = append(all, l...)
+				}
+				report(b, all, elapsed, w.Stats())
+			})
+		}
+	}
+}
+
+// BenchmarkJournalRate: an open-loop load at a fixed rate (calls arrive on schedule whether or not
+// earlier ones committed); latency counts from each call's scheduled time, so queueing is not hidden.
+func BenchmarkJournalRate(b *testing.B) {
+	for _, driver := range schematest.Drivers() {
+		for _, rate := range []int{1000, 5000} {
+			for _, bc := range benchCases[1:5] {
+				b.Run(fmt.Sprintf("%s/rate=%d/%s", driver, rate, bc.name), func(b *testing.B) {
+					db, sessions := benchDB(b, driver)
+					w, err := New(Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, SingleStatement: !bc.tx})
+					if err != nil {
+						b.Fatal(err)
+					}
+					n := max(b.N, rate/2) // at least half a second of load
+					lat := make([]time.Duration, n)
+					seqs := make([]atomic.Int64, len(sessions))
+					interval := time.Second / time.Duration(rate)
+					var wg sync.WaitGroup
+					b.ResetTimer()
+					start := time.Now()
+					for i := range n {
+						due := start.Add(time.Duration(i) * interval)
+						if d := time.Until(due); d > 0 {
+							time.Sleep(d)
+						}
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							s := i % len(sessions)
+							if err := w.Submit(context.Background(), call(sessions[s], seqs[s].Add(1))); err != nil {
+								b.Error(err)
+							}
+							lat[i] = time.Since(due)
+						}()
+					}
+					wg.Wait()
+					elapsed := time.Since(start)
+					b.StopTimer()
+					w.Close()
+					report(b, lat, elapsed, w.Stats())
+				})
+			}
+		}
+	}
+}
