@@ -299,6 +299,8 @@ func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 // runtimeError answers a runtime failure with the code its sentinel names.
 func (s *Server) runtimeError(w http.ResponseWriter, what string, err error) {
 	switch {
+	case errors.Is(err, ErrDiverged):
+		writeError(w, CodeDiverged, err.Error())
 	case errors.Is(err, ErrUnknownTool):
 		writeError(w, CodeUnknownTool, err.Error())
 	case errors.Is(err, ErrBadArguments):
@@ -309,8 +311,6 @@ func (s *Server) runtimeError(w http.ResponseWriter, what string, err error) {
 		writeError(w, CodeNoAnswer, err.Error())
 	case errors.Is(err, ErrUnknownSession):
 		writeError(w, CodeUnknownSession, err.Error())
-	case errors.Is(err, ErrDiverged):
-		writeError(w, CodeDiverged, err.Error())
 	default:
 		s.log.Error("twin runtime failed", "op", what, "err", err)
 		writeError(w, CodeInternal, what+": "+err.Error())
