@@ -13,6 +13,7 @@ import (
 
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
+	"github.com/doppel-dev/doppel/store"
 )
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -41,15 +42,28 @@ type benchCase struct {
 	batch   int
 	workers int
 	tx      bool // explicit BEGIN … COMMIT around the batch's single INSERT
+	store   bool // store.AppendCalls (INSERT + one counters UPDATE per session in the batch)
+}
+
+func (bc benchCase) options(db bun.IDB) Options[schema.Call] {
+	o := Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, Direct: !bc.tx}
+	if bc.store {
+		o.Insert = func(ctx context.Context, db bun.IDB, calls []schema.Call) error {
+			return store.AppendCalls(ctx, db, calls, time.Hour)
+		}
+		o.Direct = true
+	}
+	return o
 }
 
 var benchCases = []benchCase{
-	{"nogroup", 0, 1, 1, false}, // one transaction per call: the baseline group commit beats
-	{"linger=0", 0, 256, 1, false},
-	{"linger=0/tx", 0, 256, 1, true},
-	{"linger=1ms", time.Millisecond, 256, 1, false},
-	{"linger=2ms", 2 * time.Millisecond, 256, 1, false},
-	{"linger=0/workers=2", 0, 256, 2, false},
+	{"nogroup", 0, 1, 1, false, false}, // one transaction per call: the baseline group commit beats
+	{"linger=0", 0, 256, 1, false, false},
+	{"linger=0/tx", 0, 256, 1, true, false},
+	{"linger=0/store", 0, 256, 1, false, true},
+	{"linger=1ms", time.Millisecond, 256, 1, false, false},
+	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false},
+	{"linger=0/workers=2", 0, 256, 2, false, false},
 }
 
 func benchDB(b *testing.B, driver string) (*bun.DB, []string) {
@@ -67,7 +81,7 @@ func BenchmarkJournalClosedLoop(b *testing.B) {
 			}
 			b.Run(driver+"/"+bc.name, func(b *testing.B) {
 				db, sessions := benchDB(b, driver)
-				w, err := New(Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, SingleStatement: !bc.tx})
+				w, err := New(bc.options(db))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -112,10 +126,10 @@ func BenchmarkJournalClosedLoop(b *testing.B) {
 func BenchmarkJournalRate(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
 		for _, rate := range []int{1000, 5000} {
-			for _, bc := range benchCases[1:5] {
+			for _, bc := range benchCases[1:6] {
 				b.Run(fmt.Sprintf("%s/rate=%d/%s", driver, rate, bc.name), func(b *testing.B) {
 					db, sessions := benchDB(b, driver)
-					w, err := New(Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, SingleStatement: !bc.tx})
+					w, err := New(bc.options(db))
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -34,12 +34,12 @@ type CallOptions struct {
 // NewCalls returns a group-commit Writer of transcript entries into db's calls table.
 func NewCalls(db bun.IDB, o CallOptions) (*Writer[schema.Call], error) {
 	return New(Options[schema.Call]{
-		DB:              db,
-		Insert:          InsertCalls,
-		SingleStatement: true, // InsertCalls is one multi-row INSERT
-		MaxBatch:        o.MaxBatch,
-		Linger:          o.Linger,
-		Workers:         o.Workers,
-		CommitTimeout:   o.CommitTimeout,
+		DB:            db,
+		Insert:        InsertCalls,
+		Direct:        true, // InsertCalls is one multi-row INSERT
+		MaxBatch:      o.MaxBatch,
+		Linger:        o.Linger,
+		Workers:       o.Workers,
+		CommitTimeout: o.CommitTimeout,
 	})
 }

@@ -24,10 +24,10 @@ type Options[T any] struct {
 	DB bun.IDB
 	// Insert writes a batch inside that transaction.
 	Insert InsertFunc[T]
-	// SingleStatement says Insert issues exactly one statement: it then runs on DB directly, where the
-	// statement is its own transaction (atomic and durable on commit), saving the BEGIN and COMMIT round
-	// trips.
-	SingleStatement bool
+	// Direct runs Insert on DB itself instead of inside a transaction the Writer opens: for an Insert
+	// that is one statement (its own transaction, saving the BEGIN and COMMIT round trips) or that opens
+	// its own transaction (e.g. store.AppendCalls).
+	Direct bool
 	// MaxBatch closes a batch at this many records (default 256).
 	MaxBatch int
 	// Linger is how long a batch waits for more records after the queue runs empty. 0 (the default)
@@ -199,7 +199,7 @@ func (w *Writer[T]) commit(items []T) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.o.CommitTimeout)
 	defer cancel()
 	var err error
-	if w.o.SingleStatement {
+	if w.o.Direct {
 		err = w.o.Insert(ctx, w.o.DB, items)
 	} else {
 		err = w.o.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
