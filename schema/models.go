@@ -128,6 +128,7 @@ type Build struct {
 	ReportKey   string          `bun:"report_key,notnull"` // a blob key for a large one
 	Error       string          `bun:"error,notnull"`
 	WorkflowID  string          `bun:"workflow_id,notnull"`
+	UploadKey   string          `bun:"upload_key,notnull"` // blob of the build route's upload; "" for rebuilds
 	CreatedAt   time.Time       `bun:"created_at,notnull"`
 	StartedAt   *time.Time      `bun:"started_at"`
 	FinishedAt  *time.Time      `bun:"finished_at"`
