@@ -1,0 +1,370 @@
+package infer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// Report tells what a build made of the traces.
+type Report struct {
+	NTraces      int          `json:"n_traces"`
+	NCalls       int          `json:"n_calls"`
+	Tools        []ToolReport `json:"tools"`
+	Tables       []TableInfo  `json:"tables"`
+	Warnings     []Warning    `json:"warnings"`
+	CoveredPct   float64      `json:"covered_pct"`
+	SimulatedPct float64      `json:"simulated_pct"`
+	Headline     string       `json:"headline"`
+	SchemaSource string       `json:"schema_source"`
+	Style        string       `json:"style"`
+}
+
+// ToolReport is one tool's line in the report.
+type ToolReport struct {
+	Name    string `json:"name"`
+	Binding string `json:"binding"`
+	Rung    string `json:"rung"`
+	Kind    string `json:"kind"`
+	Table   string `json:"table,omitempty"`
+	Calls   int    `json:"calls"`
+	Errors  int    `json:"errors"`
+	// Fit is the share of recorded calls the synthesized handler reproduced on the recorded state.
+	Fit       float64  `json:"fit"`
+	FitCalls  int      `json:"fit_calls"`
+	Attention []string `json:"attention,omitempty"`
+}
+
+// TableInfo summarizes an entity table.
+type TableInfo struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	Rows int    `json:"rows"`
+}
+
+// Warning counts one kind of messy input.
+type Warning struct {
+	Code    string `json:"code"`
+	Count   int    `json:"count"`
+	Example string `json:"example,omitempty"`
+}
+
+// minFit is the share of recorded calls a synthesized handler must reproduce for
+// its tool to start at the twin rung; below it the tool starts at replay.
+const minFit = 0.75
+
+// Build infers a twin bundle from traces. Messy input (calls without answers,
+// arguments or answers that are not JSON, unknown roles) is counted in the
+// report's warnings, never fatal; invalid options are an error naming the field.
+func Build(traces []trace.Trace, opts Options) (*twin.Bundle, *Report, error) {
+	if err := opts.validate(); err != nil {
+		return nil, nil, err
+	}
+	w := &warnings{}
+	pts := prepare(traces, w)
+	return buildPrepared(pts, &opts, w)
+}
+
+func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Report, error) {
+	for name, src := range opts.Code {
+		if err := twin.CheckHandler(name, src); err != nil {
+			return nil, nil, fmt.Errorf("%w: code.%s: %w", ErrBadInput, name, err)
+		}
+	}
+	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}}
+	for _, t := range pts {
+		for _, c := range t.calls {
+			ti := m.tools[c.tool]
+			if ti == nil {
+				ti = &toolInfo{name: c.tool}
+				m.tools[c.tool] = ti
+			}
+			ti.calls = append(ti.calls, c)
+		}
+	}
+	for i := range opts.Tools {
+		d := &opts.Tools[i]
+		ti := m.tools[d.Name]
+		if ti == nil {
+			ti = &toolInfo{name: d.Name}
+			m.tools[d.Name] = ti
+		}
+		ti.def = d
+	}
+	for name := range opts.Code {
+		if m.tools[name] == nil {
+			m.tools[name] = &toolInfo{name: name}
+		}
+	}
+	m.toolNames = sortedKeys(m.tools)
+	m.detectStyle()
+	m.classify()
+	m.buildBase()
+	m.learnRelations()
+	m.synthesize()
+	b := m.bundle()
+	fits, err := m.fit(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := m.decide(b, fits)
+	return b, rep, nil
+}
+
+// bundle assembles the bundle from what the model learned (bindings decided later).
+func (m *model) bundle() *twin.Bundle {
+	b := &twin.Bundle{Format: twin.FormatVersion, Name: m.opts.Config.Name, Framework: m.opts.Config.Framework,
+		Language: m.opts.Config.Language, SchemaSource: "traces", Style: m.style, Clock: m.opts.Config.Clock,
+		Scenarios: m.opts.Config.Scenarios}
+	if len(m.opts.Tools) > 0 {
+		b.SchemaSource = "provided"
+	}
+	for _, name := range m.toolNames {
+		ti := m.tools[name]
+		t := twin.Tool{Name: name, Kind: ti.kind, Source: ti.source, Table: ti.table, KeyArg: ti.keyArg,
+			StringsAsJSON: ti.stringsAsJSON, Provided: m.opts.Code[name]}
+		if ti.kind == twin.KindLookup {
+			t.KeyArg = ""
+		}
+		in, out := newShape(), newShape()
+		for _, c := range ti.calls {
+			if c.args != nil {
+				in.add(c.args)
+			}
+			if c.success && c.isJSON {
+				out.add(c.val)
+			} else if c.success {
+				out.add(c.text)
+			}
+			t.Scores.Calls++
+			if c.isErr {
+				t.Scores.Errors++
+			}
+		}
+		if in.n == 0 {
+			in.add(twin.NewObject(0))
+		}
+		t.InputSchema = schemaJSON(in.schema())
+		if out.n > 0 {
+			t.OutputSchema = schemaJSON(out.schema())
+		}
+		if ti.def != nil {
+			t.Description = ti.def.Description
+			t.InputSchema = ti.def.InputSchema
+		}
+		if t.Description == "" {
+			t.Description = fmt.Sprintf("%s (described from %d recorded calls)", strings.ReplaceAll(name, "_", " "), len(ti.calls))
+		}
+		t.Attention = append(t.Attention, ti.notes...)
+		b.Tools = append(b.Tools, t)
+	}
+	for _, tn := range m.tableNames {
+		ti := m.tables[tn]
+		t := twin.Table{Name: tn, Key: ti.keyField, KeyInRow: ti.keyInRow, Refs: ti.refs}
+		keys := sortedKeys(m.base[tn])
+		t.KeyShape = keyShape(keys)
+		for _, k := range keys {
+			t.Rows = append(t.Rows, twin.Row{Key: k, JSON: twin.Render(m.base[tn][k], twin.StylePythonU)})
+		}
+		for ix := range ti.indexes {
+			t.Indexes = append(t.Indexes, ix)
+		}
+		sort.Slice(t.Indexes, func(i, j int) bool {
+			if t.Indexes[i].Path != t.Indexes[j].Path {
+				return t.Indexes[i].Path < t.Indexes[j].Path
+			}
+			return !t.Indexes[i].Fold && t.Indexes[j].Fold
+		})
+		for _, name := range sortedKeys(ti.subs) {
+			t.Subs = append(t.Subs, ti.subs[name])
+		}
+		b.Tables = append(b.Tables, t)
+	}
+	m.recordings(b)
+	return b
+}
+
+// recordings indexes every answered call by tool and canonical arguments, with the
+// fingerprint of the target row's state before the call.
+func (m *model) recordings(b *twin.Bundle) {
+	answerIdx := map[string]int{}
+	for _, t := range m.traces {
+		v := m.newView()
+		for _, c := range t.calls {
+			if c.answer && c.args != nil {
+				state := ""
+				if tn, k, ok := m.target(c); ok && m.tools[c.tool].kind != twin.KindLookup {
+					r, _ := v.get(tn, k)
+					state = twin.Fingerprint(r)
+				}
+				ai, ok := answerIdx[c.text]
+				if !ok {
+					ai = len(b.Answers)
+					answerIdx[c.text] = ai
+					b.Answers = append(b.Answers, c.text)
+				}
+				b.Recordings = append(b.Recordings, twin.Recording{Tool: c.tool, Args: c.canon, Answer: ai, Error: c.isErr,
+					State: state, Trace: t.id, Call: c.idx})
+			}
+			v.observe(c)
+		}
+	}
+	sort.SliceStable(b.Recordings, func(i, j int) bool {
+		x, y := b.Recordings[i], b.Recordings[j]
+		if x.Tool != y.Tool {
+			return x.Tool < y.Tool
+		}
+		if x.Args != y.Args {
+			return x.Args < y.Args
+		}
+		if x.Trace != y.Trace {
+			return x.Trace < y.Trace
+		}
+		return x.Call < y.Call
+	})
+}
+
+// toolFit is how a synthesized handler did on the recorded calls.
+type toolFit struct {
+	tried, agreed, declined int
+}
+
+// fit runs each synthesized handler on every recorded call, on the world as the
+// trace showed it just before that call, and scores exact agreement.
+func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
+	probe := *b
+	probe.Tools = append([]twin.Tool(nil), b.Tools...)
+	for i := range probe.Tools {
+		probe.Tools[i].Binding, probe.Tools[i].Rung = twin.BindingSynthesized, twin.RungTwin
+		probe.Tools[i].Provided = ""
+	}
+	rt, err := twin.NewRuntime(&probe, twin.RuntimeOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("build: synthesized handlers do not load: %w", err)
+	}
+	fits := map[string]*toolFit{}
+	ctx := context.Background()
+	for _, t := range m.traces {
+		s, _, err := rt.Open(twin.SessionSpec{})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range t.calls {
+			ti := m.tools[c.tool]
+			if ti.source != "" && c.answer && c.args != nil {
+				f := fits[c.tool]
+				if f == nil {
+					f = &toolFit{}
+					fits[c.tool] = f
+				}
+				content, isErr, ok, _ := s.Try(ctx, c.tool, c.args, twin.RungTwin)
+				switch {
+				case !ok:
+					f.declined++
+				default:
+					f.tried++
+					if isErr == c.isErr && twin.AnswersAgree(content, c.text) {
+						f.agreed++
+					}
+				}
+			}
+			// Teacher forcing: the world now holds what the recording showed.
+			if tn, k, row, ok := m.rowOf(c); ok {
+				s.PutRow(tn, k, row)
+			}
+		}
+	}
+	return fits, nil
+}
+
+// decide sets each tool's binding and starting rung and writes the report.
+func (m *model) decide(b *twin.Bundle, fits map[string]*toolFit) *Report {
+	rep := &Report{NTraces: len(m.traces), SchemaSource: b.SchemaSource, Style: m.style.Name}
+	covered, simulated, total := 0, 0, 0
+	for i := range b.Tools {
+		t := &b.Tools[i]
+		f := fits[t.Name]
+		if f != nil && f.tried > 0 {
+			t.Scores.Fit = round4(float64(f.agreed) / float64(f.tried))
+			t.Scores.FitCalls = f.tried
+		}
+		switch {
+		case t.Provided != "":
+			t.Binding, t.Rung = twin.BindingProvided, twin.RungProvided
+		case t.Source != "" && (f == nil || f.tried == 0 || t.Scores.Fit >= minFit):
+			t.Binding, t.Rung = twin.BindingSynthesized, twin.RungTwin
+		default:
+			t.Binding, t.Rung = twin.BindingSimulated, twin.RungReplay
+			if t.Source != "" {
+				t.Attention = append(t.Attention, fmt.Sprintf("synthesized handler reproduced only %.0f%% of %d recorded calls; answers start at replay",
+					100*t.Scores.Fit, t.Scores.FitCalls))
+			}
+			if t.Scores.Calls == 0 {
+				t.Rung = twin.RungSimulate
+			}
+		}
+		if ov, ok := m.opts.Config.Bindings[t.Name]; ok {
+			t.Binding = ov
+			switch ov {
+			case twin.BindingProvided:
+				t.Rung = twin.RungProvided
+			case twin.BindingSynthesized:
+				t.Rung = twin.RungTwin
+				if t.Source == "" {
+					t.Attention = append(t.Attention, "bound synthesized by config, but no handler could be synthesized: answers fall to replay")
+				}
+			case twin.BindingSimulated:
+				t.Rung = twin.RungReplay
+				if t.Scores.Calls == 0 {
+					t.Rung = twin.RungSimulate
+				}
+			}
+		}
+		if t.Scores.Calls > 0 && t.Scores.Calls < 3 {
+			t.Attention = append(t.Attention, fmt.Sprintf("only %d recorded call(s)", t.Scores.Calls))
+		}
+		if t.Scores.Calls == 0 {
+			t.Attention = append(t.Attention, "never seen in a trace")
+		}
+		total += t.Scores.Calls
+		if t.Binding == twin.BindingSimulated {
+			simulated += t.Scores.Calls
+		} else {
+			covered += t.Scores.Calls
+		}
+		rep.Tools = append(rep.Tools, ToolReport{Name: t.Name, Binding: t.Binding, Rung: t.Rung, Kind: t.Kind, Table: t.Table,
+			Calls: t.Scores.Calls, Errors: t.Scores.Errors, Fit: t.Scores.Fit, FitCalls: t.Scores.FitCalls, Attention: t.Attention})
+	}
+	rep.NCalls = total
+	if total > 0 {
+		rep.CoveredPct = round4(100 * float64(covered) / float64(total))
+		rep.SimulatedPct = round4(100 * float64(simulated) / float64(total))
+	}
+	for _, t := range b.Tables {
+		rep.Tables = append(rep.Tables, TableInfo{Name: t.Name, Key: t.Key, Rows: len(t.Rows)})
+	}
+	rep.Warnings = m.w.list()
+	nSynth := 0
+	for _, t := range b.Tools {
+		if t.Binding != twin.BindingSimulated {
+			nSynth++
+		}
+	}
+	rep.Headline = fmt.Sprintf("%d tools (%d with code, %d from recordings) over %d entity types; %.1f%% of %d recorded calls covered by code",
+		len(b.Tools), nSynth, len(b.Tools)-nSynth, len(b.Tables), rep.CoveredPct, total)
+	b.Summary = twin.Summary{NTraces: rep.NTraces, NCalls: total, NTools: len(b.Tools), CoveredPct: rep.CoveredPct,
+		SimulatedPct: rep.SimulatedPct, Headline: rep.Headline}
+	return rep
+}
+
+func round4(f float64) float64 {
+	return float64(int64(f*10000+0.5)) / 10000
+}
+
+// MarshalReport is the report as JSON (for storing next to the bundle).
+func (r *Report) MarshalReport() ([]byte, error) { return json.Marshal(r) }

@@ -1,0 +1,346 @@
+package infer
+
+import (
+	"encoding/json"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// shape accumulates what observed values of one schema position look like.
+type shape struct {
+	n       int
+	types   map[string]int
+	strs    map[string]int
+	strOver bool
+	props   map[string]*shape
+	order   []string
+	present map[string]int
+	items   *shape
+}
+
+const maxEnumSeen = 32
+
+func newShape() *shape { return &shape{types: map[string]int{}} }
+
+func jsonType(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case twin.Number:
+		if x.IsFloat() {
+			return "number"
+		}
+		return "integer"
+	case []any:
+		return "array"
+	case *twin.Object:
+		return "object"
+	}
+	return "string"
+}
+
+func (s *shape) add(v any) {
+	s.n++
+	t := jsonType(v)
+	s.types[t]++
+	switch x := v.(type) {
+	case string:
+		if s.strs == nil {
+			s.strs = map[string]int{}
+		}
+		if _, ok := s.strs[x]; ok || len(s.strs) < maxEnumSeen {
+			s.strs[x]++
+		} else {
+			s.strOver = true
+		}
+	case []any:
+		if s.items == nil {
+			s.items = newShape()
+		}
+		for _, e := range x {
+			s.items.add(e)
+		}
+	case *twin.Object:
+		if s.props == nil {
+			s.props = map[string]*shape{}
+			s.present = map[string]int{}
+		}
+		for i, k := range x.Keys {
+			p := s.props[k]
+			if p == nil {
+				p = newShape()
+				s.props[k] = p
+				s.order = append(s.order, k)
+			}
+			p.add(x.Vals[i])
+			s.present[k]++
+		}
+	}
+}
+
+// schema renders the accumulated shape as a JSON Schema (as an ordered object).
+func (s *shape) schema() *twin.Object {
+	o := twin.NewObject(6)
+	var types []string
+	for t := range s.types {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	// An integer position that also saw floats is a number.
+	if s.types["integer"] > 0 && s.types["number"] > 0 {
+		types = remove(types, "integer")
+	}
+	switch len(types) {
+	case 0:
+	case 1:
+		o.Set("type", types[0])
+	default:
+		l := make([]any, len(types))
+		for i, t := range types {
+			l[i] = t
+		}
+		o.Set("type", l)
+	}
+	if s.props != nil && s.types["object"] > 0 {
+		props := twin.NewObject(len(s.order))
+		var req []any
+		for _, k := range s.order {
+			props.Set(k, s.props[k].schema())
+			if s.present[k] == s.types["object"] {
+				req = append(req, k)
+			}
+		}
+		o.Set("properties", props)
+		if len(req) > 0 {
+			o.Set("required", req)
+		}
+	} else if s.types["object"] > 0 && len(types) == 1 {
+		o.Set("properties", twin.NewObject(0))
+	}
+	if s.items != nil {
+		o.Set("items", s.items.schema())
+	}
+	if s.types["string"] > 0 && s.types["string"] == s.n && !s.strOver {
+		vals := make([]string, 0, len(s.strs))
+		for v := range s.strs {
+			vals = append(vals, v)
+		}
+		sort.Strings(vals)
+		if len(vals) >= 2 && len(vals) <= 6 && s.n >= 2*len(vals) && s.n >= 4 && !idLike(vals) {
+			l := make([]any, len(vals))
+			for i, v := range vals {
+				l[i] = v
+			}
+			o.Set("enum", l)
+		} else if f := formatOf(vals); f != "" {
+			o.Set("format", f)
+		} else if p := patternOf(vals); p != "" && s.n >= 3 {
+			o.Set("pattern", p)
+		}
+	}
+	return o
+}
+
+func remove(xs []string, x string) []string {
+	out := xs[:0]
+	for _, e := range xs {
+		if e != x {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+var (
+	reDate     = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
+	reDateTime = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$`)
+	reEmail    = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+)
+
+func formatOf(vals []string) string {
+	if len(vals) == 0 {
+		return ""
+	}
+	all := func(re *regexp.Regexp) bool {
+		for _, v := range vals {
+			if !re.MatchString(v) {
+				return false
+			}
+		}
+		return true
+	}
+	switch {
+	case all(reDate):
+		return "date"
+	case all(reDateTime):
+		return "date-time"
+	case all(reEmail):
+		return "email"
+	}
+	return ""
+}
+
+// idLike reports whether strings look like identifiers: no spaces, and digits or separators in them.
+func idLike(vals []string) bool {
+	if len(vals) == 0 {
+		return false
+	}
+	for _, v := range vals {
+		if v == "" || len(v) > 64 || strings.ContainsAny(v, " \t\n") || !strings.ContainsAny(v, "0123456789_#-") {
+			return false
+		}
+	}
+	return true
+}
+
+func charClass(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return '9'
+	case c >= 'A' && c <= 'Z':
+		return 'A'
+	case c >= 'a' && c <= 'z':
+		return 'a'
+	}
+	return c
+}
+
+// patternOf infers an id pattern shared by every value ("#W" then 7 digits is ^#W\d{7}$).
+func patternOf(vals []string) string {
+	if !idLike(vals) {
+		return ""
+	}
+	sameLen := true
+	for _, v := range vals[1:] {
+		if len(v) != len(vals[0]) {
+			sameLen = false
+			break
+		}
+	}
+	classRe := map[byte]string{'9': `\d`, 'A': `[A-Z]`, 'a': `[a-z]`}
+	var b strings.Builder
+	b.WriteByte('^')
+	if sameLen {
+		n := len(vals[0])
+		type tok struct {
+			re  string
+			cnt int
+		}
+		var toks []tok
+		for i := 0; i < n; i++ {
+			c := vals[0][i]
+			lit := true
+			cls := charClass(c)
+			for _, v := range vals[1:] {
+				if v[i] != c {
+					lit = false
+				}
+				if charClass(v[i]) != cls {
+					cls = 0
+				}
+			}
+			var re string
+			switch {
+			case lit && cls != '9':
+				re = regexp.QuoteMeta(string(c))
+			case cls == '9' || cls == 'A' || cls == 'a':
+				re = classRe[cls]
+			default:
+				re = `[A-Za-z0-9]`
+			}
+			if len(toks) > 0 && toks[len(toks)-1].re == re && len(re) > 2 {
+				toks[len(toks)-1].cnt++
+			} else {
+				toks = append(toks, tok{re, 1})
+			}
+		}
+		for _, t := range toks {
+			b.WriteString(t.re)
+			if t.cnt > 1 {
+				b.WriteString("{" + itoa(t.cnt) + "}")
+			}
+		}
+		b.WriteByte('$')
+		return b.String()
+	}
+	collapse := func(v string) string {
+		var out []byte
+		for i := 0; i < len(v); i++ {
+			c := charClass(v[i])
+			if len(out) > 0 && out[len(out)-1] == c && (c == '9' || c == 'A' || c == 'a') {
+				continue
+			}
+			out = append(out, c)
+		}
+		return string(out)
+	}
+	sh := collapse(vals[0])
+	for _, v := range vals[1:] {
+		if collapse(v) != sh {
+			return ""
+		}
+	}
+	for i := 0; i < len(sh); i++ {
+		if re, ok := classRe[sh[i]]; ok {
+			b.WriteString(re + "+")
+		} else {
+			b.WriteString(regexp.QuoteMeta(string(sh[i])))
+		}
+	}
+	b.WriteByte('$')
+	return b.String()
+}
+
+// keyShape is a key template for generated keys: digits become 9, letters that vary
+// become A or a, constant letters and punctuation are kept.
+func keyShape(keys []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	ref := keys[0]
+	sameLen := true
+	for _, k := range keys[1:] {
+		if len(k) != len(ref) {
+			sameLen = false
+			break
+		}
+	}
+	b := []byte(ref)
+	for i := range b {
+		c := ref[i]
+		cls := charClass(c)
+		if cls == '9' {
+			b[i] = '9'
+			continue
+		}
+		constant := sameLen
+		if sameLen {
+			for _, k := range keys[1:] {
+				if k[i] != c {
+					constant = false
+					break
+				}
+			}
+		}
+		if constant {
+			continue
+		}
+		b[i] = cls
+	}
+	return string(b)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// schemaJSON renders a schema object compactly.
+func schemaJSON(o *twin.Object) json.RawMessage {
+	return json.RawMessage(twin.Render(o, twin.StyleCompact))
+}

@@ -1,0 +1,148 @@
+package infer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// SelfCheckReport scores how faithfully twins reproduce recorded answers.
+type SelfCheckReport struct {
+	// Mode is "leave-one-out" (each trace against a build without it) or "replay"
+	// (each trace against the build from all traces).
+	Mode   string `json:"mode"`
+	Traces int    `json:"traces"`
+	// Calls are the scored calls (answered, with JSON-object arguments); Agree those whose
+	// answer was JSON-equal (or text-equal) to the recorded one.
+	Calls        int            `json:"calls"`
+	Agree        int            `json:"agree"`
+	AgreementPct float64        `json:"agreement_pct"`
+	Fidelity     map[string]int `json:"fidelity"`
+	// Unanswered counts calls no rung could answer (or whose tool the build did not know).
+	Unanswered int         `json:"unanswered"`
+	Tools      []ToolCheck `json:"tools"`
+}
+
+// ToolCheck is one tool's self-check line.
+type ToolCheck struct {
+	Name string `json:"name"`
+	// Binding and Rung are the tool's in the build from all traces.
+	Binding      string         `json:"binding"`
+	Rung         string         `json:"rung"`
+	Kind         string         `json:"kind"`
+	Calls        int            `json:"calls"`
+	Agree        int            `json:"agree"`
+	AgreementPct float64        `json:"agreement_pct"`
+	Fidelity     map[string]int `json:"fidelity"`
+	// AgreeByFidelity counts agreeing answers per fidelity label.
+	AgreeByFidelity map[string]int `json:"agree_by_fidelity"`
+	Unanswered      int            `json:"unanswered"`
+}
+
+// SelfCheck replays every trace's calls, in order, in a fresh session of a twin
+// built from the other traces (leave-one-out), and scores agreement with the
+// recorded answers per tool.
+func SelfCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
+	return check(traces, opts, true)
+}
+
+// ReplayCheck is SelfCheck against one build from all traces (not leave-one-out):
+// how well the twin reproduces what it was built from.
+func ReplayCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
+	return check(traces, opts, false)
+}
+
+func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	w := &warnings{}
+	pts := prepare(traces, w)
+	full, _, err := buildPrepared(pts, &opts, w)
+	if err != nil {
+		return nil, err
+	}
+	rep := &SelfCheckReport{Mode: "replay", Traces: len(pts), Fidelity: map[string]int{}}
+	if loo {
+		rep.Mode = "leave-one-out"
+	}
+	tools := map[string]*ToolCheck{}
+	for _, t := range full.Tools {
+		tools[t.Name] = &ToolCheck{Name: t.Name, Binding: t.Binding, Rung: t.Rung, Kind: t.Kind,
+			Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
+	}
+	var fullRT *twin.Runtime
+	if !loo {
+		if fullRT, err = twin.NewRuntime(full, twin.RuntimeOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	ctx := context.Background()
+	for i, pt := range pts {
+		rt := fullRT
+		if loo {
+			others := make([]*ptrace, 0, len(pts)-1)
+			others = append(others, pts[:i]...)
+			others = append(others, pts[i+1:]...)
+			b, _, err := buildPrepared(others, &opts, &warnings{})
+			if err != nil {
+				return nil, fmt.Errorf("self-check without trace %s: %w", pt.id, err)
+			}
+			if rt, err = twin.NewRuntime(b, twin.RuntimeOptions{}); err != nil {
+				return nil, fmt.Errorf("self-check without trace %s: %w", pt.id, err)
+			}
+		}
+		s, _, err := rt.Open(twin.SessionSpec{})
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range pt.calls {
+			if c.args == nil {
+				continue
+			}
+			tc := tools[c.tool]
+			if tc == nil {
+				tc = &ToolCheck{Name: c.tool, Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
+				tools[c.tool] = tc
+			}
+			res, err := s.Call(ctx, c.tool, []byte(c.canon))
+			if !c.answer {
+				continue
+			}
+			tc.Calls++
+			rep.Calls++
+			if err != nil {
+				if !errors.Is(err, twin.ErrUnknownTool) && !errors.Is(err, twin.ErrNoAnswer) {
+					return nil, fmt.Errorf("self-check %s call %d (%s): %w", pt.id, c.idx, c.tool, err)
+				}
+				tc.Unanswered++
+				rep.Unanswered++
+				continue
+			}
+			tc.Fidelity[res.Fidelity]++
+			rep.Fidelity[res.Fidelity]++
+			if twin.AnswersAgree(res.Content, c.text) {
+				tc.Agree++
+				rep.Agree++
+				tc.AgreeByFidelity[res.Fidelity]++
+			}
+		}
+	}
+	if rep.Calls > 0 {
+		rep.AgreementPct = round4(100 * float64(rep.Agree) / float64(rep.Calls))
+	}
+	names := sortedKeys(tools)
+	for _, n := range names {
+		tc := tools[n]
+		if tc.Calls > 0 {
+			tc.AgreementPct = round4(100 * float64(tc.Agree) / float64(tc.Calls))
+		}
+		rep.Tools = append(rep.Tools, *tc)
+	}
+	sort.SliceStable(rep.Tools, func(i, j int) bool { return rep.Tools[i].Calls > rep.Tools[j].Calls })
+	return rep, nil
+}

@@ -1,0 +1,741 @@
+package twin
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/syntax"
+)
+
+// fileOptions are the Starlark dialect handlers are written in.
+var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: true}
+
+// toStar converts a model value into a fresh, mutable Starlark value.
+func toStar(v any) starlark.Value {
+	switch x := v.(type) {
+	case nil:
+		return starlark.None
+	case bool:
+		return starlark.Bool(x)
+	case string:
+		return starlark.String(x)
+	case Number:
+		if !x.IsFloat() {
+			if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+				return starlark.MakeInt64(i)
+			}
+			var z big.Int
+			if _, ok := z.SetString(string(x), 10); ok {
+				return starlark.MakeBigInt(&z)
+			}
+		}
+		return starlark.Float(x.Float64())
+	case []any:
+		elems := make([]starlark.Value, len(x))
+		for i, e := range x {
+			elems[i] = toStar(e)
+		}
+		return starlark.NewList(elems)
+	case *Object:
+		d := starlark.NewDict(len(x.Keys))
+		for i, k := range x.Keys {
+			_ = d.SetKey(starlark.String(k), toStar(x.Vals[i]))
+		}
+		return d
+	}
+	return starlark.None
+}
+
+// fromStar converts a Starlark value back into the model; floats are spelled in style st.
+func fromStar(v starlark.Value, st Style) (any, error) {
+	return fromStarDepth(v, st, 0)
+}
+
+func fromStarDepth(v starlark.Value, st Style, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, errors.New("value nested too deeply")
+	}
+	switch x := v.(type) {
+	case starlark.NoneType:
+		return nil, nil
+	case starlark.Bool:
+		return bool(x), nil
+	case starlark.String:
+		return string(x), nil
+	case starlark.Int:
+		return Number(x.String()), nil
+	case starlark.Float:
+		return Number(st.FormatFloat(float64(x))), nil
+	case *starlark.List:
+		out := make([]any, x.Len())
+		for i := range out {
+			e, err := fromStarDepth(x.Index(i), st, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = e
+		}
+		return out, nil
+	case starlark.Tuple:
+		out := make([]any, len(x))
+		for i := range x {
+			e, err := fromStarDepth(x[i], st, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = e
+		}
+		return out, nil
+	case *starlark.Dict:
+		items := x.Items()
+		o := NewObject(len(items))
+		for _, it := range items {
+			var k string
+			if s, ok := it[0].(starlark.String); ok {
+				k = string(s)
+			} else {
+				k = it[0].String()
+			}
+			e, err := fromStarDepth(it[1], st, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			o.Keys = append(o.Keys, k)
+			o.Vals = append(o.Vals, e)
+		}
+		return o, nil
+	case *starlark.Set:
+		var out []any
+		iter := x.Iterate()
+		defer iter.Done()
+		var e starlark.Value
+		for iter.Next(&e) {
+			m, err := fromStarDepth(e, st, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("a %s cannot be part of an answer or a row", v.Type())
+}
+
+// errorAnswer is what error("...") returns: the tool's own error text.
+type errorAnswer struct{ text string }
+
+func (e *errorAnswer) String() string        { return "error(" + strconv.Quote(e.text) + ")" }
+func (e *errorAnswer) Type() string          { return "error_answer" }
+func (e *errorAnswer) Freeze()               {}
+func (e *errorAnswer) Truth() starlark.Bool  { return starlark.True }
+func (e *errorAnswer) Hash() (uint32, error) { return starlark.String(e.text).Hash() }
+
+// declined is what decline("...") returns: this rung cannot answer, try the next.
+type declined struct{ reason string }
+
+func (d *declined) String() string        { return "decline(" + strconv.Quote(d.reason) + ")" }
+func (d *declined) Type() string          { return "decline" }
+func (d *declined) Freeze()               {}
+func (d *declined) Truth() starlark.Bool  { return starlark.False }
+func (d *declined) Hash() (uint32, error) { return starlark.String(d.reason).Hash() }
+
+// callEnv is what builtins see of the call in progress (a thread local).
+type callEnv struct {
+	sess  *Session
+	txn   map[tableKey]*Object // writes of this call, committed when it answers
+	order []tableKey           // write order, for determinism
+	dels  map[tableKey]bool
+}
+
+type tableKey struct{ table, key string }
+
+const envKey = "doppel.env"
+
+func envOf(th *starlark.Thread) (*callEnv, error) {
+	e, _ := th.Local(envKey).(*callEnv)
+	if e == nil {
+		return nil, errors.New("world is only available inside a tool call")
+	}
+	return e, nil
+}
+
+// rowOf answers the row (table, key) as this call sees it: its own writes, then the session, then the base.
+func (e *callEnv) rowOf(table, key string) (*Object, bool) {
+	tk := tableKey{table, key}
+	if e.dels[tk] {
+		return nil, false
+	}
+	if r, ok := e.txn[tk]; ok {
+		return r, true
+	}
+	return e.sess.row(table, key)
+}
+
+// Predeclared builds the names every handler sees. They are documented in HandlerAPI.
+func predeclared() starlark.StringDict {
+	world := &module{name: "world", members: starlark.StringDict{
+		"get":    starlark.NewBuiltin("world.get", bWorldGet),
+		"put":    starlark.NewBuiltin("world.put", bWorldPut),
+		"delete": starlark.NewBuiltin("world.delete", bWorldDelete),
+		"find":   starlark.NewBuiltin("world.find", bWorldFind),
+		"keys":   starlark.NewBuiltin("world.keys", bWorldKeys),
+		"sub":    starlark.NewBuiltin("world.sub", bWorldSub),
+	}}
+	return starlark.StringDict{
+		"world":    world,
+		"error":    starlark.NewBuiltin("error", bError),
+		"decline":  starlark.NewBuiltin("decline", bDecline),
+		"now":      starlark.NewBuiltin("now", bNow),
+		"round":    starlark.NewBuiltin("round", bRound),
+		"pystr":    starlark.NewBuiltin("pystr", bPyStr),
+		"calc":     starlark.NewBuiltin("calc", bCalc),
+		"deepcopy": starlark.NewBuiltin("deepcopy", bDeepCopy),
+		"fsum":     starlark.NewBuiltin("fsum", bFsum),
+	}
+}
+
+// HandlerAPI documents what a handler (synthesized or provided) may call. A
+// handler is a Starlark function named after its tool (or handle) taking the
+// arguments dict and returning the answer: a dict, list, string or number
+// (rendered the way production spells it), error(text) for the tool's own error,
+// or decline(reason) to let the next rung answer.
+const HandlerAPI = `world.get(table, key)          -> row dict (a private copy) or None
+world.put(table, key, row)     -> stores the row in this session (kept only if the call answers)
+world.delete(table, key)       -> removes the row from this session
+world.find(table, criteria, ignore_case=[]) -> sorted keys of rows whose fields equal criteria {"a.b": value}
+world.keys(table)              -> sorted keys of the table
+world.sub(table, index, value) -> the nested object an index names (e.g. a product variant by item id), or None
+error(text)                    -> the tool's own error answer
+decline(reason)                -> this rung cannot answer; the next rung will
+now()                          -> the session clock (RFC 3339)
+round(x, n)                    -> Python's round
+pystr(x)                       -> Python's str (1200.0, True, None)
+calc(expression)               -> arithmetic (+ - * / // % ** parentheses) with Python semantics
+deepcopy(x)                    -> a deep copy
+fsum(xs)                       -> Python's sum(xs) (left to right, int start)`
+
+type module struct {
+	name    string
+	members starlark.StringDict
+}
+
+func (m *module) String() string        { return "<module " + m.name + ">" }
+func (m *module) Type() string          { return "module" }
+func (m *module) Freeze()               { m.members.Freeze() }
+func (m *module) Truth() starlark.Bool  { return starlark.True }
+func (m *module) Hash() (uint32, error) { return 0, errors.New("unhashable: module") }
+func (m *module) Attr(n string) (starlark.Value, error) {
+	if v, ok := m.members[n]; ok {
+		return v, nil
+	}
+	return nil, nil
+}
+func (m *module) AttrNames() []string { return m.members.Keys() }
+
+func keyString(v starlark.Value) (string, error) {
+	switch x := v.(type) {
+	case starlark.String:
+		return string(x), nil
+	case starlark.Int:
+		return x.String(), nil
+	}
+	return "", fmt.Errorf("a key must be a string or an int, not %s", v.Type())
+}
+
+func bWorldGet(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var table string
+	var key starlark.Value
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 2, &table, &key); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	if key == starlark.None {
+		return starlark.None, nil
+	}
+	k, err := keyString(key)
+	if err != nil {
+		return starlark.None, nil
+	}
+	r, ok := e.rowOf(table, k)
+	if !ok {
+		return starlark.None, nil
+	}
+	return toStar(r), nil
+}
+
+func bWorldPut(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var table string
+	var key, row starlark.Value
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 3, &table, &key, &row); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	if !e.sess.rt.hasTable(table) {
+		return nil, fmt.Errorf("world.put: no table %q", table)
+	}
+	k, err := keyString(key)
+	if err != nil {
+		return nil, err
+	}
+	v, err := fromStar(row, e.sess.rt.style)
+	if err != nil {
+		return nil, fmt.Errorf("world.put: %w", err)
+	}
+	o, ok := v.(*Object)
+	if !ok {
+		return nil, fmt.Errorf("world.put: a row must be a dict, not %s", row.Type())
+	}
+	tk := tableKey{table, k}
+	if e.txn == nil {
+		e.txn = map[tableKey]*Object{}
+	}
+	if _, seen := e.txn[tk]; !seen {
+		e.order = append(e.order, tk)
+	}
+	delete(e.dels, tk)
+	e.txn[tk] = o
+	return starlark.None, nil
+}
+
+func bWorldDelete(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var table string
+	var key starlark.Value
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 2, &table, &key); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	k, err := keyString(key)
+	if err != nil {
+		return nil, err
+	}
+	tk := tableKey{table, k}
+	if e.dels == nil {
+		e.dels = map[tableKey]bool{}
+	}
+	if _, seen := e.txn[tk]; !seen {
+		e.order = append(e.order, tk)
+	}
+	delete(e.txn, tk)
+	e.dels[tk] = true
+	return starlark.None, nil
+}
+
+func bWorldFind(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var table string
+	var crit *starlark.Dict
+	var ci *starlark.List
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "table", &table, "criteria", &crit, "ignore_case?", &ci); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	fold := map[string]bool{}
+	if ci != nil {
+		for i := 0; i < ci.Len(); i++ {
+			if s, ok := ci.Index(i).(starlark.String); ok {
+				fold[string(s)] = true
+			}
+		}
+	}
+	var cs []criterion
+	for _, it := range crit.Items() {
+		p, ok := it[0].(starlark.String)
+		if !ok {
+			return nil, fmt.Errorf("world.find: criteria keys are field paths (strings)")
+		}
+		v, err := fromStar(it[1], e.sess.rt.style)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, criterion{path: string(p), value: v, fold: fold[string(p)]})
+	}
+	keys := e.sess.find(table, cs, e)
+	out := make([]starlark.Value, len(keys))
+	for i, k := range keys {
+		out[i] = starlark.String(k)
+	}
+	return starlark.NewList(out), nil
+}
+
+func bWorldKeys(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var table string
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &table); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	keys := e.sess.keys(table, e)
+	out := make([]starlark.Value, len(keys))
+	for i, k := range keys {
+		out[i] = starlark.String(k)
+	}
+	return starlark.NewList(out), nil
+}
+
+func bWorldSub(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var table, index string
+	var value starlark.Value
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 3, &table, &index, &value); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	v, err := fromStar(value, e.sess.rt.style)
+	if err != nil {
+		return nil, err
+	}
+	o := e.sess.sub(table, index, v, e)
+	if o == nil {
+		return starlark.None, nil
+	}
+	return toStar(o), nil
+}
+
+func bError(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var text string
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &text); err != nil {
+		return nil, err
+	}
+	return &errorAnswer{text: text}, nil
+}
+
+func bDecline(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var reason string
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 0, &reason); err != nil {
+		return nil, err
+	}
+	return &declined{reason: reason}, nil
+}
+
+func bNow(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 0); err != nil {
+		return nil, err
+	}
+	e, err := envOf(th)
+	if err != nil {
+		return nil, err
+	}
+	return starlark.String(e.sess.clock), nil
+}
+
+func bRound(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var x starlark.Value
+	var nd starlark.Value = starlark.None
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x, &nd); err != nil {
+		return nil, err
+	}
+	if nd == starlark.None {
+		switch v := x.(type) {
+		case starlark.Int:
+			return v, nil
+		case starlark.Float:
+			r := math.RoundToEven(float64(v))
+			return starlark.MakeInt64(int64(r)), nil
+		}
+		return nil, fmt.Errorf("round: not a number: %s", x.Type())
+	}
+	n, err := starlark.AsInt32(nd)
+	if err != nil {
+		return nil, fmt.Errorf("round: %w", err)
+	}
+	switch v := x.(type) {
+	case starlark.Int:
+		if n >= 0 {
+			return v, nil
+		}
+		f, _ := starlark.AsFloat(v)
+		return starlark.MakeInt64(int64(PyRound(f, n))), nil
+	case starlark.Float:
+		return starlark.Float(PyRound(float64(v), n)), nil
+	}
+	return nil, fmt.Errorf("round: not a number: %s", x.Type())
+}
+
+// PyStr is Python's str() of a value as a handler holds it.
+func pyStr(v starlark.Value) string {
+	switch x := v.(type) {
+	case starlark.String:
+		return string(x)
+	case starlark.Float:
+		return PyFloat(float64(x))
+	case starlark.Bool:
+		if x {
+			return "True"
+		}
+		return "False"
+	case starlark.NoneType:
+		return "None"
+	}
+	return v.String()
+}
+
+func bPyStr(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var x starlark.Value
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x); err != nil {
+		return nil, err
+	}
+	return starlark.String(pyStr(x)), nil
+}
+
+func bDeepCopy(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var x starlark.Value
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x); err != nil {
+		return nil, err
+	}
+	v, err := fromStar(x, StylePython)
+	if err != nil {
+		return nil, err
+	}
+	// Floats survive the trip: PyFloat round-trips exactly.
+	return toStar(v), nil
+}
+
+func bFsum(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var xs starlark.Iterable
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &xs); err != nil {
+		return nil, err
+	}
+	var acc starlark.Value = starlark.MakeInt(0)
+	it := xs.Iterate()
+	defer it.Done()
+	var x starlark.Value
+	for it.Next(&x) {
+		r, err := starlark.Binary(syntax.PLUS, acc, x)
+		if err != nil {
+			return nil, err
+		}
+		acc = r
+	}
+	return acc, nil
+}
+
+func bCalc(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+	var expr string
+	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &expr); err != nil {
+		return nil, err
+	}
+	v, err := Calc(expr)
+	if err != nil {
+		return &errorAnswer{text: "Error: " + err.Error()}, nil
+	}
+	return v, nil
+}
+
+// Calc evaluates an arithmetic expression with Python's semantics: integers stay
+// exact until a '/' or a float makes the value a float.
+func Calc(expr string) (starlark.Value, error) {
+	c := calcParser{s: expr}
+	v, err := c.sum()
+	if err != nil {
+		return nil, err
+	}
+	c.ws()
+	if c.i != len(c.s) {
+		return nil, fmt.Errorf("unexpected %q in expression", c.s[c.i:])
+	}
+	return v, nil
+}
+
+type calcParser struct {
+	s     string
+	i     int
+	depth int
+}
+
+func (c *calcParser) ws() {
+	for c.i < len(c.s) && (c.s[c.i] == ' ' || c.s[c.i] == '\t') {
+		c.i++
+	}
+}
+
+func (c *calcParser) sum() (starlark.Value, error) {
+	l, err := c.term()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		c.ws()
+		if c.i >= len(c.s) || (c.s[c.i] != '+' && c.s[c.i] != '-') {
+			return l, nil
+		}
+		op := syntax.PLUS
+		if c.s[c.i] == '-' {
+			op = syntax.MINUS
+		}
+		c.i++
+		r, err := c.term()
+		if err != nil {
+			return nil, err
+		}
+		if l, err = starlark.Binary(op, l, r); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (c *calcParser) term() (starlark.Value, error) {
+	l, err := c.unary()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		c.ws()
+		var op syntax.Token
+		switch {
+		case strings.HasPrefix(c.s[c.i:], "//"):
+			op = syntax.SLASHSLASH
+			c.i += 2
+		case strings.HasPrefix(c.s[c.i:], "**"):
+			return l, nil
+		case c.i < len(c.s) && c.s[c.i] == '*':
+			op = syntax.STAR
+			c.i++
+		case c.i < len(c.s) && c.s[c.i] == '/':
+			op = syntax.SLASH
+			c.i++
+		case c.i < len(c.s) && c.s[c.i] == '%':
+			op = syntax.PERCENT
+			c.i++
+		default:
+			return l, nil
+		}
+		r, err := c.unary()
+		if err != nil {
+			return nil, err
+		}
+		if l, err = starlark.Binary(op, l, r); err != nil {
+			if strings.Contains(err.Error(), "division by zero") {
+				return nil, errors.New("division by zero")
+			}
+			return nil, err
+		}
+	}
+}
+
+func (c *calcParser) unary() (starlark.Value, error) {
+	c.ws()
+	if c.i < len(c.s) && (c.s[c.i] == '-' || c.s[c.i] == '+') {
+		neg := c.s[c.i] == '-'
+		c.i++
+		v, err := c.unary()
+		if err != nil || !neg {
+			return v, err
+		}
+		return starlark.Unary(syntax.MINUS, v)
+	}
+	return c.power()
+}
+
+func (c *calcParser) power() (starlark.Value, error) {
+	base, err := c.atom()
+	if err != nil {
+		return nil, err
+	}
+	c.ws()
+	if strings.HasPrefix(c.s[c.i:], "**") {
+		c.i += 2
+		exp, err := c.unary()
+		if err != nil {
+			return nil, err
+		}
+		bf, ok1 := starlark.AsFloat(base)
+		ef, ok2 := starlark.AsFloat(exp)
+		if !ok1 || !ok2 {
+			return nil, errors.New("bad power")
+		}
+		bi, bInt := base.(starlark.Int)
+		ei, eInt := exp.(starlark.Int)
+		if bInt && eInt {
+			if e64, ok := ei.Int64(); ok && e64 >= 0 && e64 <= 1024 {
+				return starlark.MakeBigInt(new(big.Int).Exp(bi.BigInt(), big.NewInt(e64), nil)), nil
+			}
+		}
+		return starlark.Float(math.Pow(bf, ef)), nil
+	}
+	return base, nil
+}
+
+func (c *calcParser) atom() (starlark.Value, error) {
+	c.ws()
+	if c.i >= len(c.s) {
+		return nil, errors.New("unexpected end of expression")
+	}
+	if c.s[c.i] == '(' {
+		c.depth++
+		if c.depth > 64 {
+			return nil, errors.New("expression nested too deeply")
+		}
+		c.i++
+		v, err := c.sum()
+		if err != nil {
+			return nil, err
+		}
+		c.ws()
+		if c.i >= len(c.s) || c.s[c.i] != ')' {
+			return nil, errors.New("missing ')'")
+		}
+		c.i++
+		c.depth--
+		return v, nil
+	}
+	start := c.i
+	for c.i < len(c.s) && (c.s[c.i] >= '0' && c.s[c.i] <= '9' || c.s[c.i] == '.' || c.s[c.i] == '_') {
+		c.i++
+	}
+	// An exponent part: 1e5, 2.5E-3.
+	if c.i < len(c.s) && c.i > start && (c.s[c.i] == 'e' || c.s[c.i] == 'E') {
+		j := c.i + 1
+		if j < len(c.s) && (c.s[j] == '+' || c.s[j] == '-') {
+			j++
+		}
+		if j < len(c.s) && c.s[j] >= '0' && c.s[j] <= '9' {
+			c.i = j
+			for c.i < len(c.s) && c.s[c.i] >= '0' && c.s[c.i] <= '9' {
+				c.i++
+			}
+		}
+	}
+	lit := strings.ReplaceAll(c.s[start:c.i], "_", "")
+	if lit == "" {
+		return nil, fmt.Errorf("unexpected %q in expression", c.s[c.i:c.i+1])
+	}
+	if !strings.ContainsAny(lit, ".eE") {
+		var z big.Int
+		if _, ok := z.SetString(lit, 10); ok {
+			return starlark.MakeBigInt(&z), nil
+		}
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return nil, fmt.Errorf("bad number %q", lit)
+	}
+	return starlark.Float(f), nil
+}
+
+// sortedStrings returns the sorted copy of keys.
+func sortedStrings(keys []string) []string {
+	out := append([]string(nil), keys...)
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,299 @@
+package twin
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// baseTable is one entity table of the immutable base world, shared by every session.
+type baseTable struct {
+	def  *Table
+	rows map[string]*Object
+	keys []string // sorted
+	// body is the canonical JSON of the table's members ("k":row,...) and off[i] the start of
+	// the i-th key's member in it, so a state hash can copy unchanged runs in one write.
+	body []byte
+	off  []int
+	// indexes maps an index id to canonical value → sorted keys.
+	indexes map[string]map[string][]string
+	// subs maps a sub-index name to canonical field value → where the nested object lives.
+	subs    map[string]map[string]subHit
+	subDefs map[string]SubIndex
+}
+
+type subHit struct {
+	key string
+	obj *Object
+}
+
+func indexID(path string, fold bool) string {
+	if fold {
+		return path + "|fold"
+	}
+	return path
+}
+
+// indexValue is the normalized form a lookup compares: canonical JSON, lowercased when folded.
+func indexValue(v any, fold bool) string {
+	if fold {
+		if s, ok := v.(string); ok {
+			v = strings.ToLower(s)
+		}
+	}
+	return string(Canonical(v))
+}
+
+// PathGet walks a dotted path ("name.first_name") through nested objects.
+func PathGet(v any, path string) (any, bool) {
+	for path != "" {
+		o, ok := v.(*Object)
+		if !ok {
+			return nil, false
+		}
+		seg := path
+		rest := ""
+		if i := strings.IndexByte(path, '.'); i >= 0 {
+			seg, rest = path[:i], path[i+1:]
+		}
+		v, ok = o.Get(seg)
+		if !ok {
+			return nil, false
+		}
+		path = rest
+	}
+	return v, true
+}
+
+// subObjects walks a sub-index path ("variants.*", "items[]", "a.b[]") to the nested objects it names.
+func subObjects(row *Object, path string) []*Object {
+	cur := []any{row}
+	for _, seg := range strings.Split(path, ".") {
+		var next []any
+		each := false
+		if strings.HasSuffix(seg, "[]") {
+			each = true
+			seg = strings.TrimSuffix(seg, "[]")
+		}
+		for _, c := range cur {
+			o, ok := c.(*Object)
+			if !ok {
+				continue
+			}
+			if seg == "*" {
+				next = append(next, o.Vals...)
+				continue
+			}
+			v, ok := o.Get(seg)
+			if !ok {
+				continue
+			}
+			if each {
+				if l, ok := v.([]any); ok {
+					next = append(next, l...)
+				}
+				continue
+			}
+			next = append(next, v)
+		}
+		cur = next
+	}
+	out := make([]*Object, 0, len(cur))
+	for _, c := range cur {
+		if o, ok := c.(*Object); ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func newBaseTable(def *Table) (*baseTable, error) {
+	t := &baseTable{def: def, rows: make(map[string]*Object, len(def.Rows)), indexes: map[string]map[string][]string{},
+		subs: map[string]map[string]subHit{}, subDefs: map[string]SubIndex{}}
+	for i, r := range def.Rows {
+		v, err := ParseJSONString(r.JSON)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: %w", ErrBadBundle, def.Name, i, err)
+		}
+		o, ok := v.(*Object)
+		if !ok {
+			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: not an object", ErrBadBundle, def.Name, i)
+		}
+		if _, dup := t.rows[r.Key]; dup {
+			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: duplicate key %q", ErrBadBundle, def.Name, i, r.Key)
+		}
+		t.rows[r.Key] = o
+		t.keys = append(t.keys, r.Key)
+	}
+	sort.Strings(t.keys)
+	var body bytes.Buffer
+	t.off = make([]int, len(t.keys)+1)
+	for i, k := range t.keys {
+		t.off[i] = body.Len()
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		writeMinimalString(&body, k)
+		body.WriteByte(':')
+		writeCanonical(&body, t.rows[k])
+	}
+	t.off[len(t.keys)] = body.Len()
+	t.body = body.Bytes()
+	for _, ix := range def.Indexes {
+		t.addIndex(ix.Path, ix.Fold)
+	}
+	for _, sd := range def.Subs {
+		t.subDefs[sd.Name] = sd
+		m := map[string]subHit{}
+		for _, k := range t.keys {
+			for _, o := range subObjects(t.rows[k], sd.Path) {
+				if v, ok := o.Get(sd.Field); ok {
+					cv := string(Canonical(v))
+					if _, seen := m[cv]; !seen {
+						m[cv] = subHit{key: k, obj: o}
+					}
+				}
+			}
+		}
+		t.subs[sd.Name] = m
+	}
+	return t, nil
+}
+
+func (t *baseTable) addIndex(path string, fold bool) map[string][]string {
+	id := indexID(path, fold)
+	if m, ok := t.indexes[id]; ok {
+		return m
+	}
+	m := map[string][]string{}
+	for _, k := range t.keys { // sorted, so each list is sorted
+		if v, ok := t.rowField(k, path); ok {
+			iv := indexValue(v, fold)
+			m[iv] = append(m[iv], k)
+		}
+	}
+	t.indexes[id] = m
+	return m
+}
+
+// rowField answers a row's field; the key field of a table whose rows do not carry it is the key.
+func (t *baseTable) rowField(key, path string) (any, bool) {
+	if !t.def.KeyInRow && path == t.def.Key {
+		return key, true
+	}
+	return PathGet(t.rows[key], path)
+}
+
+type criterion struct {
+	path  string
+	value any
+	fold  bool
+}
+
+func matches(def *Table, key string, row *Object, cs []criterion) bool {
+	for _, c := range cs {
+		var v any
+		var ok bool
+		if !def.KeyInRow && c.path == def.Key {
+			v, ok = key, true
+		} else {
+			v, ok = PathGet(row, c.path)
+		}
+		if !ok || indexValue(v, c.fold) != indexValue(c.value, c.fold) {
+			return false
+		}
+	}
+	return true
+}
+
+// hashWorld writes the canonical JSON of the world (base plus overlay) into a SHA-256 and
+// answers "sha256:"+hex. Tables are sorted by name, rows by key.
+func (rt *Runtime) hashWorld(over map[string]map[string]*Object) string {
+	h := sha256.New()
+	var scratch bytes.Buffer
+	h.Write([]byte{'{'})
+	for ti, name := range rt.tableNames {
+		if ti > 0 {
+			h.Write([]byte{','})
+		}
+		scratch.Reset()
+		writeMinimalString(&scratch, name)
+		scratch.WriteString(":{")
+		h.Write(scratch.Bytes())
+		t := rt.tables[name]
+		ov := over[name]
+		if len(ov) == 0 {
+			h.Write(t.body)
+			h.Write([]byte{'}'})
+			continue
+		}
+		// Merge the base keys with the overlay's, in key order.
+		okeys := make([]string, 0, len(ov))
+		for k := range ov {
+			okeys = append(okeys, k)
+		}
+		sort.Strings(okeys)
+		first := true
+		emit := func(k string, row *Object) {
+			scratch.Reset()
+			if !first {
+				scratch.WriteByte(',')
+			}
+			first = false
+			writeMinimalString(&scratch, k)
+			scratch.WriteByte(':')
+			writeCanonical(&scratch, row)
+			h.Write(scratch.Bytes())
+		}
+		bi := 0
+		for _, k := range okeys {
+			j := sort.SearchStrings(t.keys[bi:], k) + bi
+			// Base rows bi..j-1 are unchanged: copy their canonical bytes in one run.
+			if j > bi {
+				start, end := t.off[bi], t.off[j]
+				seg := t.body[start:end]
+				if bi == 0 && !first {
+					h.Write([]byte{','})
+				} else if bi > 0 && first {
+					seg = seg[1:] // drop the leading comma
+				}
+				h.Write(seg)
+				first = false
+			}
+			bi = j
+			if bi < len(t.keys) && t.keys[bi] == k {
+				bi++ // replaced or deleted
+			}
+			if row := ov[k]; row != nil {
+				emit(k, row)
+			}
+		}
+		if bi < len(t.keys) {
+			seg := t.body[t.off[bi]:t.off[len(t.keys)]]
+			if bi == 0 && !first {
+				h.Write([]byte{','})
+			} else if bi > 0 && first {
+				seg = seg[1:]
+			}
+			h.Write(seg)
+		}
+		h.Write([]byte{'}'})
+	}
+	h.Write([]byte{'}'})
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// fingerprint is a short, stable digest of a row (or "-" for no row), used to match recordings to state.
+func fingerprint(row *Object) string {
+	if row == nil {
+		return "-"
+	}
+	s := sha256.Sum256(Canonical(row))
+	return hex.EncodeToString(s[:12])
+}
+
+// Fingerprint is the state fingerprint recordings carry for a target row (nil: absent).
+func Fingerprint(row *Object) string { return fingerprint(row) }
