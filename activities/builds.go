@@ -1,0 +1,342 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/uptrace/bun"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// BlobStore is the part of the blob store builds use.
+type BlobStore interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// Builds holds what build activities need; the worker registers a filled one.
+type Builds struct {
+	DB    *bun.DB
+	Blobs BlobStore
+	Log   *slog.Logger
+}
+
+// BuildUpload is what the multipart build route stores as one blob: everything the build takes besides the
+// environment's collected traces.
+type BuildUpload struct {
+	// ToolDefs are tool definitions in the native, OpenAI or Anthropic shape.
+	ToolDefs json.RawMessage `json:"tool_defs,omitempty"`
+	// Code maps a tool name to provided Starlark source.
+	Code map[string]string `json:"code,omitempty"`
+	// Config is the build configuration (name, framework, language, scenarios, binding overrides).
+	Config *infer.Config `json:"config,omitempty"`
+}
+
+func badInput(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrTypeBadInput, nil)
+}
+
+// QueueBuild creates a queued build row for envID and returns its id.
+func (b *Builds) QueueBuild(ctx context.Context, envID string) (string, error) {
+	env, err := store.GetEnvByID(ctx, b.DB, envID)
+	if err != nil {
+		return "", fmt.Errorf("queue build: %w", err)
+	}
+	bl := &schema.Build{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Status: schema.BuildQueued, Stage: "queued"}
+	if err := store.CreateBuild(ctx, b.DB, bl); err != nil {
+		return "", fmt.Errorf("queue build: %w", err)
+	}
+	return bl.ID, nil
+}
+
+// PlanBuild marks the build running and gathers the blob keys of its inputs.
+func (b *Builds) PlanBuild(ctx context.Context, envID, buildID string) (BuildPlan, error) {
+	bl, err := store.GetBuildByID(ctx, b.DB, buildID)
+	if err != nil {
+		return BuildPlan{}, fmt.Errorf("plan build: %w", err)
+	}
+	batches, err := store.ListTraceBatches(ctx, b.DB, envID)
+	if err != nil {
+		return BuildPlan{}, fmt.Errorf("plan build: %w", err)
+	}
+	n, err := store.CountTraces(ctx, b.DB, envID)
+	if err != nil {
+		return BuildPlan{}, fmt.Errorf("plan build: %w", err)
+	}
+	plan := BuildPlan{EnvID: envID, BuildID: buildID, UploadKey: bl.UploadKey, NTraces: int(n)}
+	for _, tb := range batches {
+		plan.BatchKeys = append(plan.BatchKeys, tb.BlobKey)
+		plan.BatchIDs = append(plan.BatchIDs, tb.ID)
+	}
+	now := schema.Now()
+	bl.Status, bl.Stage, bl.Progress, bl.StartedAt = schema.BuildRunning, "planning", 0, &now
+	if err := store.UpdateBuild(ctx, b.DB, bl, "status", "stage", "progress", "started_at"); err != nil {
+		return BuildPlan{}, fmt.Errorf("plan build: %w", err)
+	}
+	if err := b.setEnvStatus(ctx, envID, schema.EnvBuilding); err != nil {
+		return BuildPlan{}, err
+	}
+	return plan, nil
+}
+
+// setEnvStatus moves the environment to status unless it already has an active build (then it stays ready).
+func (b *Builds) setEnvStatus(ctx context.Context, envID, status string) error {
+	env, err := store.GetEnvByID(ctx, b.DB, envID)
+	if err != nil {
+		return fmt.Errorf("env %s: %w", envID, err)
+	}
+	if env.ActiveBuildID != "" {
+		status = schema.EnvReady
+	}
+	if env.Status == status {
+		return nil
+	}
+	env.Status = status
+	if err := store.UpdateEnv(ctx, b.DB, env, "status"); err != nil {
+		return fmt.Errorf("env %s: %w", envID, err)
+	}
+	return nil
+}
+
+func (b *Builds) stage(ctx context.Context, buildID, stage string, progress float64) {
+	bl, err := store.GetBuildByID(ctx, b.DB, buildID)
+	if err == nil {
+		bl.Stage, bl.Progress = stage, progress
+		err = store.UpdateBuild(ctx, b.DB, bl, "stage", "progress")
+	}
+	if err != nil {
+		b.Log.Warn("record build progress", "build", buildID, "error", err)
+	}
+	activity.RecordHeartbeat(ctx, stage)
+}
+
+func (b *Builds) readBlob(ctx context.Context, key string) ([]byte, error) {
+	rc, err := b.Blobs.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", key, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", key, err)
+	}
+	return data, nil
+}
+
+// loadInputs reads the plan's traces (each trace from the batch that first stored it) and its upload.
+func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) ([]trace.Trace, infer.Options, error) {
+	var opts infer.Options
+	rows, err := store.ListTraces(ctx, b.DB, plan.EnvID)
+	if err != nil {
+		return nil, opts, fmt.Errorf("list traces: %w", err)
+	}
+	owner := make(map[string]string, len(rows))
+	for _, r := range rows {
+		owner[r.TraceID] = r.BatchID
+	}
+	var traces []trace.Trace
+	for i, key := range plan.BatchKeys {
+		data, err := b.readBlob(ctx, key)
+		if err != nil {
+			return nil, opts, err
+		}
+		batch, err := ingest.DecodeBlob(data)
+		if err != nil {
+			return nil, opts, badInput("trace batch %s: %v", key, err)
+		}
+		for _, t := range batch.Traces {
+			if owner[t.ID] == plan.BatchIDs[i] {
+				traces = append(traces, t)
+			}
+		}
+		activity.RecordHeartbeat(ctx, fmt.Sprintf("read %d/%d batches", i+1, len(plan.BatchKeys)))
+	}
+	if plan.UploadKey != "" {
+		data, err := b.readBlob(ctx, plan.UploadKey)
+		if err != nil {
+			return nil, opts, err
+		}
+		var up BuildUpload
+		if err := json.Unmarshal(data, &up); err != nil {
+			return nil, opts, badInput("build upload %s: %v", plan.UploadKey, err)
+		}
+		if len(up.ToolDefs) > 0 {
+			defs, err := infer.ParseToolDefs(up.ToolDefs)
+			if err != nil {
+				return nil, opts, badInput("tool definitions: %v", err)
+			}
+			opts.Tools = defs
+		}
+		opts.Code = up.Code
+		if up.Config != nil {
+			opts.Config = *up.Config
+		}
+	}
+	if len(traces) == 0 {
+		return nil, opts, badInput("the environment has no traces to build from")
+	}
+	sort.SliceStable(traces, func(i, j int) bool { return traces[i].ID < traces[j].ID })
+	return traces, opts, nil
+}
+
+func (b *Builds) putJSON(ctx context.Context, prefix string, v any) (string, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return b.put(ctx, prefix, data, "application/json")
+}
+
+func (b *Builds) put(ctx context.Context, prefix string, data []byte, contentType string) (string, error) {
+	key := blob.ContentKey(prefix, data)
+	if err := b.Blobs.Put(ctx, key, bytes.NewReader(data), int64(len(data)), contentType); err != nil {
+		return "", fmt.Errorf("store %s: %w", key, err)
+	}
+	return key, nil
+}
+
+// InferBundle reads the traces and uploads, infers the bundle and stores it content-addressed.
+func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, error) {
+	b.stage(ctx, plan.BuildID, "inferring", 0.1)
+	traces, opts, err := b.loadInputs(ctx, plan)
+	if err != nil {
+		return Inferred{}, err
+	}
+	bundle, report, err := infer.Build(traces, opts)
+	if err != nil {
+		return Inferred{}, badInput("inference: %v", err)
+	}
+	data, err := bundle.Marshal()
+	if err != nil {
+		return Inferred{}, fmt.Errorf("marshal bundle: %w", err)
+	}
+	bundleKey, err := b.put(ctx, "bundles/", data, "application/octet-stream")
+	if err != nil {
+		return Inferred{}, err
+	}
+	reportKey, err := b.putJSON(ctx, "reports/build/", report)
+	if err != nil {
+		return Inferred{}, err
+	}
+	warnings := 0
+	for _, w := range report.Warnings {
+		warnings += w.Count
+	}
+	return Inferred{
+		BundleKey: bundleKey, BundleHash: twin.HashBytes(data), ReportKey: reportKey,
+		NTools: len(bundle.Tools), SchemaSource: report.SchemaSource, Warnings: warnings,
+		CoveredPct: report.CoveredPct, SimulatedPct: report.SimulatedPct, Headline: report.Headline,
+	}, nil
+}
+
+// SelfCheck replays every trace against a world built without it (leave-one-out) and stores the report.
+func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (SelfChecked, error) {
+	b.stage(ctx, plan.BuildID, "self-checking", 0.6)
+	traces, opts, err := b.loadInputs(ctx, plan)
+	if err != nil {
+		return SelfChecked{}, err
+	}
+	stop := heartbeatEvery(ctx, 10*time.Second, "self-checking")
+	rep, err := infer.SelfCheck(traces, opts)
+	stop()
+	if err != nil {
+		return SelfChecked{}, fmt.Errorf("self-check: %w", err)
+	}
+	key, err := b.putJSON(ctx, "reports/selfcheck/", rep)
+	if err != nil {
+		return SelfChecked{}, err
+	}
+	return SelfChecked{
+		ReportKey: key, Agreement: rep.AgreementPct, Calls: rep.Calls,
+		Headline: fmt.Sprintf("%s; self-check (leave-one-out) agreement %.1f%% of %d calls", inf.Headline, rep.AgreementPct, rep.Calls),
+	}, nil
+}
+
+// heartbeatEvery heartbeats with details until the returned stop is called, for work that reports no progress.
+func heartbeatEvery(ctx context.Context, every time.Duration, details string) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, details)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// ActivateBuild marks the build succeeded and makes it the environment's active build, in one transaction.
+func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred, chk SelfChecked) error {
+	report, err := json.Marshal(buildSummary{Inferred: inf, SelfChecked: chk})
+	if err != nil {
+		return err
+	}
+	return b.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		bl, err := store.GetBuildByID(ctx, tx, plan.BuildID)
+		if err != nil {
+			return err
+		}
+		now := schema.Now()
+		bl.Status, bl.Stage, bl.Progress, bl.FinishedAt = schema.BuildSucceeded, "succeeded", 1, &now
+		bl.BundleKey, bl.BundleHash, bl.ReportKey, bl.Report = inf.BundleKey, inf.BundleHash, chk.ReportKey, report
+		if err := store.UpdateBuild(ctx, tx, bl, "status", "stage", "progress", "finished_at", "bundle_key",
+			"bundle_hash", "report_key", "report"); err != nil {
+			return err
+		}
+		env, err := store.GetEnvByID(ctx, tx, plan.EnvID)
+		if err != nil {
+			return err
+		}
+		env.Status, env.ActiveBuildID = schema.EnvReady, bl.ID
+		env.NTools, env.SchemaSource = int64(inf.NTools), inf.SchemaSource
+		env.CoveredPct, env.SimulatedPct, env.Headline = inf.CoveredPct, inf.SimulatedPct, chk.Headline
+		return store.UpdateEnv(ctx, tx, env, "status", "active_build_id", "n_tools", "schema_source",
+			"covered_pct", "simulated_pct", "headline")
+	})
+}
+
+// buildSummary is the small report kept inline on the build row.
+type buildSummary struct {
+	Inferred    Inferred    `json:"inferred"`
+	SelfChecked SelfChecked `json:"selfCheck"`
+}
+
+// FailBuild marks the build failed with reason; the environment keeps its previous active build.
+func (b *Builds) FailBuild(ctx context.Context, envID, buildID, reason string) error {
+	bl, err := store.GetBuildByID(ctx, b.DB, buildID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return temporal.NewNonRetryableApplicationError("build "+buildID+" not found", ErrTypeBadInput, err)
+		}
+		return err
+	}
+	now := schema.Now()
+	bl.Status, bl.Stage, bl.Error, bl.FinishedAt = schema.BuildFailed, "failed", reason, &now
+	if err := store.UpdateBuild(ctx, b.DB, bl, "status", "stage", "error", "finished_at"); err != nil {
+		return err
+	}
+	return b.setEnvStatus(ctx, envID, schema.EnvFailed)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/doppel-dev/doppel/config"
+)
+
+// errHelp reports that --help was asked for and answered.
+var errHelp = errors.New("help shown")
+
+// parseConfig parses a server command's flags (every config key has one) and loads the configuration.
+func parseConfig(e env, name string, extra func(*pflag.FlagSet)) (*config.Config, *pflag.FlagSet, error) {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	config.Flags(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: doppel %s [flags]\n\nEvery flag is also a DOPPEL_* variable and a YAML key; see `doppel config`.\n\n%s", name, fs.FlagUsages())
+	}
+	if err := fs.Parse(e.args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, nil, errHelp
+		}
+		return nil, nil, usageError{err.Error()}
+	}
+	cfg, err := config.Load(fs, e.environ)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, fs, nil
+}
+
+// newLogger builds the process logger from the log.* keys.
+func newLogger(cfg *config.Config, w *os.File) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.Log.Level)))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

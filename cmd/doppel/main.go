@@ -1,0 +1,91 @@
+// Command doppel builds working doubles of AI agents' tool backends from their traces and serves them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprintln(os.Stderr, "doppel:", err)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "doppel:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a mistake in the command line itself.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// env is what every subcommand gets: its arguments, the process environment and where to write.
+type env struct {
+	args    []string
+	environ []string
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e env) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"dev":     {"run everything in one process on embedded defaults (SQLite, local blobs, in-process Temporal)", runDev},
+		"serve":   {"run the HTTP API against the configured database, blob store and Temporal", runServe},
+		"worker":  {"run the Temporal worker (workflows and activities)", runWorker},
+		"twin":    {"run the twin runtime for one bundle (the process inside a twin container)", runTwin},
+		"migrate": {"apply database migrations (idempotent, safe to run concurrently)", runMigrate},
+		"openapi": {"print the OpenAPI 3.1 document", runOpenAPI},
+		"keys":    {"manage workspace keys: keys create|list|revoke", runKeys},
+		"collect": {"send trace files (JSON or JSONL) to /api/collect", runCollect},
+		"config":  {"print the configuration reference (keys, env vars, flags, defaults)", runConfig},
+		"version": {"print the version", runVersion},
+	}
+}
+
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout, cmds)
+		return nil
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		usage(stderr, cmds)
+		return usageError{fmt.Sprintf("unknown command %q", args[0])}
+	}
+	return c.run(ctx, env{args: args[1:], environ: environ, stdout: stdout, stderr: stderr})
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("doppel: working doubles of agents' tool backends, built from their traces.\n\nUsage: doppel <command> [flags]\n\nCommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-8s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("\nRun `doppel <command> --help` for a command's flags; `doppel config` lists every setting.\n")
+	fmt.Fprint(w, b.String())
+}

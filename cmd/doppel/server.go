@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/uptrace/bun"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/worker"
+	"github.com/doppel-dev/doppel/workflows"
+)
+
+// devKeyFile keeps the dev workspace key under the data dir, so `doppel dev` prints the same key every start.
+const devKeyFile = "workspace-key"
+
+func runDev(ctx context.Context, e env) error {
+	cfg, _, err := parseConfig(e, "dev", nil)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	logger := newLogger(cfg, os.Stderr)
+	st, err := startStack(ctx, cfg, logger, true, true)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+
+	key, err := devKey(cfg)
+	if err != nil {
+		return err
+	}
+	if _, _, err := store.Bootstrap(ctx, st.db, store.BootstrapOptions{Key: key}); err != nil {
+		return fmt.Errorf("bootstrap workspace key: %w", err)
+	}
+
+	w := newWorker(st)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("temporal worker: %w", err)
+	}
+	defer w.Stop()
+
+	return serveHTTP(ctx, st, func(addr string) {
+		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
+		fmt.Fprintf(e.stdout, "  API          %s  (docs %s/docs)\n", publicURL(cfg, addr), publicURL(cfg, addr))
+		if st.dev != nil && st.dev.UIURL() != "" {
+			fmt.Fprintf(e.stdout, "  Temporal UI  %s\n", st.dev.UIURL())
+		}
+		fmt.Fprintf(e.stdout, "  Workspace key %s\n", key)
+		fmt.Fprintf(e.stdout, "  Data         %s\n", cfg.DataDir)
+		fmt.Fprintln(e.stdout, "Ctrl-C stops.")
+	})
+}
+
+// devKey is the bootstrap key if configured, else the key kept under the data dir (minted on first start).
+func devKey(cfg *config.Config) (string, error) {
+	if cfg.BootstrapKey != "" {
+		return cfg.BootstrapKey, nil
+	}
+	path := filepath.Join(cfg.DataDir, devKeyFile)
+	if data, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(data)), nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	m, err := cred.Mint(cred.KindWorkspace)
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(m.Plaintext+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return m.Plaintext, nil
+}
+
+func publicURL(cfg *config.Config, bound string) string {
+	if cfg.API.PublicURL != "" && !strings.HasSuffix(cfg.API.Addr, ":0") {
+		return cfg.API.PublicURL
+	}
+	return "http://" + bound
+}
+
+func runServe(ctx context.Context, e env) error {
+	cfg, _, err := parseConfig(e, "serve", nil)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, os.Stderr)
+	st, err := startStack(ctx, cfg, logger, false, false)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if err := checkSchema(ctx, st.db); err != nil {
+		return err
+	}
+	if cfg.BootstrapKey != "" {
+		if _, _, err := store.Bootstrap(ctx, st.db, store.BootstrapOptions{Key: cfg.BootstrapKey}); err != nil {
+			return fmt.Errorf("bootstrap workspace key: %w", err)
+		}
+	}
+	return serveHTTP(ctx, st, func(addr string) {
+		logger.Info("doppel API listening", "addr", addr, "url", publicURL(cfg, addr))
+	})
+}
+
+func runWorker(ctx context.Context, e env) error {
+	cfg, _, err := parseConfig(e, "worker", nil)
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, os.Stderr)
+	st, err := startStack(ctx, cfg, logger, false, false)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	if err := checkSchema(ctx, st.db); err != nil {
+		return err
+	}
+	w := newWorker(st)
+	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
+	if err := w.Run(stopOn(ctx)); err != nil {
+		return fmt.Errorf("temporal worker: %w", err)
+	}
+	return nil
+}
+
+// stopOn turns ctx's end into the channel a Temporal worker's Run waits on.
+func stopOn(ctx context.Context) <-chan any {
+	ch := make(chan any)
+	go func() { <-ctx.Done(); close(ch) }()
+	return ch
+}
+
+func runOpenAPI(_ context.Context, e env) error {
+	_, h := api.New(apiOptions(nil))
+	data, err := json.MarshalIndent(h.OpenAPI(), "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(e.stdout, string(data))
+	return err
+}
+
+func newWorker(st *stack) sdkworker.Worker {
+	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
+		Builds: &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
+	})
+}
+
+// apiOptions assembles the API over st; a nil st gives the routes only (for the OpenAPI document).
+func apiOptions(st *stack) api.Options {
+	opts := api.Options{Title: "doppel API", Version: "v1"}
+	var starter *workflows.Starter
+	if st != nil {
+		opts.DB = st.db
+		opts.Logger = st.log.With("component", "api")
+		opts.Readiness = map[string]api.Checker{
+			"db":   func(ctx context.Context) error { return st.db.PingContext(ctx) },
+			"blob": st.blobs.Ping,
+			"temporal": func(ctx context.Context) error {
+				_, err := st.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			},
+		}
+		starter = &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	}
+	opts.Routes = routes(st, starter)
+	return opts
+}
+
+// routes lists the route groups beyond the API's built-in ones.
+func routes(st *stack, starter *workflows.Starter) []func(huma.API, *api.Deps) {
+	return nil
+}
+
+// serveHTTP serves the API until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
+	handler, _ := api.New(apiOptions(st))
+	ln, err := net.Listen("tcp", st.cfg.API.Addr)
+	if err != nil {
+		return &config.FieldError{Key: "api.addr", Reason: err.Error()}
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(st.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	ready(ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	return nil
+}
+
+// checkSchema refuses to run serve or worker against a database that lacks migrations.
+func checkSchema(ctx context.Context, db *bun.DB) error {
+	ms, err := schema.Migrations(db.Dialect().Name().String())
+	if err != nil {
+		return err
+	}
+	have, err := schema.Version(ctx, db)
+	if err != nil {
+		return fmt.Errorf("%w (run `doppel migrate`)", err)
+	}
+	if want := ms[len(ms)-1].Version; have < want {
+		return fmt.Errorf("database schema is at version %d, this doppel needs %d: run `doppel migrate`", have, want)
+	}
+	return nil
+}

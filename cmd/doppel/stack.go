@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/uptrace/bun"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/devserver"
+	"github.com/doppel-dev/doppel/schema"
+)
+
+// stack holds the concrete parts a server process runs on; close releases them in reverse order.
+type stack struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	db       *bun.DB
+	blobs    blob.Store
+	dev      *devserver.Server
+	temporal client.Client
+	closers  []func() error
+}
+
+func (s *stack) onClose(f func() error) { s.closers = append(s.closers, f) }
+
+func (s *stack) close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+func openDB(ctx context.Context, cfg *config.Config) (*bun.DB, error) {
+	if cfg.DB.Driver == "sqlite" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("data_dir %s: %w", cfg.DataDir, err)
+		}
+	}
+	db, err := schema.Open(ctx, schema.Options{Driver: cfg.DB.Driver, DSN: cfg.DB.DSN})
+	if err != nil {
+		return nil, fmt.Errorf("db (%s): %w", cfg.DB.Driver, err)
+	}
+	return db, nil
+}
+
+func openBlobs(ctx context.Context, cfg *config.Config) (blob.Store, error) {
+	switch cfg.Blob.Driver {
+	case "s3":
+		s, err := blob.NewS3(ctx, blob.S3Options{
+			Endpoint: cfg.Blob.Endpoint, AccessKey: cfg.Blob.AccessKey, SecretKey: cfg.Blob.SecretKey,
+			Bucket: cfg.Blob.Bucket, Region: cfg.Blob.Region, UseSSL: cfg.Blob.UseSSL,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("blob store (s3 %s): %w", cfg.Blob.Endpoint, err)
+		}
+		return s, nil
+	default:
+		l, err := blob.NewLocal(cfg.Blob.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("blob store (local %s): %w", cfg.Blob.Dir, err)
+		}
+		return l, nil
+	}
+}
+
+// startStack opens the database (migrating it when migrate is set), the blob store and Temporal — an in-process
+// dev server when dev is set, else the configured frontend.
+func startStack(ctx context.Context, cfg *config.Config, logger *slog.Logger, dev, migrate bool) (*stack, error) {
+	s := &stack{cfg: cfg, log: logger}
+	fail := func(err error) (*stack, error) {
+		_ = s.close()
+		return nil, err
+	}
+
+	db, err := openDB(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	s.db = db
+	s.onClose(db.Close)
+	if migrate {
+		if err := schema.Migrate(ctx, db); err != nil {
+			return fail(fmt.Errorf("migrate: %w", err))
+		}
+	}
+
+	if s.blobs, err = openBlobs(ctx, cfg); err != nil {
+		return fail(err)
+	}
+
+	addr := cfg.Temporal.Address
+	if dev {
+		srv, err := devserver.Start(ctx, devserver.Options{
+			DataDir: cfg.DataDir, FrontendAddr: cfg.Temporal.DevAddr, UIAddr: cfg.Temporal.UIAddr,
+			Namespace: cfg.Temporal.Namespace, Logger: logger.With("component", "temporal"),
+		})
+		if err != nil {
+			return fail(fmt.Errorf("temporal dev server: %w", err))
+		}
+		s.dev = srv
+		s.onClose(srv.Stop)
+		addr = srv.FrontendAddr()
+	}
+	if addr == "" {
+		return fail(&config.FieldError{Key: "temporal.address", Reason: "is required outside `doppel dev`"})
+	}
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort: addr, Namespace: cfg.Temporal.Namespace,
+		Logger: log.NewStructuredLogger(logger.With("component", "temporal-client")),
+	})
+	if err != nil {
+		return fail(fmt.Errorf("temporal %s: %w", addr, err))
+	}
+	s.temporal = c
+	s.onClose(func() error { c.Close(); return nil })
+	return s, nil
+}

@@ -1,0 +1,31 @@
+// Package worker registers doppel's workflows and activities on a Temporal worker.
+package worker
+
+import (
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/workflows"
+)
+
+// Deps are the filled activity structs the worker serves.
+type Deps struct {
+	Builds *activities.Builds
+}
+
+// Register registers every workflow under its explicit name and every activity struct's methods.
+func Register(r sdkworker.Registry, d Deps) {
+	workflows.Register(r)
+	if d.Builds != nil {
+		r.RegisterActivityWithOptions(d.Builds, activity.RegisterOptions{})
+	}
+}
+
+// New creates a worker polling taskQueue with everything registered; the caller starts and stops it.
+func New(c client.Client, taskQueue string, d Deps) sdkworker.Worker {
+	w := sdkworker.New(c, taskQueue, sdkworker.Options{})
+	Register(w, d)
+	return w
+}
