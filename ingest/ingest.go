@@ -109,6 +109,8 @@ type Error struct {
 	Fields []FieldError
 	// Truncated is true when decoding stopped at Options.MaxErrors with more problems possible.
 	Truncated bool
+	// OverLimit is true when the body holds more than Options.MaxTraces traces (an API answers 413).
+	OverLimit bool
 }
 
 func (e *Error) Error() string {
@@ -136,7 +138,7 @@ func Decode(body []byte, opts Options) (*Parsed, error) {
 	var out Parsed
 	p.parseBody(&out.Batch)
 	if len(p.errs) > 0 {
-		return nil, &Error{Fields: p.errs, Truncated: p.truncated}
+		return nil, &Error{Fields: p.errs, Truncated: p.truncated, OverLimit: p.overLimit}
 	}
 	out.Slug = Slug(out.Batch.Project)
 	out.Tools, out.Messages, out.Calls = summarize(out.Batch.Traces)

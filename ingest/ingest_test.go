@@ -200,7 +200,7 @@ func TestDecodeLimits(t *testing.T) {
 		t.Fatalf("4 traces with MaxTraces 4: %v", err)
 	}
 	_, err = Decode([]byte(body(append(ok, tr("x", user))...)), Options{MaxTraces: 4})
-	if e, _ := err.(*Error); e == nil || e.Fields[0].Path != "traces" || !strings.Contains(e.Fields[0].Message, "limit of 4 traces") {
+	if e, _ := err.(*Error); e == nil || !e.OverLimit || e.Fields[0].Path != "traces" || !strings.Contains(e.Fields[0].Message, "limit of 4 traces") {
 		t.Fatalf("5 traces with MaxTraces 4: %v", err)
 	}
 }

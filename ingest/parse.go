@@ -30,6 +30,7 @@ type parser struct {
 	errs      []FieldError
 	truncated bool
 	stopped   bool
+	overLimit bool
 	// checkUTF8 is set when checking in-memory values (ValidateTrace), which may hold invalid UTF-8.
 	checkUTF8 bool
 	// lenient skips the field rules (types and syntax are still checked): DecodeBlob reads stored batches.
@@ -646,7 +647,7 @@ func (p *parser) traces(b *trace.Batch) (ok bool, err error) {
 		}
 		if i == p.opts.MaxTraces {
 			p.fail(fmt.Sprintf("holds more than the limit of %d traces in one batch", p.opts.MaxTraces))
-			p.stopped = true
+			p.stopped, p.overLimit = true, true
 			return false, errStop
 		}
 		b.Traces = append(b.Traces, trace.Trace{})
