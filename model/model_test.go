@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/doppel-dev/doppel/twin"
 )
 
 func TestNewRejectsBadOptions(t *testing.T) {
@@ -443,5 +445,57 @@ func TestSeedPropagatesAPIError(t *testing.T) {
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != 401 {
 		t.Fatalf("err = %v, want APIError 401", err)
+	}
+}
+
+func TestTwinSimulator(t *testing.T) {
+	f := newFakeOpenAI(t, func(n int, _ fakeRequest) (int, string) {
+		if n == 0 {
+			return 200, `{"error":false,"content":"{\"order_id\": \"#W3\", \"status\": \"pending\"}"}`
+		}
+		return 200, `{"error":true,"content":"order not found"}`
+	})
+	ts := TwinSimulator{S: NewSimulator(f.client(t), nil)}
+	req := twin.SimRequest{Tool: "get_order_details", OutputSchema: orderSchema, Args: json.RawMessage(`{"order_id":"#W3"}`),
+		Examples: []twin.SimExample{{Args: json.RawMessage(`{"order_id":"#W0"}`), Answer: "Error: order not found"}}}
+	got, err := ts.Simulate(context.Background(), req)
+	if err != nil || got != `{"order_id": "#W3", "status": "pending"}` {
+		t.Fatalf("Simulate = %q, %v", got, err)
+	}
+	if !strings.Contains(f.requests()[0].Messages[0].Content, "error: true\n  answer: Error: order not found") {
+		t.Fatal("the recorded error example is not shown as an error")
+	}
+	// An error answer comes back reading as one, so the twin labels it error: true.
+	got, err = ts.Simulate(context.Background(), req)
+	if err != nil || got != "Error: order not found" || !twin.IsErrorText(got) {
+		t.Fatalf("Simulate = %q, %v", got, err)
+	}
+}
+
+func TestCheckTypes(t *testing.T) {
+	schema := json.RawMessage(`{"type":"object","required":["order_id"],"additionalProperties":false,"properties":{
+		"order_id":{"type":"string","enum":["#W1"]},"item_ids":{"type":"array","minItems":2,"items":{"type":"string"}},
+		"qty":{"type":"integer","minimum":1}}}`)
+	tests := []struct {
+		doc  string
+		want string
+	}{
+		{`{"order_id":"#W9"}`, ""}, // enum not enforced
+		{`{}`, ""},                 // required not enforced
+		{`{"other":1,"qty":0,"item_ids":[]}`, ""}, // unknown fields, bounds not enforced
+		{`{"order_id":9}`, "$.order_id: want string, got integer"},
+		{`{"item_ids":["a",2]}`, "$.item_ids[1]: want string, got integer"},
+		{`{"qty":"2"}`, "$.qty: want integer, got string"},
+		{`["x"]`, "$: want object, got array"},
+	}
+	for _, tt := range tests {
+		v, err := DecodeJSON([]byte(tt.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = CheckTypes(schema, v)
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("CheckTypes(%s) = %v, want %q", tt.doc, err, tt.want)
+		}
 	}
 }

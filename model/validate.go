@@ -16,6 +16,22 @@ import (
 // oneOf, allOf, minItems, maxItems, minimum, maximum, nullable. Unknown keywords are ignored. The error
 // names the JSON path of the first violation, e.g. $.orders[0].status.
 func Validate(schema json.RawMessage, v any) error {
+	return run(schema, v, false)
+}
+
+// CheckTypes checks only that a decoded JSON value has the JSON types the schema gives it (type, through
+// properties, items and the anyOf/oneOf/allOf alternatives); required fields, enums, bounds and unknown
+// fields are not checked. It suits tool arguments, whose inferred schemas are too narrow to enforce: a
+// value never seen in a recording is the production tool's business, a wrong type is bad input.
+func CheckTypes(schema json.RawMessage, v any) error {
+	return run(schema, v, true)
+}
+
+// DecodeJSON decodes one JSON document for Validate and CheckTypes: numbers stay exact (json.Number),
+// trailing data is an error.
+func DecodeJSON(b []byte) (any, error) { return decodeJSON(b) }
+
+func run(schema json.RawMessage, v any, typesOnly bool) error {
 	if len(bytes.TrimSpace(schema)) == 0 {
 		return nil
 	}
@@ -23,10 +39,13 @@ func Validate(schema json.RawMessage, v any) error {
 	if err := json.Unmarshal(schema, &s); err != nil {
 		return fmt.Errorf("schema is not JSON: %w", err)
 	}
-	return validate(s, v, "$")
+	vd := validator{typesOnly: typesOnly}
+	return vd.validate(s, v, "$")
 }
 
-func validate(s any, v any, path string) error {
+type validator struct{ typesOnly bool }
+
+func (vd validator) validate(s any, v any, path string) error {
 	switch sv := s.(type) {
 	case bool:
 		if !sv {
@@ -34,13 +53,13 @@ func validate(s any, v any, path string) error {
 		}
 		return nil
 	case map[string]any:
-		return validateObject(sv, v, path)
+		return vd.validateObject(sv, v, path)
 	default:
 		return nil
 	}
 }
 
-func validateObject(s map[string]any, v any, path string) error {
+func (vd validator) validateObject(s map[string]any, v any, path string) error {
 	if t, ok := s["type"]; ok {
 		types := typeList(t)
 		if nb, _ := s["nullable"].(bool); nb {
@@ -50,10 +69,10 @@ func validateObject(s map[string]any, v any, path string) error {
 			return fmt.Errorf("%s: want %s, got %s", path, strings.Join(types, " or "), kindOf(v))
 		}
 	}
-	if c, ok := s["const"]; ok && !jsonEqual(c, v) {
+	if c, ok := s["const"]; ok && !vd.typesOnly && !jsonEqual(c, v) {
 		return fmt.Errorf("%s: must equal %s", path, compact(c))
 	}
-	if e, ok := s["enum"].([]any); ok {
+	if e, ok := s["enum"].([]any); ok && !vd.typesOnly {
 		found := false
 		for _, x := range e {
 			if jsonEqual(x, v) {
@@ -67,7 +86,7 @@ func validateObject(s map[string]any, v any, path string) error {
 	}
 	if all, ok := s["allOf"].([]any); ok {
 		for _, sub := range all {
-			if err := validate(sub, v, path); err != nil {
+			if err := vd.validate(sub, v, path); err != nil {
 				return err
 			}
 		}
@@ -80,7 +99,7 @@ func validateObject(s map[string]any, v any, path string) error {
 		var first error
 		matched := false
 		for _, sub := range alts {
-			if err := validate(sub, v, path); err == nil {
+			if err := vd.validate(sub, v, path); err == nil {
 				matched = true
 				break
 			} else if first == nil {
@@ -94,7 +113,7 @@ func validateObject(s map[string]any, v any, path string) error {
 	switch x := v.(type) {
 	case map[string]any:
 		props, _ := s["properties"].(map[string]any)
-		if req, ok := s["required"].([]any); ok {
+		if req, ok := s["required"].([]any); ok && !vd.typesOnly {
 			for _, r := range req {
 				name, _ := r.(string)
 				if _, present := x[name]; !present {
@@ -110,13 +129,13 @@ func validateObject(s map[string]any, v any, path string) error {
 		for _, k := range keys {
 			sub := fieldPath(path, k)
 			if ps, ok := props[k]; ok {
-				if err := validate(ps, x[k], sub); err != nil {
+				if err := vd.validate(ps, x[k], sub); err != nil {
 					return err
 				}
 				continue
 			}
-			if ap, ok := s["additionalProperties"]; ok {
-				if err := validate(ap, x[k], sub); err != nil {
+			if ap, ok := s["additionalProperties"]; ok && !vd.typesOnly {
+				if err := vd.validate(ap, x[k], sub); err != nil {
 					if b, isBool := ap.(bool); isBool && !b {
 						return fmt.Errorf("%s: unknown field", sub)
 					}
@@ -125,22 +144,22 @@ func validateObject(s map[string]any, v any, path string) error {
 			}
 		}
 	case []any:
-		if n, ok := number(s["minItems"]); ok && float64(len(x)) < n {
+		if n, ok := number(s["minItems"]); ok && !vd.typesOnly && float64(len(x)) < n {
 			return fmt.Errorf("%s: %d items, want at least %v", path, len(x), n)
 		}
-		if n, ok := number(s["maxItems"]); ok && float64(len(x)) > n {
+		if n, ok := number(s["maxItems"]); ok && !vd.typesOnly && float64(len(x)) > n {
 			return fmt.Errorf("%s: %d items, want at most %v", path, len(x), n)
 		}
 		if items, ok := s["items"]; ok {
 			for i, it := range x {
-				if err := validate(items, it, path+"["+strconv.Itoa(i)+"]"); err != nil {
+				if err := vd.validate(items, it, path+"["+strconv.Itoa(i)+"]"); err != nil {
 					return err
 				}
 			}
 		}
 	case json.Number:
 		f, err := x.Float64()
-		if err == nil {
+		if err == nil && !vd.typesOnly {
 			if n, ok := number(s["minimum"]); ok && f < n {
 				return fmt.Errorf("%s: %s is below the minimum %v", path, x, n)
 			}
