@@ -1,0 +1,279 @@
+// Package api serves doppel's HTTP API: REST routes on Huma, auth, the error envelope, health, the registry and the docs.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/schema"
+)
+
+// Checker answers nil when a dependency is ready.
+type Checker func(ctx context.Context) error
+
+// Options configures the API handler.
+type Options struct {
+	// DB is the metadata database. It may be nil only to render the OpenAPI document.
+	DB *bun.DB
+	// Logger receives the access log and internal errors (nil: discarded).
+	Logger *slog.Logger
+	// Readiness names the checks GET /readyz runs (e.g. "db", "blob", "temporal"); it answers 200
+	// only when every one returns nil.
+	Readiness map[string]Checker
+	// ReadyTimeout bounds each readiness check (default 2s).
+	ReadyTimeout time.Duration
+	// Routes register further route groups (collect, sessions, build, wake, tRPC, MCP, …) without
+	// editing this package. Each is called once, after the built-in routes, with the API and Deps.
+	Routes []func(huma.API, *Deps)
+	// Title and Version label the OpenAPI document (defaults "doppel API", "dev").
+	Title, Version string
+}
+
+// Deps is what a route group gets from the API.
+type Deps struct {
+	DB     *bun.DB
+	Logger *slog.Logger
+	// Auth resolves credentials; huma operations get this for free by setting Security
+	// (WorkspaceKeyAuth, SessionAuth, MCPAuth) and reading PrincipalFrom(ctx).
+	Auth *Authenticator
+	// Mux takes plain net/http routes (e.g. tRPC, MCP, streaming). They get the request id,
+	// panic recovery and access log too; write errors with WriteError.
+	Mux *http.ServeMux
+}
+
+// New builds the API: every built-in route, then each of opts.Routes.
+func New(opts Options) (http.Handler, huma.API) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Title == "" {
+		opts.Title = "doppel API"
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	mux := http.NewServeMux()
+	srv := &server{mux: mux, logger: logger}
+	// The adapter serves through srv, so humatest and every other caller of
+	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
+	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
+	auth := &Authenticator{DB: opts.DB}
+	humaAPI.UseMiddleware(auth.middleware(humaAPI))
+	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux}
+
+	registerHealth(humaAPI, opts)
+	registerEnvs(humaAPI, deps)
+	registerKeys(humaAPI, deps)
+	registerRegistry(humaAPI)
+	for _, r := range opts.Routes {
+		r(humaAPI, deps)
+	}
+	registerDocs(mux, humaAPI)
+
+	return srv, humaAPI
+}
+
+// adapter is humago's adapter serving through the server wrapper.
+type adapter struct {
+	huma.Adapter
+	srv *server
+}
+
+func (a *adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.srv.ServeHTTP(w, r) }
+
+func config(title, version string) huma.Config {
+	c := huma.DefaultConfig(title, version)
+	c.CreateHooks = nil // no $schema links in bodies
+	c.SchemasPath = ""
+	c.DocsPath = "" // our own, self-contained /docs
+	c.RejectUnknownQueryParameters = true
+	c.Formats = map[string]huma.Format{
+		"application/json": huma.DefaultJSONFormat,
+		"json":             huma.DefaultJSONFormat,
+	}
+	c.Transformers = []huma.Transformer{fillRequestID}
+	c.Info.Description = apiDescription()
+	c.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		SchemeWorkspaceKey: {Type: "http", Scheme: "bearer", Description: "Workspace key, `mk_live_…`. Environment routes, collect, key management."},
+		SchemeSessionToken: {Type: "http", Scheme: "bearer", Description: "Session token, `ms_…`, returned once when a session opens. Session routes only; revoked when the session ends."},
+		SchemeMCPToken:     {Type: "http", Scheme: "bearer", Description: "MCP access token, `mcp_at_…`. The MCP server."},
+	}
+	c.OnAddOperation = append(c.OnAddOperation, documentErrors)
+	return c
+}
+
+// documentErrors adds the envelope to every operation's responses: the codes its inputs and
+// auth can produce, 500, and a default.
+func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
+	ref := oapi.Components.Schemas.Schema(typeOfEnvelope, true, "Envelope")
+	add := func(status int) {
+		key := statusKey(status)
+		if _, ok := op.Responses[key]; ok {
+			return
+		}
+		op.Responses[key] = &huma.Response{
+			Description: http.StatusText(status),
+			Content:     map[string]*huma.MediaType{"application/json": {Schema: ref}},
+		}
+	}
+	if len(op.Security) > 0 {
+		add(http.StatusUnauthorized)
+		add(http.StatusForbidden)
+	}
+	hasPath := strings.Contains(op.Path, "{")
+	if hasPath || len(op.Security) > 0 {
+		add(http.StatusNotFound)
+	}
+	if len(op.Parameters) > 0 || op.RequestBody != nil {
+		add(http.StatusUnprocessableEntity)
+	}
+	if op.RequestBody != nil {
+		add(http.StatusRequestEntityTooLarge)
+	}
+	add(http.StatusInternalServerError)
+	if _, ok := op.Responses["default"]; !ok {
+		op.Responses["default"] = &huma.Response{
+			Description: "Any error: the envelope {detail, code, requestId}.",
+			Content:     map[string]*huma.MediaType{"application/json": {Schema: ref}},
+		}
+	}
+}
+
+// server wraps the mux with the request id, panic recovery, the access log, and envelope 404/405s.
+type server struct {
+	mux    *http.ServeMux
+	logger *slog.Logger
+}
+
+type reqInfo struct {
+	id     string
+	logger *slog.Logger
+}
+
+type reqKey struct{}
+
+// RequestID returns the request's id (req_…), "" outside a request.
+func RequestID(ctx context.Context) string {
+	if ri, ok := ctx.Value(reqKey{}).(*reqInfo); ok {
+		return ri.id
+	}
+	return ""
+}
+
+func loggerFrom(ctx context.Context) *slog.Logger {
+	if ri, ok := ctx.Value(reqKey{}).(*reqInfo); ok {
+		return ri.logger
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger}
+	r = r.WithContext(context.WithValue(r.Context(), reqKey{}, ri))
+	w.Header().Set("X-Request-Id", ri.id)
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.logger.ErrorContext(r.Context(), "panic", slog.String("request_id", ri.id), slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			if !sw.wrote {
+				e := NewError(http.StatusInternalServerError, "internal error; quote request id "+ri.id+" when reporting it")
+				e.RequestID = ri.id
+				writeEnvelope(sw, http.StatusInternalServerError, e)
+			}
+		}
+		s.logger.InfoContext(r.Context(), "request", slog.String("request_id", ri.id), slog.String("method", r.Method),
+			slog.String("path", r.URL.Path), slog.Int("status", sw.status()), slog.Duration("dur", time.Since(start)))
+	}()
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.unrouted(sw, r, ri.id)
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+// unrouted answers a request no route matches: 405 with Allow when the path exists under other methods, else 404.
+func (s *server) unrouted(w http.ResponseWriter, r *http.Request, rid string) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	var e *Envelope
+	status := http.StatusNotFound
+	if len(allow) > 0 {
+		status = http.StatusMethodNotAllowed
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		e = Errorf(status, "method %s not allowed on %s; allowed: %s", r.Method, r.URL.Path, strings.Join(allow, ", "))
+	} else {
+		e = NotFound("no route %s %s", r.Method, r.URL.Path)
+	}
+	e.RequestID = rid
+	writeEnvelope(w, status, e)
+}
+
+// statusWriter records whether and with what status the response was started.
+type statusWriter struct {
+	http.ResponseWriter
+	wrote bool
+	code  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote, w.code = true, code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.wrote, w.code = true, http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// Flush lets streaming routes flush through the wrapper.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		if !w.wrote {
+			w.wrote, w.code = true, http.StatusOK
+		}
+		f.Flush()
+	}
+}
+
+// Unwrap exposes the underlying writer to http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
+func statusKey(status int) string { return strconv.Itoa(status) }

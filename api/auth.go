@@ -1,0 +1,266 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+)
+
+// Security scheme names, declared in the OpenAPI document. An operation's Security picks
+// which credentials the auth middleware accepts for it.
+const (
+	SchemeWorkspaceKey = "workspaceKey" // Authorization: Bearer mk_live_…
+	SchemeSessionToken = "sessionToken" // Authorization: Bearer ms_…
+	SchemeMCPToken     = "mcpToken"     // Authorization: Bearer mcp_at_…
+)
+
+// SessionIDParam is the path parameter session routes must name the session with.
+const SessionIDParam = "session_id"
+
+// WorkspaceKeyAuth is the Security of routes that take a workspace key (environment routes, collect, keys).
+func WorkspaceKeyAuth() []map[string][]string {
+	return []map[string][]string{{SchemeWorkspaceKey: {}}}
+}
+
+// SessionAuth is the Security of session routes (path parameter {session_id}): the session's
+// token, or the workspace key that opened the session.
+func SessionAuth() []map[string][]string {
+	return []map[string][]string{{SchemeSessionToken: {}}, {SchemeWorkspaceKey: {}}}
+}
+
+// MCPAuth is the Security of MCP routes: an MCP token or a workspace key.
+func MCPAuth() []map[string][]string {
+	return []map[string][]string{{SchemeMCPToken: {}}, {SchemeWorkspaceKey: {}}}
+}
+
+// Principal is who a request acts as, set by the auth middleware.
+type Principal struct {
+	Workspace *schema.Workspace
+	// Key is the workspace key or MCP token presented; nil when a session token was.
+	Key *schema.APIKey
+	// Session is the session a session route names; nil on other routes. Its status may be
+	// closed or expired when the opening key asks: use SessionGone to answer those.
+	Session *schema.Session
+}
+
+type principalKey struct{}
+
+// PrincipalFrom returns the request's principal, nil on routes without auth.
+func PrincipalFrom(ctx context.Context) *Principal {
+	p, _ := ctx.Value(principalKey{}).(*Principal)
+	return p
+}
+
+// WithPrincipal returns ctx carrying p (for raw handlers and tests).
+func WithPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// SessionGone is the 404 for a session that is no longer open (spec §3: an expired session answers 404), nil when open.
+func SessionGone(s *schema.Session) error {
+	if s.Status == schema.SessionOpen {
+		return nil
+	}
+	return NotFound("session %s is %s", s.ID, s.Status)
+}
+
+// Authenticator resolves bearer credentials against the metadata database.
+type Authenticator struct {
+	DB *bun.DB
+}
+
+func credential(authorization string) (string, error) {
+	tok := cred.FromHeader(authorization)
+	if tok == "" {
+		return "", Unauthorized("missing credential: send Authorization: Bearer <credential>")
+	}
+	return tok, nil
+}
+
+func checkAccess(ws *schema.Workspace) error {
+	switch ws.Access {
+	case schema.AccessGranted:
+		return nil
+	case schema.AccessPending:
+		return Forbidden(AccessPending, "workspace access is pending")
+	default:
+		return Forbidden(AccessDenied, "workspace access is denied")
+	}
+}
+
+func (a *Authenticator) db() (*bun.DB, error) {
+	if a == nil || a.DB == nil {
+		return nil, Unavailable("metadata database is not configured")
+	}
+	return a.DB, nil
+}
+
+// Key authenticates an Authorization header carrying a key of one of the given kinds
+// (cred.KindWorkspace, cred.KindMCP). Missing, malformed, unknown, revoked or wrong-kind
+// credentials are 401; a workspace whose access is not granted is 403.
+func (a *Authenticator) Key(ctx context.Context, authorization string, kinds ...cred.Kind) (*Principal, error) {
+	db, err := a.db()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := credential(authorization)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(kinds, cred.KindOf(tok)) {
+		return nil, Unauthorized("this route takes " + describeKinds(kinds))
+	}
+	key, ws, err := store.ResolveKey(ctx, db, tok)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Unauthorized("invalid or revoked credential")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAccess(ws); err != nil {
+		return nil, err
+	}
+	return &Principal{Workspace: ws, Key: key}, nil
+}
+
+// Workspace authenticates a workspace key (mk_live_…).
+func (a *Authenticator) Workspace(ctx context.Context, authorization string) (*Principal, error) {
+	return a.Key(ctx, authorization, cred.KindWorkspace)
+}
+
+// Session authenticates a session route for sessionID: the session's own token (ms_…) or the
+// workspace key that opened it. A closed or broken session's token is revoked (401); an
+// expired one's answers 404. A session of another workspace, or a token of another session,
+// is 404; another key of the same workspace is 403 denied.
+func (a *Authenticator) Session(ctx context.Context, authorization, sessionID string) (*Principal, error) {
+	db, err := a.db()
+	if err != nil {
+		return nil, err
+	}
+	tok, err := credential(authorization)
+	if err != nil {
+		return nil, err
+	}
+	switch cred.KindOf(tok) {
+	case cred.KindSession:
+		s, err := store.SessionByToken(ctx, db, tok)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, Unauthorized("invalid session token")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.Status == schema.SessionClosed || s.Status == schema.SessionBroken {
+			return nil, Unauthorized("session token revoked: the session has ended")
+		}
+		if s.ID != sessionID {
+			return nil, NotFound("session %s not found", sessionID)
+		}
+		if s.Status == schema.SessionExpired {
+			return nil, NotFound("session %s expired", sessionID)
+		}
+		ws, err := store.GetWorkspace(ctx, db, s.WorkspaceID)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkAccess(ws); err != nil {
+			return nil, err
+		}
+		return &Principal{Workspace: ws, Session: s}, nil
+	case cred.KindWorkspace:
+		p, err := a.Workspace(ctx, authorization)
+		if err != nil {
+			return nil, err
+		}
+		s, err := store.GetSession(ctx, db, p.Workspace.ID, sessionID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, NotFound("session %s not found", sessionID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.OpenedByKeyID != p.Key.ID {
+			return nil, Forbidden(AccessDenied, "session "+sessionID+" was opened by another key: use its session token or the key that opened it")
+		}
+		p.Session = s
+		return p, nil
+	}
+	return nil, Unauthorized("session routes take the session token (ms_…) or the workspace key that opened the session")
+}
+
+func describeKinds(kinds []cred.Kind) string {
+	s := ""
+	for i, k := range kinds {
+		if i > 0 {
+			s += " or "
+		}
+		switch k {
+		case cred.KindWorkspace:
+			s += "a workspace key (mk_live_…)"
+		case cred.KindMCP:
+			s += "an MCP token (mcp_at_…)"
+		case cred.KindSession:
+			s += "a session token (ms_…)"
+		}
+	}
+	return s
+}
+
+// middleware authenticates each operation per its Security and puts the Principal in the context.
+func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(huma.Context)) {
+	return func(ctx huma.Context, next func(huma.Context)) {
+		op := ctx.Operation()
+		if op == nil || len(op.Security) == 0 {
+			next(ctx)
+			return
+		}
+		accepts := map[string]bool{}
+		for _, req := range op.Security {
+			for name := range req {
+				accepts[name] = true
+			}
+		}
+		var p *Principal
+		var err error
+		header := ctx.Header("Authorization")
+		switch {
+		case accepts[SchemeSessionToken]:
+			p, err = a.Session(ctx.Context(), header, ctx.Param(SessionIDParam))
+		case accepts[SchemeMCPToken]:
+			kinds := []cred.Kind{cred.KindMCP}
+			if accepts[SchemeWorkspaceKey] {
+				kinds = append(kinds, cred.KindWorkspace)
+			}
+			p, err = a.Key(ctx.Context(), header, kinds...)
+		case accepts[SchemeWorkspaceKey]:
+			p, err = a.Workspace(ctx.Context(), header)
+		default:
+			next(ctx)
+			return
+		}
+		if err != nil {
+			writeHumaError(ctx, err)
+			return
+		}
+		next(huma.WithValue(ctx, principalKey{}, p))
+	}
+}
+
+// writeHumaError writes err as an envelope from inside a huma middleware.
+func writeHumaError(ctx huma.Context, err error) {
+	e, status := EnvelopeOf(ctx.Context(), err)
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	ctx.SetHeader("Content-Type", "application/json")
+	ctx.SetStatus(status)
+	_ = jsonEncode(ctx.BodyWriter(), e)
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+)
+
+// KeyInfo is a key as listed: never its plaintext.
+type KeyInfo struct {
+	ID         string     `json:"id" doc:"Prefixed key_." example:"key_0123456789abcdef"`
+	Name       string     `json:"name"`
+	Kind       string     `json:"kind" enum:"workspace,mcp" doc:"workspace: an mk_live_ key; mcp: an mcp_at_ token."`
+	Prefix     string     `json:"prefix" doc:"The start of the key, to recognise it by." example:"mk_live_abcd…"`
+	CreatedAt  time.Time  `json:"created_at" format:"date-time"`
+	LastUsedAt *time.Time `json:"last_used_at" nullable:"true" format:"date-time" doc:"Last authenticated use, to the minute."`
+	RevokedAt  *time.Time `json:"revoked_at" nullable:"true" format:"date-time"`
+}
+
+// KeyInfoOf renders a key row.
+func KeyInfoOf(k *schema.APIKey) KeyInfo {
+	utc := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		u := t.UTC()
+		return &u
+	}
+	return KeyInfo{ID: k.ID, Name: k.Name, Kind: k.Kind, Prefix: k.Prefix, CreatedAt: k.CreatedAt.UTC(),
+		LastUsedAt: utc(k.LastUsedAt), RevokedAt: utc(k.RevokedAt)}
+}
+
+// CreateKeyInput is POST /v1/keys.
+type CreateKeyInput struct {
+	Body struct {
+		Name string `json:"name" minLength:"1" maxLength:"100" doc:"A label for the key."`
+		Kind string `json:"kind,omitempty" enum:"workspace,mcp" default:"workspace" doc:"workspace mints an mk_live_ key; mcp an mcp_at_ token."`
+	}
+}
+
+// CreatedKey is a new key with its plaintext, shown only in this response.
+type CreatedKey struct {
+	KeyInfo
+	Key string `json:"key" doc:"The key itself. Shown once: it is stored only as a hash." example:"mk_live_…"`
+}
+
+// CreateKeyOutput is POST /v1/keys's answer.
+type CreateKeyOutput struct {
+	Body CreatedKey
+}
+
+// ListKeysOutput is GET /v1/keys.
+type ListKeysOutput struct {
+	Body []KeyInfo
+}
+
+// KeyIDInput names a key in the path.
+type KeyIDInput struct {
+	ID string `path:"id" minLength:"1" maxLength:"64" doc:"Key id (key_…)."`
+}
+
+// RevokeKeyOutput is DELETE /v1/keys/{id}.
+type RevokeKeyOutput struct {
+	Body KeyInfo
+}
+
+func registerKeys(a huma.API, d *Deps) {
+	huma.Register(a, huma.Operation{
+		OperationID:   "keys.create",
+		Method:        http.MethodPost,
+		Path:          "/v1/keys",
+		Summary:       "Create a key",
+		Description:   "Mints a workspace key (mk_live_…) or MCP token (mcp_at_…) in the caller's workspace. The plaintext is in this response only.",
+		Tags:          []string{"keys"},
+		Security:      WorkspaceKeyAuth(),
+		DefaultStatus: http.StatusCreated,
+	}, func(ctx context.Context, in *CreateKeyInput) (*CreateKeyOutput, error) {
+		p := PrincipalFrom(ctx)
+		kind := cred.KindWorkspace
+		if in.Body.Kind == schema.KeyKindMCP {
+			kind = cred.KindMCP
+		}
+		k, plain, err := store.CreateKey(ctx, d.DB, p.Workspace.ID, kind, in.Body.Name)
+		if err != nil {
+			return nil, StoreError(err, "key")
+		}
+		return &CreateKeyOutput{Body: CreatedKey{KeyInfo: KeyInfoOf(k), Key: plain}}, nil
+	})
+
+	huma.Register(a, huma.Operation{
+		OperationID: "keys.list",
+		Method:      http.MethodGet,
+		Path:        "/v1/keys",
+		Summary:     "List keys",
+		Description: "The workspace's keys and MCP tokens, revoked ones included, newest first. Never their plaintext.",
+		Tags:        []string{"keys"},
+		Security:    WorkspaceKeyAuth(),
+	}, func(ctx context.Context, _ *struct{}) (*ListKeysOutput, error) {
+		p := PrincipalFrom(ctx)
+		keys, err := store.ListKeys(ctx, d.DB, p.Workspace.ID)
+		if err != nil {
+			return nil, err
+		}
+		out := &ListKeysOutput{Body: make([]KeyInfo, 0, len(keys))}
+		for i := range keys {
+			out.Body = append(out.Body, KeyInfoOf(&keys[i]))
+		}
+		return out, nil
+	})
+
+	huma.Register(a, huma.Operation{
+		OperationID: "keys.revoke",
+		Method:      http.MethodDelete,
+		Path:        "/v1/keys/{id}",
+		Summary:     "Revoke a key",
+		Description: "Revokes a key of the caller's workspace; it answers 401 from then on. Revoking a revoked key changes nothing. " +
+			"Another workspace's key answers 404.",
+		Tags:     []string{"keys"},
+		Security: WorkspaceKeyAuth(),
+	}, func(ctx context.Context, in *KeyIDInput) (*RevokeKeyOutput, error) {
+		p := PrincipalFrom(ctx)
+		k, err := store.RevokeKey(ctx, d.DB, p.Workspace.ID, in.ID)
+		if err != nil {
+			return nil, StoreError(err, "key "+in.ID)
+		}
+		return &RevokeKeyOutput{Body: KeyInfoOf(k)}, nil
+	})
+}

@@ -1,0 +1,269 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"sync"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// Tool listing formats (GET /v1/envs/{slug}/tools?format=).
+const (
+	FormatNative    = "native"
+	FormatOpenAI    = "openai"
+	FormatAnthropic = "anthropic"
+)
+
+// NativeTool is a tool listing entry in the native format.
+type NativeTool struct {
+	Name        string          `json:"name" doc:"The production tool's name." example:"get_order_details"`
+	Description string          `json:"description" doc:"The tool's description, as the agent was given it (or as inferred)."`
+	InputSchema json.RawMessage `json:"inputSchema" doc:"JSON Schema of the arguments (an object schema)."`
+	Binding     string          `json:"binding" enum:"provided,synthesized,simulated" doc:"Who answers: provided (the caller's own tool code runs against the seeded world), synthesized (code generated from the recordings runs), simulated (a model answers from the recordings and the schema)."`
+	Rung        string          `json:"rung" enum:"provided,twin,replay,infer,simulate" doc:"The rung calls to this tool start at. The ladder, in order: provided (A_executed), twin (B_twin, the synthesized handler over the session world), replay (B_replayed, a recorded answer for canonically equal arguments), infer (B_inferred, the nearest recorded call with this call's values), simulate (B_simulated, the configured model). A call that falls below its starting rung is marked downgraded."`
+	Attention   []string        `json:"attention" doc:"What a user should know about this tool's twin, one plain sentence each (e.g. that a write is only replayed); empty when nothing."`
+	Scores      ToolScores      `json:"scores" doc:"The build's figures for this tool."`
+	Twin        ToolTwinFacts   `json:"twin" doc:"Facts about how the twin serves this tool."`
+}
+
+// ToolScores are a tool's build-time figures.
+type ToolScores struct {
+	Calls    int     `json:"calls" doc:"Recorded calls of the tool in the collected traces."`
+	Errors   int     `json:"errors" doc:"Recorded error answers among them."`
+	Fit      float64 `json:"fit" minimum:"0" maximum:"1" doc:"Share of recorded calls the synthesized handler reproduced exactly on the recorded state (0 when there is no handler)."`
+	FitCalls int     `json:"fitCalls" doc:"How many recorded calls the fit was measured on."`
+}
+
+// ToolTwinFacts describe how the twin serves a tool.
+type ToolTwinFacts struct {
+	Kind         string          `json:"kind" enum:"read,lookup,write,constant,template,pure,query,unknown" doc:"What the build recognised the tool as: read (a row by its key), lookup (a key by other fields), write (changes the world), constant, template, pure (a function of the arguments), query (other reads, from recordings), unknown (never seen in a trace)."`
+	Entity       string          `json:"entity,omitempty" doc:"The entity table the tool reads or writes."`
+	KeyArg       string          `json:"keyArg,omitempty" doc:"The argument holding that entity's key."`
+	Handler      bool            `json:"handler" doc:"Whether a synthesized handler exists (readable in the bundle)."`
+	Provided     bool            `json:"provided" doc:"Whether provided code runs first."`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty" doc:"JSON Schema of a successful answer, inferred from recorded results."`
+	BuildID      string          `json:"buildId" doc:"The active build serving the tool."`
+	BundleHash   string          `json:"bundleHash" doc:"Content address of the build's bundle."`
+}
+
+// OpenAITool is a listing entry in the shape of an OpenAI-style tools= parameter.
+type OpenAITool struct {
+	Type     string         `json:"type" enum:"function"`
+	Function OpenAIFunction `json:"function"`
+}
+
+// OpenAIFunction is the function of an OpenAITool.
+type OpenAIFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters" doc:"JSON Schema of the arguments."`
+}
+
+// AnthropicTool is a listing entry in the shape of an Anthropic-style tools= parameter.
+type AnthropicTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema" doc:"JSON Schema of the arguments."`
+}
+
+// ToolList is the tools listing: entries of one format.
+type ToolList []any
+
+// Schema documents the listing as an array of one of the three entry shapes.
+func (ToolList) Schema(r huma.Registry) *huma.Schema {
+	arr := func(t reflect.Type, name string) *huma.Schema {
+		return &huma.Schema{Type: huma.TypeArray, Items: r.Schema(t, true, name),
+			Description: "format=" + name}
+	}
+	return &huma.Schema{
+		Description: "One entry per tool, sorted by name, in the requested format.",
+		OneOf: []*huma.Schema{
+			arr(reflect.TypeFor[NativeTool](), FormatNative),
+			arr(reflect.TypeFor[OpenAITool](), FormatOpenAI),
+			arr(reflect.TypeFor[AnthropicTool](), FormatAnthropic),
+		},
+	}
+}
+
+// ListToolsInput is GET /v1/envs/{slug}/tools.
+type ListToolsInput struct {
+	Slug   string `path:"slug" minLength:"1" maxLength:"63" doc:"Environment slug."`
+	Format string `query:"format" enum:"native,openai,anthropic" default:"native" doc:"Entry shape: native (default), openai or anthropic. The provider formats go straight into the matching SDK's tools= parameter."`
+}
+
+// ListToolsOutput answers GET /v1/envs/{slug}/tools.
+type ListToolsOutput struct {
+	Body ToolList
+}
+
+var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// ToolEntries renders a bundle's tools in format, sorted by name.
+func ToolEntries(b *twin.Bundle, build *schema.Build, format string) (ToolList, error) {
+	tools := append([]twin.Tool(nil), b.Tools...)
+	sortTools(tools)
+	out := make(ToolList, 0, len(tools))
+	for _, t := range tools {
+		in := t.InputSchema
+		if len(in) == 0 || string(in) == "null" {
+			in = emptyObjectSchema
+		}
+		switch format {
+		case FormatNative, "":
+			att := t.Attention
+			if att == nil {
+				att = []string{}
+			}
+			out = append(out, NativeTool{
+				Name: t.Name, Description: t.Description, InputSchema: in,
+				Binding: t.Binding, Rung: t.Rung, Attention: att,
+				Scores: ToolScores{Calls: t.Scores.Calls, Errors: t.Scores.Errors, Fit: t.Scores.Fit, FitCalls: t.Scores.FitCalls},
+				Twin: ToolTwinFacts{Kind: t.Kind, Entity: t.Table, KeyArg: t.KeyArg, Handler: t.Source != "",
+					Provided: t.Provided != "", OutputSchema: t.OutputSchema, BuildID: build.ID, BundleHash: build.BundleHash},
+			})
+		case FormatOpenAI:
+			out = append(out, OpenAITool{Type: "function", Function: OpenAIFunction{Name: t.Name, Description: t.Description, Parameters: in}})
+		case FormatAnthropic:
+			out = append(out, AnthropicTool{Name: t.Name, Description: t.Description, InputSchema: in})
+		default:
+			return nil, Invalid("query.format", fmt.Sprintf("%q is not one of native, openai, anthropic", format))
+		}
+	}
+	return out, nil
+}
+
+func sortTools(ts []twin.Tool) {
+	for i := 1; i < len(ts); i++ {
+		for j := i; j > 0 && ts[j].Name < ts[j-1].Name; j-- {
+			ts[j], ts[j-1] = ts[j-1], ts[j]
+		}
+	}
+}
+
+// Bundles loads build bundles from the blob store, keeping the few most recent in memory by build id.
+type Bundles struct {
+	Blob blob.Store
+	// Keep is how many bundles stay in memory (default 8).
+	Keep int
+
+	mu    sync.Mutex
+	byID  map[string]*bundleEntry
+	order []string
+}
+
+type bundleEntry struct {
+	once sync.Once
+	b    *twin.Bundle
+	err  error
+}
+
+// Get returns the bundle of build (loaded once; concurrent callers share the load).
+func (c *Bundles) Get(ctx context.Context, build *schema.Build) (*twin.Bundle, error) {
+	if c == nil || c.Blob == nil {
+		return nil, Unavailable("no blob store configured to read build bundles")
+	}
+	if build.BundleKey == "" {
+		return nil, NotReady("build %s has no bundle yet", build.ID)
+	}
+	c.mu.Lock()
+	if c.byID == nil {
+		c.byID = map[string]*bundleEntry{}
+	}
+	e, ok := c.byID[build.ID]
+	if !ok {
+		e = &bundleEntry{}
+		c.byID[build.ID] = e
+		c.order = append(c.order, build.ID)
+		keep := c.Keep
+		if keep <= 0 {
+			keep = 8
+		}
+		for len(c.order) > keep {
+			delete(c.byID, c.order[0])
+			c.order = c.order[1:]
+		}
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.b, e.err = loadBundle(context.WithoutCancel(ctx), c.Blob, build) })
+	if e.err != nil {
+		c.mu.Lock()
+		if c.byID[build.ID] == e {
+			delete(c.byID, build.ID) // retry a failed load next time
+		}
+		c.mu.Unlock()
+	}
+	return e.b, e.err
+}
+
+func loadBundle(ctx context.Context, bs blob.Store, build *schema.Build) (*twin.Bundle, error) {
+	rc, err := bs.Get(ctx, build.BundleKey)
+	if err != nil {
+		return nil, fmt.Errorf("read bundle of build %s: %w", build.ID, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("read bundle of build %s: %w", build.ID, err)
+	}
+	b, err := twin.UnmarshalBundle(data)
+	if err != nil {
+		return nil, fmt.Errorf("bundle of build %s: %w", build.ID, err)
+	}
+	return b, nil
+}
+
+// activeBuild returns an environment's active build, or a 409 notReady when it has none yet.
+func activeBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (*schema.Build, error) {
+	if env.ActiveBuildID == "" {
+		return nil, NotReady("environment %s has no build yet (status %s)", env.Slug, env.Status)
+	}
+	b, err := store.GetBuild(ctx, db, env.WorkspaceID, env.ActiveBuildID)
+	if err != nil {
+		return nil, StoreError(err, "build "+env.ActiveBuildID)
+	}
+	return b, nil
+}
+
+func registerTools(a huma.API, db *bun.DB, bundles *Bundles) {
+	huma.Register(a, huma.Operation{
+		OperationID: "envs.tools",
+		Method:      http.MethodGet,
+		Path:        "/v1/envs/{slug}/tools",
+		Summary:     "List an environment's tools",
+		Description: "The active build's tools, sorted by name. `format=openai` and `format=anthropic` give entries " +
+			"in the shape of those SDKs' `tools=` parameter; `native` (the default) adds `binding`, `rung`, " +
+			"`attention`, `scores` and `twin` facts. An environment with no build yet answers 409 notReady.",
+		Tags:     []string{"envs", "tools"},
+		Security: WorkspaceKeyAuth(),
+	}, func(ctx context.Context, in *ListToolsInput) (*ListToolsOutput, error) {
+		p := PrincipalFrom(ctx)
+		env, err := store.GetEnv(ctx, db, p.Workspace.ID, in.Slug)
+		if err != nil {
+			return nil, StoreError(err, "environment "+in.Slug)
+		}
+		build, err := activeBuild(ctx, db, env)
+		if err != nil {
+			return nil, err
+		}
+		b, err := bundles.Get(ctx, build)
+		if err != nil {
+			return nil, err
+		}
+		list, err := ToolEntries(b, build, in.Format)
+		if err != nil {
+			return nil, err
+		}
+		return &ListToolsOutput{Body: list}, nil
+	})
+}
