@@ -20,7 +20,7 @@ import (
 )
 
 // Checker answers nil when a dependency is ready.
-type Checker func(ctx context.Context) error
+type Checker = func(ctx context.Context) error
 
 // Options configures the API handler.
 type Options struct {

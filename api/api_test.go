@@ -118,7 +118,7 @@ func testRoutes(a huma.API, d *api.Deps) {
 	})
 }
 
-func newFixture(t *testing.T, driver string, ready map[string]api.Checker) *fixture {
+func newFixture(t testing.TB, driver string, ready map[string]api.Checker) *fixture {
 	t.Helper()
 	f := &fixture{db: schematest.Open(t, driver), log: &syncBuffer{}}
 	db := f.db

@@ -261,6 +261,9 @@ func writeHumaError(ctx huma.Context, err error) {
 		status = http.StatusInternalServerError
 	}
 	ctx.SetHeader("Content-Type", "application/json")
+	if status == http.StatusUnauthorized {
+		ctx.SetHeader("WWW-Authenticate", "Bearer")
+	}
 	ctx.SetStatus(status)
 	_ = jsonEncode(ctx.BodyWriter(), e)
 }

@@ -233,6 +233,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 func writeEnvelope(w http.ResponseWriter, status int, e *Envelope) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Length")
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(e)
 }
@@ -249,8 +252,10 @@ func internal(ctx context.Context, err error) *Envelope {
 // fromHuma builds the envelope for an error huma raises itself (validation, body size, …).
 // Malformed bodies (huma's 400) become 422s; 422's detail names the first field.
 func fromHuma(ctx context.Context, status int, msg string, errs []error) *Envelope {
+	malformed := false
 	if status == http.StatusBadRequest {
-		status = http.StatusUnprocessableEntity
+		// Huma answers 400 only when the body does not parse (or is missing).
+		status, malformed = http.StatusUnprocessableEntity, true
 	}
 	if status >= 500 && status != http.StatusServiceUnavailable {
 		var cause error = errors.New(msg)
@@ -268,7 +273,11 @@ func fromHuma(ctx context.Context, status int, msg string, errs []error) *Envelo
 		var d huma.ErrorDetailer
 		if errors.As(err, &d) {
 			det := d.ErrorDetail()
-			e.Errors = append(e.Errors, fieldError(det.Location, det.Message))
+			fe := fieldError(det.Location, det.Message)
+			if malformed && fe.Location == "body" {
+				fe.Message = "malformed JSON: " + fe.Message
+			}
+			e.Errors = append(e.Errors, fe)
 		} else {
 			e.Errors = append(e.Errors, FieldError{Message: err.Error()})
 		}

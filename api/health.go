@@ -96,7 +96,7 @@ func registerHealth(a huma.API, opts Options) {
 }
 
 // runCheck runs a check, giving up when ctx ends even if the check ignores it.
-func runCheck(ctx context.Context, c Checker) error {
+func runCheck(ctx context.Context, c func(context.Context) error) error {
 	done := make(chan error, 1)
 	go func() {
 		defer func() {

@@ -35,7 +35,7 @@ func TestEnvelopeOnEveryError(t *testing.T) {
 			{"wrong method", req{"PUT", "/v1/envs", []any{bearer(f.key)}}, 405, api.CodeMethodNotAllowed, "PUT not allowed", nil},
 			{"panic", req{"GET", "/test/panic", nil}, 500, api.CodeInternal, "quote request id", nil},
 			{"internal error", req{"GET", "/test/fail", nil}, 500, api.CodeInternal, "internal error", nil},
-			{"malformed JSON", req{"POST", "/v1/keys", []any{bearer(f.key), "Content-Type: application/json", strings.NewReader(`{"name": "x",`)}}, 422, api.CodeInvalid, "body: ", []string{"body"}},
+			{"malformed JSON", req{"POST", "/v1/keys", []any{bearer(f.key), "Content-Type: application/json", strings.NewReader(`{"name": "x",`)}}, 422, api.CodeInvalid, "body: malformed JSON", []string{"body"}},
 			{"wrong type", req{"POST", "/test/seed", []any{bearer(f.key), map[string]any{"seed": "seven"}}}, 422, api.CodeInvalid, "body.seed: expected integer", []string{"body.seed"}},
 			{"unknown field", req{"POST", "/v1/keys", []any{bearer(f.key), map[string]any{"name": "x", "colour": "red"}}}, 422, api.CodeInvalid, "body.colour", []string{"body.colour"}},
 			{"missing field", req{"POST", "/v1/keys", []any{bearer(f.key), map[string]any{"kind": "mcp"}}}, 422, api.CodeInvalid, "body.name", []string{"body.name"}},
@@ -132,6 +132,9 @@ func TestAuth(t *testing.T) {
 				for _, path := range []string{"/v1/envs", "/v1/envs/retail", "/v1/keys"} {
 					w := f.api.Get(path, tt.header...)
 					m := envelope(t, w, tt.status, tt.code)
+					if tt.status == 401 && w.Header().Get("WWW-Authenticate") != "Bearer" {
+						t.Errorf("GET %s: 401 without WWW-Authenticate: Bearer", path)
+					}
 					if got, _ := m["access"].(string); got != tt.access {
 						t.Errorf("GET %s: access %q, want %q", path, got, tt.access)
 					}

@@ -1,0 +1,403 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// BuildStarter starts the build workflow for a queued build row.
+type BuildStarter interface {
+	StartBuild(ctx context.Context, envID, buildID string) (workflowID string, err error)
+}
+
+// BuildRoutes serve the multipart build route, build status and reports, and tools' handler source.
+type BuildRoutes struct {
+	Blobs   blob.Store
+	Starter BuildStarter
+	// MaxUploadBytes bounds a build upload (default 32 MiB); larger answers 413.
+	MaxUploadBytes int64
+	// Bundles caches decoded bundles (nil: a cache over Blobs is made).
+	Bundles *Bundles
+}
+
+// BuildForm is the multipart body of POST /v1/envs/{slug}/builds. Every part is optional.
+type BuildForm struct {
+	Tools  huma.FormFile   `form:"tools" contentType:"application/json,application/octet-stream" doc:"Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description, inputSchema}, OpenAI {type: function, function: {...}} or Anthropic {name, description, input_schema} shape. Uploaded definitions win over what the traces show."`
+	Code   []huma.FormFile `form:"code" contentType:"text/plain,text/x-python,application/octet-stream" doc:"Provided tool code in Starlark, one file per tool named <tool>.star (or .py); it runs first for that tool, labelled A_executed."`
+	Config huma.FormFile   `form:"config" contentType:"application/json,application/octet-stream" doc:"Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339). May also be sent as a plain form value."`
+}
+
+// StartBuildInput is POST /v1/envs/{slug}/builds.
+type StartBuildInput struct {
+	Slug    string `path:"slug" minLength:"1" maxLength:"63" doc:"Environment slug."`
+	RawBody huma.MultipartFormFiles[BuildForm]
+}
+
+// BuildStarted is the 202 answer of the build route.
+type BuildStarted struct {
+	BuildID    string `json:"build_id" doc:"Prefixed bld_." example:"bld_0123456789abcdef"`
+	BuildIDB   string `json:"buildId" doc:"The same id, camelCase variant."`
+	Status     string `json:"status" enum:"queued"`
+	Env        string `json:"env" doc:"Environment slug."`
+	Poll       string `json:"poll" doc:"Path to GET for status and progress."`
+	WorkflowID string `json:"workflow_id" doc:"The Temporal workflow running the build (visible in the Temporal UI)."`
+}
+
+// StartBuildOutput wraps BuildStarted.
+type StartBuildOutput struct {
+	Status int
+	Body   BuildStarted
+}
+
+// BuildDetail is a build as its GET shows it.
+type BuildDetail struct {
+	BuildSummary
+	Env        string          `json:"env" doc:"Environment slug."`
+	Active     bool            `json:"active" doc:"Whether this is the environment's active build."`
+	BundleKey  string          `json:"bundle_key" doc:"Blob key of the immutable, content-addressed bundle."`
+	StartedAt  *time.Time      `json:"started_at" nullable:"true" format:"date-time"`
+	WorkflowID string          `json:"workflow_id"`
+	Summary    json.RawMessage `json:"summary,omitempty" doc:"Inference and self-check summary of a finished build."`
+}
+
+// BuildIDInput names a build in the path.
+type BuildIDInput struct {
+	Slug    string `path:"slug" minLength:"1" maxLength:"63" doc:"Environment slug."`
+	BuildID string `path:"build_id" minLength:"1" maxLength:"64" doc:"Build id (bld_…)."`
+}
+
+// BuildDetailOutput wraps BuildDetail.
+type BuildDetailOutput struct {
+	Body BuildDetail
+}
+
+// ListBuildsOutput is GET /v1/envs/{slug}/builds.
+type ListBuildsOutput struct {
+	Body []BuildSummary
+}
+
+// BuildReportOutput is GET /v1/envs/{slug}/builds/{build_id}/report.
+type BuildReportOutput struct {
+	Body BuildReport
+}
+
+// BuildReport holds a finished build's full reports.
+type BuildReport struct {
+	Build     *infer.Report          `json:"build" doc:"Inference report: per tool binding, rung, kind, calls, fit; entity tables; warnings for messy input."`
+	SelfCheck *infer.SelfCheckReport `json:"self_check" doc:"Leave-one-out self-check: per tool agreement with recorded answers and the fidelity mix."`
+}
+
+// ToolSourceInput names a tool of the active build.
+type ToolSourceInput struct {
+	Slug string `path:"slug" minLength:"1" maxLength:"63" doc:"Environment slug."`
+	Name string `path:"name" minLength:"1" maxLength:"200" doc:"Tool name."`
+}
+
+// ToolSource is a tool's handler code as the active build holds it.
+type ToolSource struct {
+	Name     string `json:"name"`
+	Binding  string `json:"binding" enum:"provided,synthesized,simulated"`
+	Rung     string `json:"rung"`
+	Kind     string `json:"kind" doc:"What the build recognised: read, lookup, write, constant, pure, query or unknown."`
+	Language string `json:"language" enum:"starlark"`
+	Source   string `json:"source" doc:"The synthesized Starlark handler; empty when none could be made."`
+	Provided string `json:"provided" doc:"The caller's own code, when uploaded; it runs first."`
+	Build    string `json:"build" doc:"The build the source belongs to."`
+}
+
+// ToolSourceOutput wraps ToolSource.
+type ToolSourceOutput struct {
+	Body ToolSource
+}
+
+// Register adds the build routes.
+func (br *BuildRoutes) Register(a huma.API, d *Deps) {
+	if br.MaxUploadBytes == 0 {
+		br.MaxUploadBytes = 32 << 20
+	}
+	if br.Bundles == nil {
+		br.Bundles = &Bundles{Blob: br.Blobs}
+	}
+	huma.Register(a, huma.Operation{
+		OperationID: "builds.start",
+		Method:      http.MethodPost,
+		Path:        "/v1/envs/{slug}/builds",
+		Summary:     "Start a build",
+		Description: "Builds the environment from its collected traces plus the optional parts of this multipart form " +
+			"(tool definitions, provided Starlark code, config). Answers 202 with a build id to poll; the build runs as a " +
+			"Temporal workflow. A failed build leaves the previous active build in place and says why.",
+		Tags:          []string{"builds"},
+		Security:      WorkspaceKeyAuth(),
+		DefaultStatus: http.StatusAccepted,
+		MaxBodyBytes:  br.MaxUploadBytes,
+	}, func(ctx context.Context, in *StartBuildInput) (*StartBuildOutput, error) {
+		p := PrincipalFrom(ctx)
+		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+		if err != nil {
+			return nil, StoreError(err, "environment "+in.Slug)
+		}
+		up, err := readBuildForm(in.RawBody)
+		if err != nil {
+			return nil, err
+		}
+		b := &schema.Build{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Status: schema.BuildQueued, Stage: "queued"}
+		if up != nil {
+			data, err := json.Marshal(up)
+			if err != nil {
+				return nil, err
+			}
+			key := blob.ContentKey("uploads/", data)
+			if err := br.Blobs.Put(ctx, key, bytes.NewReader(data), int64(len(data)), "application/json"); err != nil {
+				return nil, Unavailable("blob store: %v", err)
+			}
+			b.UploadKey = key
+		}
+		if err := store.CreateBuild(ctx, d.DB, b); err != nil {
+			return nil, err
+		}
+		wid, err := br.Starter.StartBuild(ctx, env.ID, b.ID)
+		if err != nil {
+			b.Status, b.Stage, b.Error = schema.BuildFailed, "failed", "could not start: "+err.Error()
+			_ = store.UpdateBuild(ctx, d.DB, b, "status", "stage", "error")
+			return nil, Unavailable("temporal: %v", err)
+		}
+		b.WorkflowID = wid
+		if err := store.UpdateBuild(ctx, d.DB, b, "workflow_id"); err != nil {
+			return nil, err
+		}
+		return &StartBuildOutput{Status: http.StatusAccepted, Body: BuildStarted{
+			BuildID: b.ID, BuildIDB: b.ID, Status: b.Status, Env: env.Slug, WorkflowID: wid,
+			Poll: "/v1/envs/" + env.Slug + "/builds/" + b.ID,
+		}}, nil
+	})
+
+	huma.Register(a, huma.Operation{
+		OperationID: "builds.list",
+		Method:      http.MethodGet,
+		Path:        "/v1/envs/{slug}/builds",
+		Summary:     "List builds",
+		Description: "The environment's builds, newest first (at most 100).",
+		Tags:        []string{"builds"},
+		Security:    WorkspaceKeyAuth(),
+	}, func(ctx context.Context, in *SlugInput) (*ListBuildsOutput, error) {
+		p := PrincipalFrom(ctx)
+		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+		if err != nil {
+			return nil, StoreError(err, "environment "+in.Slug)
+		}
+		bs, err := store.ListBuilds(ctx, d.DB, env.ID, 100)
+		if err != nil {
+			return nil, err
+		}
+		out := &ListBuildsOutput{Body: make([]BuildSummary, 0, len(bs))}
+		for i := range bs {
+			out.Body = append(out.Body, *BuildSummaryOf(&bs[i]))
+		}
+		return out, nil
+	})
+
+	huma.Register(a, huma.Operation{
+		OperationID: "builds.get",
+		Method:      http.MethodGet,
+		Path:        "/v1/envs/{slug}/builds/{build_id}",
+		Summary:     "Show a build",
+		Description: "Status, stage and progress (0–1) of a build; the summary once it finished; the reason when it failed.",
+		Tags:        []string{"builds"},
+		Security:    WorkspaceKeyAuth(),
+	}, func(ctx context.Context, in *BuildIDInput) (*BuildDetailOutput, error) {
+		env, b, err := lookupBuild(ctx, d, in)
+		if err != nil {
+			return nil, err
+		}
+		det := BuildDetail{BuildSummary: *BuildSummaryOf(b), Env: env.Slug, Active: env.ActiveBuildID == b.ID,
+			BundleKey: b.BundleKey, WorkflowID: b.WorkflowID, Summary: b.Report}
+		if b.StartedAt != nil {
+			t := b.StartedAt.UTC()
+			det.StartedAt = &t
+		}
+		return &BuildDetailOutput{Body: det}, nil
+	})
+
+	huma.Register(a, huma.Operation{
+		OperationID: "builds.report",
+		Method:      http.MethodGet,
+		Path:        "/v1/envs/{slug}/builds/{build_id}/report",
+		Summary:     "Show a build's report",
+		Description: "The full inference report and the leave-one-out self-check of a succeeded build: per tool binding, " +
+			"rung and agreement with the recorded answers. 409 while the build has not succeeded.",
+		Tags:     []string{"builds"},
+		Security: WorkspaceKeyAuth(),
+	}, func(ctx context.Context, in *BuildIDInput) (*BuildReportOutput, error) {
+		_, b, err := lookupBuild(ctx, d, in)
+		if err != nil {
+			return nil, err
+		}
+		if b.Status != schema.BuildSucceeded {
+			return nil, Conflict("build %s is %s: its report exists once it has succeeded", b.ID, b.Status)
+		}
+		var sum struct {
+			Inferred struct{ ReportKey string } `json:"inferred"`
+		}
+		if err := json.Unmarshal(b.Report, &sum); err != nil {
+			return nil, fmt.Errorf("build %s summary: %w", b.ID, err)
+		}
+		out := &BuildReportOutput{}
+		if err := br.getJSON(ctx, sum.Inferred.ReportKey, &out.Body.Build); err != nil {
+			return nil, err
+		}
+		if err := br.getJSON(ctx, b.ReportKey, &out.Body.SelfCheck); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+
+	huma.Register(a, huma.Operation{
+		OperationID: "tools.source",
+		Method:      http.MethodGet,
+		Path:        "/v1/envs/{slug}/tools/{name}/source",
+		Summary:     "Read a tool's handler code",
+		Description: "The Starlark handler the active build synthesized for a tool (and the provided code, if any): " +
+			"readable, and the starting point for code you upload to override it.",
+		Tags:     []string{"tools"},
+		Security: WorkspaceKeyAuth(),
+	}, func(ctx context.Context, in *ToolSourceInput) (*ToolSourceOutput, error) {
+		p := PrincipalFrom(ctx)
+		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+		if err != nil {
+			return nil, StoreError(err, "environment "+in.Slug)
+		}
+		b, err := activeBuild(ctx, d.DB, env)
+		if err != nil {
+			return nil, err
+		}
+		bundle, err := br.Bundles.Get(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range bundle.Tools {
+			if t.Name == in.Name {
+				return &ToolSourceOutput{Body: ToolSource{Name: t.Name, Binding: t.Binding, Rung: t.Rung, Kind: t.Kind,
+					Language: "starlark", Source: t.Source, Provided: t.Provided, Build: b.ID}}, nil
+			}
+		}
+		return nil, NotFound("tool %q is not in environment %s", in.Name, env.Slug)
+	})
+}
+
+func lookupBuild(ctx context.Context, d *Deps, in *BuildIDInput) (*schema.Environment, *schema.Build, error) {
+	p := PrincipalFrom(ctx)
+	env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+	if err != nil {
+		return nil, nil, StoreError(err, "environment "+in.Slug)
+	}
+	b, err := store.GetBuild(ctx, d.DB, p.Workspace.ID, in.BuildID)
+	if err != nil || b.EnvID != env.ID {
+		return nil, nil, NotFound("build %s not found in environment %s", in.BuildID, env.Slug)
+	}
+	return env, b, nil
+}
+
+func (br *BuildRoutes) getJSON(ctx context.Context, key string, v any) error {
+	if key == "" {
+		return nil
+	}
+	rc, err := br.Blobs.Get(ctx, key)
+	if err != nil {
+		return Unavailable("blob %s: %v", key, err)
+	}
+	defer rc.Close()
+	if err := json.NewDecoder(rc).Decode(v); err != nil {
+		return fmt.Errorf("blob %s: %w", key, err)
+	}
+	return nil
+}
+
+// readBuildForm turns the multipart parts into an upload (nil when the form carries none), validating each part;
+// a 422 names the part (tools, code.<tool>, config.<field>).
+func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, error) {
+	f := form.Data()
+	up := &infer.Upload{}
+	empty := true
+	if f.Tools.IsSet {
+		data, err := io.ReadAll(f.Tools)
+		if err != nil {
+			return nil, Invalid("body.tools", "could not read the part: "+err.Error())
+		}
+		if !json.Valid(data) {
+			return nil, Invalid("body.tools", "is not JSON")
+		}
+		if _, err := infer.ParseToolDefs(data); err != nil {
+			return nil, Invalid("body.tools", trimBadInput(err))
+		}
+		up.Tools, empty = data, false
+	}
+	for _, c := range f.Code {
+		name := strings.TrimSuffix(strings.TrimSuffix(path.Base(c.Filename), ".star"), ".py")
+		data, err := io.ReadAll(c)
+		if err != nil {
+			return nil, Invalid("body.code", "could not read "+c.Filename+": "+err.Error())
+		}
+		if name == "" || name == "." {
+			return nil, Invalid("body.code", "each code part needs a filename naming its tool, e.g. get_order.star")
+		}
+		if up.Code == nil {
+			up.Code = map[string]string{}
+		}
+		if _, dup := up.Code[name]; dup {
+			return nil, Invalid("body.code."+name, "given twice")
+		}
+		if err := twin.CheckHandler(name, string(data)); err != nil {
+			return nil, Invalid("body.code."+name, err.Error())
+		}
+		up.Code[name], empty = string(data), false
+	}
+	var cfg []byte
+	if f.Config.IsSet {
+		data, err := io.ReadAll(f.Config)
+		if err != nil {
+			return nil, Invalid("body.config", "could not read the part: "+err.Error())
+		}
+		cfg = data
+	} else if form.Form != nil && len(form.Form.Value["config"]) > 0 {
+		cfg = []byte(form.Form.Value["config"][0])
+	}
+	if len(cfg) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(cfg))
+		dec.DisallowUnknownFields()
+		var c infer.Config
+		if err := dec.Decode(&c); err != nil {
+			return nil, Invalid("body.config", "not a valid build config: "+err.Error())
+		}
+		up.Config, empty = &c, false
+	}
+	if empty {
+		return nil, nil
+	}
+	if _, err := up.Options(); err != nil {
+		loc, msg := "body", trimBadInput(err)
+		if field, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(field, " ") {
+			loc, msg = "body."+field, rest
+		}
+		return nil, Invalid(loc, msg)
+	}
+	return up, nil
+}
+
+func trimBadInput(err error) string {
+	return strings.TrimPrefix(err.Error(), infer.ErrBadInput.Error()+": ")
+}
