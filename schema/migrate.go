@@ -29,8 +29,15 @@ type Migration struct {
 	SQL     string
 }
 
-// Migrations returns the embedded migrations for a dialect ("sqlite" or "postgres"), in order.
+// Migrations returns the embedded migrations for a dialect, in order. It takes a driver name
+// ("sqlite", "postgres") or a bun dialect name (db.Dialect().Name().String(): "sqlite", "pg").
 func Migrations(dialectName string) ([]Migration, error) {
+	switch dialectName {
+	case "pg", "postgresql":
+		dialectName = DriverPostgres
+	case "sqlite3":
+		dialectName = DriverSQLite
+	}
 	dir := path.Join("migrations", dialectName)
 	entries, err := fs.ReadDir(migrationFS, dir)
 	if err != nil {

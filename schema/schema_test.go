@@ -49,6 +49,13 @@ func TestMigrationsMatchAcrossDialects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	byBunName, err := schema.Migrations("pg") // db.Dialect().Name().String() on PostgreSQL
+	if err != nil || len(byBunName) != len(pg) {
+		t.Fatalf("Migrations(\"pg\") = %d, %v; want the postgres set", len(byBunName), err)
+	}
+	if _, err := schema.Migrations("mysql"); err == nil {
+		t.Error("Migrations(mysql) succeeded")
+	}
 	if len(lite) == 0 || len(lite) != len(pg) {
 		t.Fatalf("sqlite has %d migrations, postgres %d", len(lite), len(pg))
 	}
