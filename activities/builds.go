@@ -37,17 +37,6 @@ type Builds struct {
 	Log   *slog.Logger
 }
 
-// BuildUpload is what the multipart build route stores as one blob: everything the build takes besides the
-// environment's collected traces.
-type BuildUpload struct {
-	// ToolDefs are tool definitions in the native, OpenAI or Anthropic shape.
-	ToolDefs json.RawMessage `json:"tool_defs,omitempty"`
-	// Code maps a tool name to provided Starlark source.
-	Code map[string]string `json:"code,omitempty"`
-	// Config is the build configuration (name, framework, language, scenarios, binding overrides).
-	Config *infer.Config `json:"config,omitempty"`
-}
-
 func badInput(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrTypeBadInput, nil)
 }
@@ -172,20 +161,12 @@ func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) ([]trace.Trace,
 		if err != nil {
 			return nil, opts, err
 		}
-		var up BuildUpload
+		var up infer.Upload
 		if err := json.Unmarshal(data, &up); err != nil {
 			return nil, opts, badInput("build upload %s: %v", plan.UploadKey, err)
 		}
-		if len(up.ToolDefs) > 0 {
-			defs, err := infer.ParseToolDefs(up.ToolDefs)
-			if err != nil {
-				return nil, opts, badInput("tool definitions: %v", err)
-			}
-			opts.Tools = defs
-		}
-		opts.Code = up.Code
-		if up.Config != nil {
-			opts.Config = *up.Config
+		if opts, err = up.Options(); err != nil {
+			return nil, opts, badInput("build upload: %v", err)
 		}
 	}
 	if len(traces) == 0 {

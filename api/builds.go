@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/infer"
@@ -37,9 +38,9 @@ type BuildRoutes struct {
 
 // BuildForm is the multipart body of POST /v1/envs/{slug}/builds. Every part is optional.
 type BuildForm struct {
-	Tools  huma.FormFile   `form:"tools" contentType:"application/json,application/octet-stream" doc:"Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description, inputSchema}, OpenAI {type: function, function: {...}} or Anthropic {name, description, input_schema} shape. Uploaded definitions win over what the traces show."`
-	Code   []huma.FormFile `form:"code" contentType:"text/plain,text/x-python,application/octet-stream" doc:"Provided tool code in Starlark, one file per tool named <tool>.star (or .py); it runs first for that tool, labelled A_executed."`
-	Config huma.FormFile   `form:"config" contentType:"application/json,application/octet-stream" doc:"Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339). May also be sent as a plain form value."`
+	Tools  huma.FormFile   `form:"tools" required:"false" contentType:"application/json,application/octet-stream" doc:"Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description, inputSchema}, OpenAI {type: function, function: {...}} or Anthropic {name, description, input_schema} shape. Uploaded definitions win over what the traces show."`
+	Code   []huma.FormFile `form:"code" required:"false" contentType:"text/plain,text/x-python,application/octet-stream" doc:"Provided tool code in Starlark, one file per tool named <tool>.star (or .py); it runs first for that tool, labelled A_executed."`
+	Config huma.FormFile   `form:"config" required:"false" contentType:"application/json,application/octet-stream" doc:"Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339). May also be sent as a plain form value."`
 }
 
 // StartBuildInput is POST /v1/envs/{slug}/builds.
@@ -145,6 +146,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		Security:      WorkspaceKeyAuth(),
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  br.MaxUploadBytes,
+		Middlewares:   huma.Middlewares{limitBody(br.MaxUploadBytes)},
 	}, func(ctx context.Context, in *StartBuildInput) (*StartBuildOutput, error) {
 		p := PrincipalFrom(ctx)
 		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
@@ -297,6 +299,32 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		}
 		return nil, NotFound("tool %q is not in environment %s", in.Name, env.Slug)
 	})
+}
+
+// limitBody answers 413 for a body over max bytes, whether or not it declares its length. Huma's own MaxBodyBytes
+// does not cover multipart bodies, which it parses straight from the request.
+func limitBody(max int64) func(huma.Context, func(huma.Context)) {
+	return func(ctx huma.Context, next func(huma.Context)) {
+		r, w := humago.Unwrap(ctx)
+		tooLarge := func() {
+			WriteError(w, r, TooLarge("the upload is over the %d-byte limit", max))
+		}
+		if r.ContentLength > max {
+			tooLarge()
+			return
+		}
+		data, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+		if err != nil {
+			WriteError(w, r, Invalid("body", "could not read the body: "+err.Error()))
+			return
+		}
+		if int64(len(data)) > max {
+			tooLarge()
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(data))
+		next(ctx)
+	}
 }
 
 func lookupBuild(ctx context.Context, d *Deps, in *BuildIDInput) (*schema.Environment, *schema.Build, error) {

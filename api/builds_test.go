@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/uptrace/bun"
 
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
@@ -40,6 +41,7 @@ func (s *recordingStarter) StartBuild(_ context.Context, envID, buildID string) 
 
 type buildFixture struct {
 	h             http.Handler
+	db            *bun.DB
 	blobs         *blob.Local
 	starter       *recordingStarter
 	key, otherKey string
@@ -73,7 +75,7 @@ func newBuildFixture(t *testing.T, driver string) *buildFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &buildFixture{blobs: blobs, starter: &recordingStarter{}, key: key, otherKey: otherKey, env: env, theirs: theirs, workspaceID: ws.ID}
+	f := &buildFixture{db: db, blobs: blobs, starter: &recordingStarter{}, key: key, otherKey: otherKey, env: env, theirs: theirs, workspaceID: ws.ID}
 	br := &api.BuildRoutes{Blobs: blobs, Starter: f.starter, MaxUploadBytes: 1 << 20}
 	f.h, _ = api.New(api.Options{DB: db, Routes: []func(huma.API, *api.Deps){br.Register}})
 	f.dbCounts = func() map[string]int { return rowCounts(t, db) }
@@ -213,8 +215,27 @@ func TestStartBuild(t *testing.T) {
 		}
 
 		// The upload blob holds what was sent, and turns into build options.
-		var bl schema.Build
-		_ = bl
+		row, err := store.GetBuildByID(bg, f.db, out.BuildID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := f.blobs.Get(bg, row.UploadKey)
+		if err != nil {
+			t.Fatalf("upload blob %q: %v", row.UploadKey, err)
+		}
+		var up infer.Upload
+		err = json.NewDecoder(rc).Decode(&up)
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := up.Options()
+		if err != nil {
+			t.Fatalf("stored upload does not validate: %v", err)
+		}
+		if len(opts.Tools) != 16 || opts.Code["transfer_to_human_agents"] != code || opts.Config.Name != "Retail" || opts.Config.Scenarios["pending"] == "" {
+			t.Errorf("stored upload = %d tools, code %v, config %+v", len(opts.Tools), opts.Code, opts.Config)
+		}
 		rows := f.do(http.MethodGet, "/v1/envs/"+f.env.Slug+"/builds", f.key, nil, "")
 		if !strings.Contains(rows.Body.String(), out.BuildID) {
 			t.Errorf("list lacks the build: %s", rows.Body)
