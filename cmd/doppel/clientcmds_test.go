@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/schema/schematest"
+	"github.com/doppel-dev/doppel/store"
+)
+
+func TestKeysCLI(t *testing.T) {
+	ctx := context.Background()
+	db := schematest.Open(t, schema.DriverSQLite)
+	const boot = "mk_live_clitestclitestclitestclitest0123"
+	if _, _, err := store.Bootstrap(ctx, db, store.BootstrapOptions{Key: boot}); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := api.New(api.Options{DB: db})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	cli := func(args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		err := run(ctx, args, []string{"DOPPEL_URL=" + srv.URL, "DOPPEL_KEY=" + boot}, &out, &errb)
+		return out.String(), errb.String(), err
+	}
+
+	created, notice, err := cli("keys", "create", "--name", "ci")
+	if err != nil {
+		t.Fatalf("keys create: %v (%s)", err, notice)
+	}
+	newKey := strings.TrimSpace(created)
+	if !strings.HasPrefix(newKey, "mk_live_") || !strings.Contains(notice, "shown once") {
+		t.Fatalf("create printed %q / %q", created, notice)
+	}
+	mcp, _, err := cli("keys", "create", "--name", "agent", "--kind", "mcp")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(mcp), "mcp_at_") {
+		t.Fatalf("create mcp: %q %v", mcp, err)
+	}
+
+	list, _, err := cli("keys", "list", "--key", newKey)
+	if err != nil {
+		t.Fatalf("list with the new key: %v", err)
+	}
+	if !strings.Contains(list, "ci") || !strings.Contains(list, "bootstrap") || strings.Contains(list, newKey) {
+		t.Fatalf("list = %s (must name both keys and never print a plaintext)", list)
+	}
+	var id string
+	for _, line := range strings.Split(list, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "ci" {
+			id = f[0]
+		}
+	}
+	if !strings.HasPrefix(id, "key_") {
+		t.Fatalf("no id for the ci key in %s", list)
+	}
+	if out, _, err := cli("keys", "revoke", id); err != nil || !strings.Contains(out, id) {
+		t.Fatalf("revoke: %q %v", out, err)
+	}
+	_, _, err = cli("keys", "list", "--key", newKey)
+	var ae *apiError
+	if err == nil || !asAPIError(err, &ae) || ae.Status != 401 {
+		t.Fatalf("a revoked key listed keys: err = %v", err)
+	}
+
+	if _, _, err := cli("keys", "frobnicate"); err == nil || !strings.Contains(err.Error(), "unknown keys verb") {
+		t.Errorf("unknown verb: %v", err)
+	}
+	if err := run(ctx, []string{"keys", "list"}, []string{"DOPPEL_URL=" + srv.URL}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "no workspace key") {
+		t.Errorf("missing key: %v", err)
+	}
+}
+
+func asAPIError(err error, target **apiError) bool {
+	ae, ok := err.(*apiError)
+	if ok {
+		*target = ae
+	}
+	return ok
+}
+
+func TestUnknownCommandAndHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run(context.Background(), nil, nil, &out, &errb); err != nil || !strings.Contains(out.String(), "Commands:") {
+		t.Fatalf("help: %v %q", err, out.String())
+	}
+	err := run(context.Background(), []string{"nope"}, nil, &out, &errb)
+	if _, ok := err.(usageError); !ok {
+		t.Fatalf("unknown command: %v", err)
+	}
+}
+
+func TestConfigErrorNamesKey(t *testing.T) {
+	err := run(context.Background(), []string{"migrate"}, []string{"DOPPEL_DB_DRIVER=oracle"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "db.driver") {
+		t.Fatalf("err = %v, want it to name db.driver", err)
+	}
+}
