@@ -84,9 +84,17 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatalf("Call fail = %+v, %v; want a tool error result", res, err)
 	}
 
+	time.Sleep(20 * time.Millisecond)
+	in, err := c.Info(ctx, false)
+	if err != nil || in.IdleMS < 20 || in.Sessions != 1 {
+		t.Fatalf("Info 20ms after a call = %+v, %v; want idle >= 20ms, 1 session", in, err)
+	}
 	st, err := c.Session(ctx, "ses_1")
 	if err != nil {
 		t.Fatalf("Session: %v", err)
+	}
+	if in, _ := c.Info(ctx, false); in.IdleMS >= 20 {
+		t.Fatalf("idle %dms right after a session request", in.IdleMS)
 	}
 	want := SessionState{ID: "ses_1", Spec: SessionSpec{Seed: 40, SeedInstructions: "forty"}, Receipts: open.Receipts,
 		StateHash: res.StateHash, Calls: 2, Errors: 1, Fidelity: map[string]int64{"B_twin": 2}}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Runtime is the loaded bundle the server hosts sessions on. Open builds a fresh session world from spec (an
@@ -51,6 +53,10 @@ type Server struct {
 	mu       sync.RWMutex
 	rt       Runtime
 	sessions map[string]*hosted
+
+	// lastUse is the monotonic time of the last session request, in nanoseconds since start.
+	start   time.Time
+	lastUse atomic.Int64
 }
 
 type hosted struct {
@@ -67,7 +73,7 @@ type hosted struct {
 
 // NewServer returns a Server with no runtime: not ready.
 func NewServer(opts ServerOptions) *Server {
-	s := &Server{maxBody: opts.MaxBodyBytes, log: opts.Logger, sessions: map[string]*hosted{}}
+	s := &Server{maxBody: opts.MaxBodyBytes, log: opts.Logger, sessions: map[string]*hosted{}, start: time.Now()}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -78,12 +84,20 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET "+PathHealth, s.health)
 	mux.HandleFunc("GET "+PathReady, s.ready)
 	mux.HandleFunc("GET "+PathInfo, s.info)
-	mux.HandleFunc("POST "+PathSessions, s.open)
-	mux.HandleFunc("GET "+PathSessions+"/{id}", s.state)
-	mux.HandleFunc("DELETE "+PathSessions+"/{id}", s.close)
-	mux.HandleFunc("POST "+PathSessions+"/{id}/call", s.call)
+	mux.HandleFunc("POST "+PathSessions, s.used(s.open))
+	mux.HandleFunc("GET "+PathSessions+"/{id}", s.used(s.state))
+	mux.HandleFunc("DELETE "+PathSessions+"/{id}", s.used(s.close))
+	mux.HandleFunc("POST "+PathSessions+"/{id}/call", s.used(s.call))
 	s.mux = mux
 	return s
+}
+
+// used marks the twin in use for its idle time.
+func (s *Server) used(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.lastUse.Store(int64(time.Since(s.start)))
+		h(w, r)
+	}
 }
 
 // SetRuntime makes the server ready, hosting sessions on rt.
@@ -122,7 +136,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	runtime.ReadMemStats(&ms)
 	s.mu.RLock()
 	in := Info{Ready: s.rt != nil, Sessions: len(s.sessions), Goroutines: runtime.NumGoroutine(),
-		Memory: Memory{HeapAlloc: ms.HeapAlloc, HeapInuse: ms.HeapInuse, Sys: ms.Sys}}
+		Memory: Memory{HeapAlloc: ms.HeapAlloc, HeapInuse: ms.HeapInuse, Sys: ms.Sys},
+		IdleMS: (time.Since(s.start) - time.Duration(s.lastUse.Load())).Milliseconds()}
 	if s.rt != nil {
 		in.BundleHash = s.rt.BundleHash()
 	}

@@ -121,6 +121,9 @@ type Info struct {
 	Sessions   int    `json:"sessions"`
 	Memory     Memory `json:"memory"`
 	Goroutines int    `json:"goroutines"`
+	// IdleMS is how long ago, in milliseconds, the twin last served a session request (open, call, state or
+	// close), or started when it has served none: what an idle timer decides on.
+	IdleMS int64 `json:"idle_ms"`
 }
 
 // Memory is the twin process's Go memory, in bytes.
