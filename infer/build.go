@@ -38,6 +38,17 @@ type ToolReport struct {
 	Fit       float64  `json:"fit"`
 	FitCalls  int      `json:"fit_calls"`
 	Attention []string `json:"attention,omitempty"`
+	// Misses are a few recorded calls the handler answered differently.
+	Misses []Miss `json:"misses,omitempty"`
+}
+
+// Miss is one recorded call a synthesized handler answered differently.
+type Miss struct {
+	Trace string `json:"trace"`
+	Call  int    `json:"call"`
+	Args  string `json:"args"`
+	Want  string `json:"want"`
+	Got   string `json:"got"`
 }
 
 // TableInfo summarizes an entity table.
@@ -232,7 +243,10 @@ func (m *model) recordings(b *twin.Bundle) {
 // toolFit is how a synthesized handler did on the recorded calls.
 type toolFit struct {
 	tried, agreed, declined int
+	misses                  []Miss
 }
+
+const maxMisses = 5
 
 // fit runs each synthesized handler on every recorded call, on the world as the
 // trace showed it just before that call, and scores exact agreement.
@@ -254,6 +268,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		if err != nil {
 			return nil, err
 		}
+		v := m.newView()
 		for _, c := range t.calls {
 			ti := m.tools[c.tool]
 			if ti.source != "" && c.answer && c.args != nil {
@@ -261,6 +276,12 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 				if f == nil {
 					f = &toolFit{}
 					fits[c.tool] = f
+				}
+				// The target row as the trace knew it, whatever earlier checks did to it.
+				if tn, k, ok := m.target(c); ok {
+					if r, ok := v.get(tn, k); ok {
+						s.PutRow(tn, k, r)
+					}
 				}
 				content, isErr, ok, _ := s.Try(ctx, c.tool, c.args, twin.RungTwin)
 				switch {
@@ -270,6 +291,8 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 					f.tried++
 					if isErr == c.isErr && twin.AnswersAgree(content, c.text) {
 						f.agreed++
+					} else if len(f.misses) < maxMisses {
+						f.misses = append(f.misses, Miss{Trace: t.id, Call: c.idx, Args: c.canon, Want: c.text, Got: content})
 					}
 				}
 			}
@@ -277,6 +300,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 			if tn, k, row, ok := m.rowOf(c); ok {
 				s.PutRow(tn, k, row)
 			}
+			v.observe(c)
 		}
 	}
 	return fits, nil
@@ -339,6 +363,9 @@ func (m *model) decide(b *twin.Bundle, fits map[string]*toolFit) *Report {
 		}
 		rep.Tools = append(rep.Tools, ToolReport{Name: t.Name, Binding: t.Binding, Rung: t.Rung, Kind: t.Kind, Table: t.Table,
 			Calls: t.Scores.Calls, Errors: t.Scores.Errors, Fit: t.Scores.Fit, FitCalls: t.Scores.FitCalls, Attention: t.Attention})
+		if f != nil {
+			rep.Tools[len(rep.Tools)-1].Misses = f.misses
+		}
 	}
 	rep.NCalls = total
 	if total > 0 {

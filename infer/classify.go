@@ -22,6 +22,9 @@ type model struct {
 	base map[string]map[string]*twin.Object
 	// sightings is every row seen anywhere: table → key → rows in trace order (first per trace).
 	sightings map[string]map[string][]*twin.Object
+	// subs index nested objects by id (see subIndex).
+	subs    map[string]map[string]*twin.Object
+	subDefs map[string]twin.SubIndex
 }
 
 // toolInfo is what the build learns about one tool.
@@ -493,20 +496,24 @@ func leafStrings(v any, into map[string]bool) {
 }
 
 // buildBase makes the base world: each row as first seen in each trace before the
-// trace's first write (or later, when no write so far could have touched it); a row
-// seen differently by different traces takes the state most traces saw.
+// trace's first write, or later when no write so far named it. A row seen differently
+// by different traces takes the state most traces saw. Rows seen only after a write
+// that merely mentioned them (an order's write mentions its user) are a fallback for
+// entities seen no other way.
 func (m *model) buildBase() {
 	type cand struct {
 		row   *twin.Object
 		canon string
 		votes int
 		first int
+		prio  int // 0: clean sighting; 1: after a write that mentioned it
 	}
 	cands := map[string]map[string][]*cand{}
 	m.sightings = map[string]map[string][]*twin.Object{}
 	for ti, t := range m.traces {
 		cut := false
 		touched := map[string]bool{}
+		targeted := map[string]bool{}
 		seenHere := map[string]bool{}
 		sightHere := map[string]bool{}
 		for _, c := range t.calls {
@@ -531,18 +538,25 @@ func (m *model) buildBase() {
 					if c.isJSON {
 						leafStrings(c.val, touched)
 					}
+					if ttn, tk, ok := m.target(c); ok {
+						targeted[ttn+"\x00"+tk] = true
+					}
+					if ok {
+						targeted[tn+"\x00"+k] = true
+					}
 				}
 				continue
 			}
 			if !ok {
 				continue
 			}
-			if cut && touched[k] {
+			id := tn + "\x00" + k
+			if targeted[id] || seenHere[id] {
 				continue
 			}
-			id := tn + "\x00" + k
-			if seenHere[id] {
-				continue
+			prio := 0
+			if cut && touched[k] {
+				prio = 1
 			}
 			seenHere[id] = true
 			canon := string(twin.Canonical(row))
@@ -551,14 +565,14 @@ func (m *model) buildBase() {
 			}
 			found := false
 			for _, cd := range cands[tn][k] {
-				if cd.canon == canon {
+				if cd.canon == canon && cd.prio == prio {
 					cd.votes++
 					found = true
 					break
 				}
 			}
 			if !found {
-				cands[tn][k] = append(cands[tn][k], &cand{row: row, canon: canon, votes: 1, first: ti})
+				cands[tn][k] = append(cands[tn][k], &cand{row: row, canon: canon, votes: 1, first: ti, prio: prio})
 			}
 		}
 	}
@@ -568,7 +582,7 @@ func (m *model) buildBase() {
 		for k, cs := range cands[tn] {
 			best := cs[0]
 			for _, cd := range cs[1:] {
-				if cd.votes > best.votes || (cd.votes == best.votes && cd.first < best.first) {
+				if cd.prio < best.prio || (cd.prio == best.prio && (cd.votes > best.votes || (cd.votes == best.votes && cd.first < best.first))) {
 					best = cd
 				}
 			}

@@ -59,6 +59,9 @@ func (m *model) synthesize() {
 				ti.notes = append(ti.notes, "answered from recordings: no rule in the recordings explains its answers")
 			}
 		}
+		if ti.source != "" {
+			m.useSubs(ti.source)
+		}
 	}
 }
 

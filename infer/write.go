@@ -1,13 +1,724 @@
 package infer
 
-import "github.com/doppel-dev/doppel/twin"
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 
-// synthWrite learns a write's effect on its target row.
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// wex is one recorded write: the target row before it, the arguments and the answer.
+type wex struct {
+	c    *call
+	pre  *twin.Object
+	post *twin.Object // nil for an error answer
+}
+
+// stmt is one step of a learned write, applied to the row being changed.
+type stmt interface {
+	apply(c *ectx, row *twin.Object) bool
+	code(b *strings.Builder, indent string)
+}
+
+// objAt walks object keys from the row.
+func objAt(row *twin.Object, path []string) (*twin.Object, bool) {
+	cur := row
+	for _, p := range path {
+		v, ok := cur.Get(p)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = v.(*twin.Object); !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func pathCode(root string, path []string) string {
+	var b strings.Builder
+	b.WriteString(root)
+	for _, p := range path {
+		b.WriteString("[" + strconv.Quote(p) + "]")
+	}
+	return b.String()
+}
+
+// setS stores a value at path/key.
+type setS struct {
+	path []string
+	key  string
+	val  vexpr
+}
+
+func (s setS) apply(c *ectx, row *twin.Object) bool {
+	o, ok := objAt(row, s.path)
+	if !ok {
+		return false
+	}
+	v, ok := s.val.eval(c)
+	if !ok {
+		return false
+	}
+	o.Set(s.key, v)
+	return true
+}
+
+func (s setS) code(b *strings.Builder, ind string) {
+	fmt.Fprintf(b, "%s%s = %s\n", ind, pathCode("row", append(append([]string{}, s.path...), s.key)), s.val.code())
+}
+
+// delS removes path/key.
+type delS struct {
+	path []string
+	key  string
+}
+
+func (s delS) apply(c *ectx, row *twin.Object) bool {
+	o, ok := objAt(row, s.path)
+	if !ok {
+		return false
+	}
+	o.Delete(s.key)
+	return true
+}
+
+func (s delS) code(b *strings.Builder, ind string) {
+	fmt.Fprintf(b, "%s%s.pop(%q, None)\n", ind, pathCode("row", s.path), s.key)
+}
+
+// appendEachS appends one new element per element the list had before the write.
+type appendEachS struct {
+	path []string
+	val  vexpr
+}
+
+func (s appendEachS) apply(c *ectx, row *twin.Object) bool {
+	before, ok := rowE{path: toAny(s.path)}.eval(c)
+	if !ok {
+		return false
+	}
+	bl, ok := before.([]any)
+	if !ok {
+		return false
+	}
+	parent, ok := objAt(row, s.path[:len(s.path)-1])
+	if !ok {
+		return false
+	}
+	cur, _ := parent.Get(s.path[len(s.path)-1])
+	l, ok := cur.([]any)
+	if !ok {
+		return false
+	}
+	for _, e := range bl {
+		cc := *c
+		cc.elem = e
+		v, ok := s.val.eval(&cc)
+		if !ok {
+			return false
+		}
+		l = append(l, v)
+	}
+	parent.Set(s.path[len(s.path)-1], l)
+	return true
+}
+
+func (s appendEachS) code(b *strings.Builder, ind string) {
+	fmt.Fprintf(b, "%sfor old in %s:\n", ind, pathCode("pre", s.path))
+	fmt.Fprintf(b, "%s    %s.append(%s)\n", ind, pathCode("row", s.path), s.val.code())
+}
+
+// appendS appends fixed new elements.
+type appendS struct {
+	path []string
+	vals []vexpr
+}
+
+func (s appendS) apply(c *ectx, row *twin.Object) bool {
+	parent, ok := objAt(row, s.path[:len(s.path)-1])
+	if !ok {
+		return false
+	}
+	cur, _ := parent.Get(s.path[len(s.path)-1])
+	l, ok := cur.([]any)
+	if !ok {
+		return false
+	}
+	for _, e := range s.vals {
+		v, ok := e.eval(c)
+		if !ok {
+			return false
+		}
+		l = append(l, v)
+	}
+	parent.Set(s.path[len(s.path)-1], l)
+	return true
+}
+
+func (s appendS) code(b *strings.Builder, ind string) {
+	for _, e := range s.vals {
+		fmt.Fprintf(b, "%s%s.append(%s)\n", ind, pathCode("row", s.path), e.code())
+	}
+}
+
+// updateS changes, for each element of an argument list, the first list element whose id field equals it.
+type updateS struct {
+	path  []string // the list in the row
+	field string   // the id field of its elements
+	list  argPath  // the argument list naming elements
+	keys  []string
+	vals  []vexpr
+}
+
+func (s updateS) apply(c *ectx, row *twin.Object) bool {
+	v, ok := s.list.get(c.args)
+	if !ok {
+		return false
+	}
+	ids, ok := v.([]any)
+	if !ok {
+		return false
+	}
+	parent, ok := objAt(row, s.path[:len(s.path)-1])
+	if !ok {
+		return false
+	}
+	cur, _ := parent.Get(s.path[len(s.path)-1])
+	l, ok := cur.([]any)
+	if !ok {
+		return false
+	}
+	for i, id := range ids {
+		for _, e := range l {
+			o, ok := e.(*twin.Object)
+			if !ok {
+				continue
+			}
+			f, ok := o.Get(s.field)
+			if !ok || !twin.Identical(f, id) {
+				continue
+			}
+			cc := *c
+			cc.i = i
+			cc.elem = twin.Clone(o)
+			for k, key := range s.keys {
+				nv, ok := s.vals[k].eval(&cc)
+				if !ok {
+					return false
+				}
+				o.Set(key, nv)
+			}
+			break
+		}
+	}
+	return true
+}
+
+func (s updateS) code(b *strings.Builder, ind string) {
+	fmt.Fprintf(b, "%sfor i in range(len(%s)):\n", ind, s.list.expr())
+	fmt.Fprintf(b, "%s    for it in %s:\n", ind, pathCode("row", s.path))
+	fmt.Fprintf(b, "%s        if it[%q] == %s[i]:\n", ind, s.field, s.list.expr())
+	fmt.Fprintf(b, "%s            old = deepcopy(it)\n", ind)
+	for k, key := range s.keys {
+		fmt.Fprintf(b, "%s            it[%q] = %s\n", ind, key, s.vals[k].code())
+	}
+	fmt.Fprintf(b, "%s            break\n", ind)
+}
+
+// replaceS replaces the whole row (when the write reorders its fields).
+type replaceS struct{ val objE }
+
+func (s replaceS) apply(c *ectx, row *twin.Object) bool {
+	v, ok := s.val.eval(c)
+	if !ok {
+		return false
+	}
+	o := v.(*twin.Object)
+	row.Keys, row.Vals = o.Keys, o.Vals
+	return true
+}
+
+func (s replaceS) code(b *strings.Builder, ind string) {
+	fmt.Fprintf(b, "%srow = %s\n", ind, s.val.code())
+}
+
+func toAny(p []string) []any {
+	out := make([]any, len(p))
+	for i, s := range p {
+		out[i] = s
+	}
+	return out
+}
+
+// writeExamples collects a write's recorded calls with the target row's state before each.
+func (m *model) writeExamples(ti *toolInfo) []wex {
+	var out []wex
+	for _, t := range m.traces {
+		v := m.newView()
+		for _, c := range t.calls {
+			if c.tool == ti.name && c.answer && c.args != nil {
+				if tn, k, ok := m.target(c); ok {
+					if pre, ok := v.get(tn, k); ok {
+						x := wex{c: c, pre: pre}
+						if c.success {
+							if o, ok := c.val.(*twin.Object); ok && c.isJSON {
+								x.post = o
+							}
+						}
+						if c.success && x.post == nil {
+							// A success that is not the row: not this kind of write.
+						} else {
+							out = append(out, x)
+						}
+					}
+				}
+			}
+			v.observe(c)
+		}
+	}
+	return out
+}
+
+// synthWrite learns a write's effect on its target row from the rows before and
+// after each recorded call, and its refusals from the recorded error answers.
 func (m *model) synthWrite(ti *toolInfo) {
 	ti.kind = twin.KindWrite
-	if m.synthTemplate(ti) {
+	if m.synthConstant(ti) || m.synthTemplate(ti) {
 		return
 	}
 	ti.kind = twin.KindWrite
-	ti.notes = append(ti.notes, "write answered from recordings: its effect was not learned")
+	if ti.table == "" || ti.keyArg == "" {
+		ti.notes = append(ti.notes, "write answered from recordings: it does not answer with a row it changed")
+		return
+	}
+	exs := m.writeExamples(ti)
+	var succ, fails []wex
+	for _, x := range exs {
+		if x.post != nil {
+			succ = append(succ, x)
+		} else {
+			fails = append(fails, x)
+		}
+	}
+	subs := m.subIndex()
+	ctx := func(x wex) *ectx {
+		return &ectx{m: m, args: x.c.args, pre: x.pre, i: -1, subs: subs}
+	}
+	var stmts []stmt
+	learned := false
+	if len(succ) > 0 {
+		pres := make([]*twin.Object, len(succ))
+		posts := make([]*twin.Object, len(succ))
+		ctxs := make([]*ectx, len(succ))
+		for i, x := range succ {
+			pres[i], posts[i], ctxs[i] = x.pre, x.post, ctx(x)
+		}
+		var why string
+		stmts, why = m.learnObject(nil, pres, posts, ctxs)
+		learned = why == ""
+		if learned {
+			// Check the whole program on every example.
+			for i, x := range succ {
+				row := twin.Clone(x.pre).(*twin.Object)
+				for _, s := range stmts {
+					if !s.apply(ctxs[i], row) {
+						learned = false
+						break
+					}
+				}
+				if !learned || !twin.Identical(row, x.post) {
+					learned = false
+					why = "the learned changes do not reproduce every recorded answer"
+					break
+				}
+			}
+		}
+		if !learned {
+			ti.notes = append(ti.notes, "effect of a successful call not learned: "+why)
+		}
+	}
+	guards, unexplained := m.learnGuards(ti, succ, fails, ctx)
+	if unexplained > 0 {
+		ti.notes = append(ti.notes, fmt.Sprintf("%d recorded error answer(s) not explained by a precondition", unexplained))
+	}
+	if !learned && len(guards) == 0 {
+		return
+	}
+	t := m.tables[ti.table]
+	var b strings.Builder
+	b.WriteString(header(
+		fmt.Sprintf("%s changes one %s row, named by argument %q.", ti.name, t.name, ti.keyArg),
+		fmt.Sprintf("Learned from %d successful calls and %d error answers (rows before and after each).", len(succ), len(fails))))
+	fmt.Fprintf(&b, "def %s(args):\n", ti.name)
+	fmt.Fprintf(&b, "    key = args.get(%q)\n", ti.keyArg)
+	fmt.Fprintf(&b, "    row = world.get(%q, key)\n", t.name)
+	b.WriteString("    if row == None:\n")
+	b.WriteString("        " + m.notFound(ti) + "\n")
+	b.WriteString("    pre = deepcopy(row)\n")
+	for _, g := range guards {
+		fmt.Fprintf(&b, "    if %s:\n", g.pred.code())
+		fmt.Fprintf(&b, "        return error(%s)\n", templateExpr(g.text))
+	}
+	if !learned {
+		b.WriteString("    return decline(\"the recordings do not show how a successful call changes the row\")\n")
+		ti.source = b.String()
+		return
+	}
+	for _, s := range stmts {
+		s.code(&b, "    ")
+	}
+	fmt.Fprintf(&b, "    world.put(%q, key, row)\n", t.name)
+	b.WriteString("    return row\n")
+	ti.source = b.String()
+}
+
+// learnObject explains how each example's object at path changed. It answers the
+// steps, or why it could not.
+func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*ectx) ([]stmt, string) {
+	var keys []string
+	seen := map[string]bool{}
+	for _, o := range posts {
+		for _, k := range o.Keys {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	for _, o := range pres {
+		for _, k := range o.Keys {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	var stmts []stmt
+	var added []string
+	for _, k := range keys {
+		inPre, inPost := 0, 0
+		same := true
+		for i := range pres {
+			pv, pok := pres[i].Get(k)
+			qv, qok := posts[i].Get(k)
+			if pok {
+				inPre++
+			}
+			if qok {
+				inPost++
+			}
+			if !pok || !qok || !twin.Identical(pv, qv) {
+				same = false
+			}
+		}
+		n := len(pres)
+		switch {
+		case same && inPre == n && inPost == n:
+			continue
+		case inPost == 0 && inPre > 0:
+			stmts = append(stmts, delS{path: path, key: k})
+			continue
+		case inPost != n:
+			return nil, fmt.Sprintf("field %s is present in some answers only", strings.Join(append(append([]string{}, path...), k), "."))
+		}
+		if inPre < n {
+			added = append(added, k)
+		}
+		targets := make([]any, n)
+		for i := range posts {
+			targets[i], _ = posts[i].Get(k)
+		}
+		sub := append(append([]string{}, path...), k)
+		if inPre == n {
+			// Objects changed inside: recurse.
+			subPres, subPosts, objs := make([]*twin.Object, n), make([]*twin.Object, n), true
+			for i := range pres {
+				pv, _ := pres[i].Get(k)
+				a, ok1 := pv.(*twin.Object)
+				b, ok2 := targets[i].(*twin.Object)
+				if !ok1 || !ok2 {
+					objs = false
+					break
+				}
+				subPres[i], subPosts[i] = a, b
+			}
+			if objs {
+				if ss, why := m.learnObject(sub, subPres, subPosts, ctxs); why == "" {
+					stmts = append(stmts, ss...)
+					continue
+				}
+			}
+			if ss, ok := m.learnList(sub, pres, targets, ctxs); ok {
+				stmts = append(stmts, ss...)
+				continue
+			}
+		}
+		e, ok := m.learnValue(targets, ctxs)
+		if !ok {
+			return nil, fmt.Sprintf("no rule explains field %s", strings.Join(sub, "."))
+		}
+		stmts = append(stmts, setS{path: path, key: k, val: e})
+	}
+	// Key order: kept keys keep their place, new keys come last in the order set.
+	for i := range pres {
+		var order []string
+		for _, k := range pres[i].Keys {
+			if _, ok := posts[i].Get(k); ok {
+				order = append(order, k)
+			}
+		}
+		order = append(order, added...)
+		if strings.Join(order, "\x00") != strings.Join(posts[i].Keys, "\x00") {
+			return m.rebuildObject(path, pres, posts, ctxs)
+		}
+	}
+	return stmts, ""
+}
+
+// rebuildObject explains an object whose fields were reordered: it is built anew.
+func (m *model) rebuildObject(path []string, pres, posts []*twin.Object, ctxs []*ectx) ([]stmt, string) {
+	order := posts[0].Keys
+	for _, p := range posts[1:] {
+		if strings.Join(p.Keys, "\x00") != strings.Join(order, "\x00") {
+			return nil, "fields come back in different orders"
+		}
+	}
+	obj := objE{keys: order}
+	for _, k := range order {
+		targets := make([]any, len(posts))
+		for i := range posts {
+			targets[i], _ = posts[i].Get(k)
+		}
+		// A field that did not change reads the old one.
+		unchanged := true
+		for i := range pres {
+			pv, ok := pres[i].Get(k)
+			if !ok || !twin.Identical(pv, targets[i]) {
+				unchanged = false
+				break
+			}
+		}
+		var e vexpr
+		if unchanged {
+			e = rowE{path: toAny(append(append([]string{}, path...), k))}
+		} else {
+			var ok bool
+			if e, ok = m.learnValue(targets, ctxs); !ok {
+				return nil, "no rule explains field " + strings.Join(append(append([]string{}, path...), k), ".")
+			}
+		}
+		obj.vals = append(obj.vals, e)
+	}
+	if len(path) == 0 {
+		return []stmt{replaceS{val: obj}}, ""
+	}
+	return []stmt{setS{path: path[:len(path)-1], key: path[len(path)-1], val: obj}}, ""
+}
+
+// learnList explains a list field's change: elements appended (one per old element,
+// or a fixed number), or elements named by an argument list updated in place.
+func (m *model) learnList(path []string, pres []*twin.Object, targets []any, ctxs []*ectx) ([]stmt, bool) {
+	n := len(pres)
+	before := make([][]any, n)
+	after := make([][]any, n)
+	for i := range pres {
+		pv, _ := pres[i].Get(path[len(path)-1])
+		a, ok1 := pv.([]any)
+		b, ok2 := targets[i].([]any)
+		if !ok1 || !ok2 {
+			return nil, false
+		}
+		before[i], after[i] = a, b
+	}
+	// The list as a field of the row: pres here are the parent objects, so paths are relative to the row.
+	appended := true
+	for i := range before {
+		if len(after[i]) < len(before[i]) {
+			appended = false
+			break
+		}
+		for j := range before[i] {
+			if !twin.Identical(before[i][j], after[i][j]) {
+				appended = false
+				break
+			}
+		}
+	}
+	if appended {
+		each := true
+		fixed := len(after[0]) - len(before[0])
+		some := false
+		for i := range before {
+			k := len(after[i]) - len(before[i])
+			if k != len(before[i]) {
+				each = false
+			}
+			if k != fixed {
+				fixed = -1
+			}
+			if k > 0 {
+				some = true
+			}
+		}
+		if each && some {
+			var ts []any
+			var cs []*ectx
+			for i := range before {
+				for j, e := range before[i] {
+					cc := *ctxs[i]
+					cc.elem = e
+					cs = append(cs, &cc)
+					ts = append(ts, after[i][len(before[i])+j])
+				}
+			}
+			if e, ok := m.learnValue(ts, cs); ok {
+				return []stmt{appendEachS{path: path, val: e}}, true
+			}
+		}
+		if fixed > 0 {
+			var vals []vexpr
+			for j := 0; j < fixed; j++ {
+				ts := make([]any, n)
+				for i := range before {
+					ts[i] = after[i][len(before[i])+j]
+				}
+				e, ok := m.learnValue(ts, ctxs)
+				if !ok {
+					return nil, false
+				}
+				vals = append(vals, e)
+			}
+			return []stmt{appendS{path: path, vals: vals}}, true
+		}
+		return nil, false
+	}
+	return m.learnUpdate(path, before, after, ctxs)
+}
+
+// learnUpdate explains same-length lists of objects whose elements named by an
+// argument list changed in place.
+func (m *model) learnUpdate(path []string, before, after [][]any, ctxs []*ectx) ([]stmt, bool) {
+	for i := range before {
+		if len(before[i]) != len(after[i]) || len(before[i]) == 0 {
+			return nil, false
+		}
+	}
+	first, ok := before[0][0].(*twin.Object)
+	if !ok {
+		return nil, false
+	}
+	for _, idField := range first.Keys {
+		for _, list := range argLists(ctxs[0].args) {
+			st, ok := m.tryUpdate(path, idField, list, before, after, ctxs)
+			if ok {
+				return []stmt{st}, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// argLists are the argument paths holding lists of scalars.
+func argLists(args *twin.Object) []argPath {
+	var out []argPath
+	for i, k := range args.Keys {
+		if l, ok := args.Vals[i].([]any); ok {
+			scalars := true
+			for _, e := range l {
+				if _, ok := scalarText(e); !ok {
+					scalars = false
+				}
+			}
+			if scalars {
+				out = append(out, argPath{k})
+			}
+		}
+	}
+	return out
+}
+
+func (m *model) tryUpdate(path []string, idField string, list argPath, before, after [][]any, ctxs []*ectx) (stmt, bool) {
+	// Which elements each argument id names, and what they became.
+	type hit struct {
+		ctx    *ectx
+		old    *twin.Object
+		now    *twin.Object
+		target int
+	}
+	var hits []hit
+	changedKeys := map[string]bool{}
+	var keyOrder []string
+	for e := range before {
+		v, ok := list.get(ctxs[e].args)
+		if !ok {
+			return nil, false
+		}
+		ids, ok := v.([]any)
+		if !ok {
+			return nil, false
+		}
+		used := map[int]bool{}
+		for i, id := range ids {
+			found := -1
+			for j, el := range before[e] {
+				o, ok := el.(*twin.Object)
+				if !ok {
+					return nil, false
+				}
+				if f, ok := o.Get(idField); ok && twin.Identical(f, id) && !used[j] {
+					found = j
+					break
+				}
+			}
+			if found < 0 {
+				return nil, false
+			}
+			used[found] = true
+			old := before[e][found].(*twin.Object)
+			now, ok := after[e][found].(*twin.Object)
+			if !ok || strings.Join(old.Keys, "\x00") != strings.Join(now.Keys, "\x00") {
+				return nil, false
+			}
+			cc := *ctxs[e]
+			cc.i = i
+			cc.elem = old
+			hits = append(hits, hit{ctx: &cc, old: old, now: now, target: found})
+			for k, key := range old.Keys {
+				if !twin.Identical(old.Vals[k], now.Vals[k]) && !changedKeys[key] {
+					changedKeys[key] = true
+					keyOrder = append(keyOrder, key)
+				}
+			}
+		}
+		// Elements nobody named must be unchanged.
+		for j := range before[e] {
+			if !used[j] && !twin.Identical(before[e][j], after[e][j]) {
+				return nil, false
+			}
+		}
+	}
+	if len(keyOrder) == 0 {
+		return nil, false
+	}
+	// The id field is written first when it changes, as production code tends to.
+	sort.SliceStable(keyOrder, func(a, b int) bool { return keyOrder[a] == idField && keyOrder[b] != idField })
+	st := updateS{path: path, field: idField, list: list}
+	for _, key := range keyOrder {
+		ts := make([]any, len(hits))
+		cs := make([]*ectx, len(hits))
+		for h := range hits {
+			ts[h], _ = hits[h].now.Get(key)
+			cs[h] = hits[h].ctx
+		}
+		e, ok := m.learnValue(ts, cs)
+		if !ok {
+			return nil, false
+		}
+		st.keys = append(st.keys, key)
+		st.vals = append(st.vals, e)
+	}
+	return st, true
 }

@@ -1,0 +1,123 @@
+package infer
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// subIndex finds nested objects addressable by an id field (a product's variants by
+// item_id, an order's items by item_id) in every row the traces showed. The map is
+// keyed by table + "\x00" + index name, then by the id's canonical JSON.
+func (m *model) subIndex() map[string]map[string]*twin.Object {
+	if m.subs != nil {
+		return m.subs
+	}
+	m.subs = map[string]map[string]*twin.Object{}
+	m.subDefs = map[string]twin.SubIndex{}
+	for _, tn := range m.tableNames {
+		var rows []*twin.Object
+		for _, k := range sortedKeys(m.base[tn]) {
+			rows = append(rows, m.base[tn][k])
+		}
+		for _, k := range sortedKeys(m.sightings[tn]) {
+			rows = append(rows, m.sightings[tn][k]...)
+		}
+		type cand struct {
+			def    twin.SubIndex
+			idx    map[string]*twin.Object
+			broken bool
+		}
+		cands := map[string]*cand{}
+		for _, r := range rows {
+			for i, f := range r.Keys {
+				var path string
+				var elems []*twin.Object
+				switch x := r.Vals[i].(type) {
+				case *twin.Object:
+					path = f + ".*"
+					for _, v := range x.Vals {
+						o, ok := v.(*twin.Object)
+						if !ok {
+							elems = nil
+							break
+						}
+						elems = append(elems, o)
+					}
+				case []any:
+					path = f + "[]"
+					for _, v := range x {
+						o, ok := v.(*twin.Object)
+						if !ok {
+							elems = nil
+							break
+						}
+						elems = append(elems, o)
+					}
+				}
+				if len(elems) == 0 {
+					continue
+				}
+				seenHere := map[string]bool{}
+				for _, o := range elems {
+					for j, g := range o.Keys {
+						s, ok := o.Vals[j].(string)
+						if !ok || !idLike([]string{s}) {
+							continue
+						}
+						name := path + ":" + g
+						c := cands[name]
+						if c == nil {
+							c = &cand{def: twin.SubIndex{Name: name, Path: path, Field: g}, idx: map[string]*twin.Object{}}
+							cands[name] = c
+						}
+						cv := string(twin.Canonical(s))
+						if seenHere[name+"\x00"+cv] {
+							c.broken = true // not unique within a row: not an id
+						}
+						seenHere[name+"\x00"+cv] = true
+						if _, ok := c.idx[cv]; !ok {
+							c.idx[cv] = o
+						}
+					}
+				}
+			}
+		}
+		for name, c := range cands {
+			if c.broken || len(c.idx) < 2 {
+				continue
+			}
+			id := tn + "\x00" + name
+			m.subs[id] = c.idx
+			m.subDefs[id] = c.def
+		}
+	}
+	return m.subs
+}
+
+// subNames lists the discovered nested-object indexes, sorted.
+func (m *model) subNames() []string {
+	m.subIndex()
+	out := make([]string, 0, len(m.subs))
+	for k := range m.subs {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func splitSub(id string) (string, string) {
+	i := strings.IndexByte(id, 0)
+	return id[:i], id[i+1:]
+}
+
+// useSubs records in the tables the nested-object indexes a handler's code uses.
+func (m *model) useSubs(src string) {
+	for _, id := range m.subNames() {
+		tn, name := splitSub(id)
+		if strings.Contains(src, "world.sub(\""+tn+"\", \""+name+"\"") {
+			m.tables[tn].subs[name] = m.subDefs[id]
+		}
+	}
+}
