@@ -427,4 +427,3 @@ func (e objE) code() string {
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
 }
-
