@@ -1,0 +1,181 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/twinrpc"
+)
+
+// Application error types of the twin activities. All but ErrTypeTwinNotReady are not retryable: retrying cannot
+// fix them, and a wake must report them at once.
+const (
+	// ErrTypeEngineUnreachable: the Docker engine does not answer (the API answers 503).
+	ErrTypeEngineUnreachable = "TwinEngineUnreachable"
+	// ErrTypeImageMissing: the twin image is not in the engine.
+	ErrTypeImageMissing = "TwinImageMissing"
+	// ErrTypeTwinBundle: the bundle cannot be read, or the twin serves another.
+	ErrTypeTwinBundle = "TwinBundle"
+	// ErrTypeTwinNotReady: the twin did not become ready (it exited while loading, or timed out).
+	ErrTypeTwinNotReady = "TwinNotReady"
+)
+
+// TwinBuild names the bundle a twin serves.
+type TwinBuild struct {
+	BuildID    string
+	BundleKey  string
+	BundleHash string
+}
+
+// IsZero reports whether no build is named.
+func (b TwinBuild) IsZero() bool { return b.BuildID == "" }
+
+// StartTwinInput names the twin StartTwin starts.
+type StartTwinInput struct {
+	EnvID string
+	Build TwinBuild
+}
+
+// TwinHealth is what InspectTwin found: the driver's state and, for a ready twin, its idle time and sessions.
+type TwinHealth struct {
+	State    driver.State
+	Detail   string
+	IdleFor  time.Duration
+	Sessions int
+}
+
+// ReapTwinsInput asks to remove an environment's twins other than Keep (handle IDs). Twins younger than Grace are
+// left alone: a start may still be returning their handle.
+type ReapTwinsInput struct {
+	EnvID string
+	Keep  []string
+	Grace time.Duration
+}
+
+// Twins runs twins for the TwinWorkflow through a driver.
+type Twins struct {
+	Driver driver.Driver
+	// HTTP is the client of twin RPC probes; nil means twinrpc.NewHTTPClient().
+	HTTP *http.Client
+
+	once sync.Once
+	hc   *http.Client
+}
+
+func (a *Twins) rpc(h driver.Handle) *twinrpc.Client {
+	a.once.Do(func() {
+		a.hc = a.HTTP
+		if a.hc == nil {
+			a.hc = twinrpc.NewHTTPClient()
+		}
+	})
+	return twinrpc.NewClient(h.Addr, a.hc)
+}
+
+// StartTwin starts a twin for the build and returns its handle once it is ready.
+// It heartbeats while the twin boots, so a worker that dies meanwhile is noticed within the heartbeat timeout.
+func (a *Twins) StartTwin(ctx context.Context, in StartTwinInput) (driver.Handle, error) {
+	stop := heartbeat(ctx, 2*time.Second)
+	defer stop()
+	h, err := a.Driver.Start(ctx, driver.Spec{EnvID: in.EnvID, BuildID: in.Build.BuildID, BundleKey: in.Build.BundleKey,
+		BundleHash: in.Build.BundleHash})
+	if err != nil {
+		return driver.Handle{}, twinError("start twin of "+in.EnvID+" build "+in.Build.BuildID, err)
+	}
+	return h, nil
+}
+
+// InspectTwin reports the twin's state; a ready twin also reports how long it has been idle and its sessions.
+func (a *Twins) InspectTwin(ctx context.Context, h driver.Handle) (TwinHealth, error) {
+	st, err := a.Driver.Inspect(ctx, h)
+	if err != nil {
+		return TwinHealth{}, twinError("inspect twin "+h.ID, err)
+	}
+	out := TwinHealth{State: st.State, Detail: st.Detail}
+	if st.State != driver.StateReady {
+		return out, nil
+	}
+	in, err := a.rpc(h).Info(ctx, false)
+	if err != nil {
+		// It answered ready a moment ago; report what the probe saw now.
+		return TwinHealth{State: driver.StateUnhealthy, Detail: err.Error()}, nil
+	}
+	out.IdleFor = time.Duration(in.IdleMS) * time.Millisecond
+	out.Sessions = in.Sessions
+	return out, nil
+}
+
+// StopTwin stops the twin; a twin already gone is not an error.
+func (a *Twins) StopTwin(ctx context.Context, h driver.Handle) error {
+	if err := a.Driver.Stop(ctx, h); err != nil {
+		return twinError("stop twin "+h.ID, err)
+	}
+	return nil
+}
+
+// ReapTwins removes the environment's twins that are not in Keep (and older than Grace), when the driver can
+// reconcile; it returns the removed handles.
+func (a *Twins) ReapTwins(ctx context.Context, in ReapTwinsInput) ([]driver.Handle, error) {
+	r, ok := a.Driver.(driver.Reconciler)
+	if !ok {
+		return nil, nil
+	}
+	keep := make(map[string]bool, len(in.Keep))
+	for _, id := range in.Keep {
+		keep[id] = true
+	}
+	removed, err := r.Reconcile(ctx, func(h driver.Handle) bool { return h.EnvID != in.EnvID || keep[h.ID] }, in.Grace)
+	if err != nil {
+		return removed, twinError("reap twins of "+in.EnvID, err)
+	}
+	return removed, nil
+}
+
+// heartbeat records an activity heartbeat every period until stopped.
+func heartbeat(ctx context.Context, period time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// twinError turns a driver error into an application error of the type the workflow tells apart.
+func twinError(what string, err error) error {
+	msg := fmt.Sprintf("%s: %v", what, err)
+	switch {
+	case errors.Is(err, driver.ErrEngineUnreachable):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeEngineUnreachable, err)
+	case errors.Is(err, driver.ErrImageMissing):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeImageMissing, err)
+	case errors.Is(err, driver.ErrBundle):
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeTwinBundle, err)
+	case errors.Is(err, driver.ErrNotReady):
+		return temporal.NewApplicationErrorWithCause(msg, ErrTypeTwinNotReady, err)
+	}
+	var bad *driver.SpecError
+	if errors.As(err, &bad) {
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeBadInput, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
