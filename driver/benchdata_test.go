@@ -1,17 +1,105 @@
 package driver
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
+
+	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/twin"
 )
 
-// benchSpec is the bundle the benchmarks start.
-func benchSpec(b *testing.B, env string) Spec { return bankSpec(env) }
-
-// benchWrite is a call that changes session i's world.
-func benchWrite(i int) (tool, args string) {
-	return "deposit", fmt.Sprintf(`{"id":"a1","amount":%d}`, i+1)
+// The benchmarks run the tau-retail bundle: built once from the real traces in /work/shared/data (or
+// DOPPEL_TEST_DATA), with recorded writes and reads to drive it.
+var tauRetail struct {
+	sync.Once
+	err    error
+	path   string
+	hash   string
+	writes []string // modify_user_address arguments, as recorded
+	reads  []string // get_order_details arguments, as recorded
 }
 
-// benchRead is a read call.
-func benchRead(int) (tool, args string) { return "get_account", `{"id":"a1"}` }
+func tauRetailData() string {
+	if d := os.Getenv("DOPPEL_TEST_DATA"); d != "" {
+		return d
+	}
+	return "/work/shared/data"
+}
+
+func loadTauRetail(dir string) error {
+	data, err := os.ReadFile(filepath.Join(tauRetailData(), "tau-retail-dev.json"))
+	if err != nil {
+		return err
+	}
+	var batch trace.Batch
+	if err := json.Unmarshal(data, &batch); err != nil {
+		return err
+	}
+	toolsJSON, err := os.ReadFile(filepath.Join(tauRetailData(), "tau-retail-tools.json"))
+	if err != nil {
+		return err
+	}
+	tools, err := infer.ParseToolDefs(toolsJSON)
+	if err != nil {
+		return err
+	}
+	b, _, err := infer.Build(batch.Traces, infer.Options{Tools: tools})
+	if err != nil {
+		return fmt.Errorf("infer tau-retail: %w", err)
+	}
+	raw, err := b.Marshal()
+	if err != nil {
+		return err
+	}
+	tauRetail.path = filepath.Join(dir, "tau-retail.bundle.json")
+	tauRetail.hash = twin.HashBytes(raw)
+	if err := os.WriteFile(tauRetail.path, raw, 0o644); err != nil {
+		return err
+	}
+	for _, tr := range batch.Traces {
+		for _, c := range trace.Calls(tr) {
+			switch c.Tool {
+			case "modify_user_address":
+				tauRetail.writes = append(tauRetail.writes, c.RawArgs)
+			case "get_order_details":
+				tauRetail.reads = append(tauRetail.reads, c.RawArgs)
+			}
+		}
+	}
+	if len(tauRetail.writes) == 0 || len(tauRetail.reads) == 0 {
+		return fmt.Errorf("tau-retail traces: %d modify_user_address and %d get_order_details calls", len(tauRetail.writes), len(tauRetail.reads))
+	}
+	return nil
+}
+
+// benchSpec is the tau-retail bundle's spec; the bundle is built on first use.
+func benchSpec(b *testing.B, env string) Spec {
+	b.Helper()
+	tauRetail.Do(func() {
+		dir, err := os.MkdirTemp("", "doppel-bench-")
+		if err != nil {
+			tauRetail.err = err
+			return
+		}
+		tauRetail.err = loadTauRetail(dir)
+	})
+	if tauRetail.err != nil {
+		b.Skipf("tau-retail bundle: %v", tauRetail.err)
+	}
+	return Spec{EnvID: env, BuildID: "bld_tau", BundlePath: tauRetail.path, BundleHash: tauRetail.hash}
+}
+
+// benchWrite is a recorded call that changes a session's world.
+func benchWrite(i int) (tool, args string) {
+	return "modify_user_address", tauRetail.writes[i%len(tauRetail.writes)]
+}
+
+// benchRead is a recorded read call.
+func benchRead(i int) (tool, args string) {
+	return "get_order_details", tauRetail.reads[i%len(tauRetail.reads)]
+}

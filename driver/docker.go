@@ -295,10 +295,21 @@ func (d *Docker) address(ctx context.Context, id string) (string, error) {
 	}
 	for _, b := range ns.Ports[network.MustParsePort(strconv.Itoa(TwinPort)+"/tcp")] {
 		if b.HostPort != "" {
-			return "http://" + net.JoinHostPort(d.opts.PublishIP, b.HostPort), nil
+			return "http://" + net.JoinHostPort(d.reachIP(), b.HostPort), nil
 		}
 	}
 	return "", fmt.Errorf("driver: docker: container %s publishes no port for %d/tcp", id, TwinPort)
+}
+
+// reachIP is the address a published port is reached at: PublishIP, or loopback when that is unspecified.
+func (d *Docker) reachIP() string {
+	if ip := netip.MustParseAddr(d.opts.PublishIP); ip.IsUnspecified() {
+		if ip.Is6() {
+			return "::1"
+		}
+		return "127.0.0.1"
+	}
+	return d.opts.PublishIP
 }
 
 func (d *Docker) logTail(ctx context.Context, id string) string {
@@ -387,7 +398,7 @@ func (d *Docker) handleOf(c container.Summary) Handle {
 	}
 	for _, p := range c.Ports {
 		if p.PrivatePort == TwinPort && p.PublicPort != 0 {
-			h.Addr = "http://" + net.JoinHostPort(d.opts.PublishIP, strconv.Itoa(int(p.PublicPort)))
+			h.Addr = "http://" + net.JoinHostPort(d.reachIP(), strconv.Itoa(int(p.PublicPort)))
 		}
 	}
 	return h

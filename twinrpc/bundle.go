@@ -58,7 +58,8 @@ func NewTwinRuntime(data []byte, opts twin.RuntimeOptions) (Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &twinRuntime{rt: rt, hash: b.Hash()}, nil
+	// The hash of the bytes served: Bundle.Hash for bundles written by Marshal (all of them), without re-marshalling.
+	return &twinRuntime{rt: rt, hash: twin.HashBytes(data)}, nil
 }
 
 // twinRuntime adapts *twin.Runtime to Runtime, mapping its errors to this package's sentinels.
