@@ -1,0 +1,1018 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/humatest"
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/journal"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/schema/schematest"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/twin"
+	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/workflows"
+)
+
+// directOpener runs the session-open workflow's two activities in order, without Temporal: the seam the API
+// uses (SessionOpener) over the very activity code the workflow runs. The workflow itself is tested with the
+// SDK test suite in workflows/.
+type directOpener struct{ a *activities.Sessions }
+
+func (o directOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
+	ep, err := o.a.FindTwin(ctx, activities.FindTwinInput{EnvID: in.EnvID})
+	if err != nil {
+		return workflows.SessionOpenResult{}, err
+	}
+	res, err := o.a.OpenOnTwin(ctx, activities.OpenOnTwinInput{Addr: ep.Addr, SessionID: in.SessionID, Spec: in.Spec})
+	if err != nil {
+		return workflows.SessionOpenResult{}, err
+	}
+	return workflows.SessionOpenResult{TwinAddr: ep.Addr, BuildID: ep.BuildID, Receipts: res.Receipts, StateHash: res.StateHash}, nil
+}
+
+// countingWaker records wake requests.
+type countingWaker struct {
+	mu   sync.Mutex
+	envs []string
+}
+
+func (w *countingWaker) WakeTwin(_ context.Context, envID string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.envs = append(w.envs, envID)
+	return nil
+}
+
+func (w *countingWaker) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.envs)
+}
+
+// plane is a database, a blob store, an in-process twin (the real twin runtime behind its real RPC, started by
+// the inproc driver) and the API with the session routes, serving one bundle.
+type plane struct {
+	t       testing.TB
+	db      *bun.DB
+	blobs   blob.Store
+	drv     *driver.Inproc
+	twin    driver.Handle
+	routes  *api.SessionRoutes
+	journal *journal.Writer[schema.Call]
+	waker   *countingWaker
+	h       http.Handler
+	api     humatest.TestAPI
+
+	ws, other     *schema.Workspace
+	key, key2     string // two keys of ws
+	otherKey      string
+	env, otherEnv *schema.Environment
+	build         *schema.Build
+	bundle        *twin.Bundle
+}
+
+type planeOptions struct {
+	journal journal.CallOptions
+	idle    time.Duration
+}
+
+func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *plane {
+	t.Helper()
+	ctx := context.Background()
+	p := &plane{t: t, db: schematest.Open(t, dbDriver)}
+	var err error
+	if p.bundle, err = twin.UnmarshalBundle(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if p.blobs, err = blob.NewLocal(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	key := blob.ContentKey("bundles", bundle)
+	if err := p.blobs.Put(ctx, key, bytes.NewReader(bundle), int64(len(bundle)), ""); err != nil {
+		t.Fatal(err)
+	}
+	if p.ws, err = store.CreateWorkspace(ctx, p.db, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p.key, err = store.CreateKey(ctx, p.db, p.ws.ID, cred.KindWorkspace, "ci"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p.key2, err = store.CreateKey(ctx, p.db, p.ws.ID, cred.KindWorkspace, "laptop"); err != nil {
+		t.Fatal(err)
+	}
+	if p.other, err = store.CreateWorkspace(ctx, p.db, "globex"); err != nil {
+		t.Fatal(err)
+	}
+	if _, p.otherKey, err = store.CreateKey(ctx, p.db, p.other.ID, cred.KindWorkspace, "theirs"); err != nil {
+		t.Fatal(err)
+	}
+	p.env, p.build = p.readyEnv(p.ws, "tau2-retail", key, twin.HashBytes(bundle))
+	p.otherEnv, _ = p.readyEnv(p.other, "their-shop", key, twin.HashBytes(bundle))
+
+	p.drv, err = driver.NewInproc(driver.InprocOptions{
+		Load: func(_ context.Context, data []byte) (twinrpc.Runtime, error) {
+			return twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
+		},
+		Blobs: p.blobs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.startTwin()
+	t.Cleanup(func() { _ = p.drv.Stop(context.Background(), p.twin) })
+
+	if p.journal, err = journal.NewCalls(p.db, o.journal); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.journal.Close() })
+	p.waker = &countingWaker{}
+	p.routes = &api.SessionRoutes{
+		Opener:  directOpener{a: &activities.Sessions{DB: p.db}},
+		Waker:   p.waker,
+		Journal: p.journal,
+		Bundles: &api.Bundles{Blob: p.blobs},
+		Idle:    o.idle,
+	}
+	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register}})
+	p.h = h
+	p.api = humatest.Wrap(t, humaAPI)
+	return p
+}
+
+// readyEnv makes an environment with a succeeded, active build of the bundle.
+func (p *plane) readyEnv(ws *schema.Workspace, project, key, hash string) (*schema.Environment, *schema.Build) {
+	ctx := context.Background()
+	env, err := store.UpsertEnvByProject(ctx, p.db, ws.ID, project)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	b := &schema.Build{EnvID: env.ID, Status: schema.BuildSucceeded, BundleKey: key, BundleHash: hash}
+	if err := store.CreateBuild(ctx, p.db, b); err != nil {
+		p.t.Fatal(err)
+	}
+	env.Status, env.ActiveBuildID = schema.EnvReady, b.ID
+	if err := store.UpdateEnv(ctx, p.db, env, "status", "active_build_id"); err != nil {
+		p.t.Fatal(err)
+	}
+	return env, b
+}
+
+// startTwin starts the environment's twin and records it ready where the API looks (as the TwinWorkflow does).
+func (p *plane) startTwin() {
+	ctx := context.Background()
+	h, err := p.drv.Start(ctx, driver.Spec{EnvID: p.env.ID, BuildID: p.build.ID, BundleKey: p.build.BundleKey, BundleHash: p.build.BundleHash})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.twin = h
+	if err := store.SetTwinState(ctx, p.db, p.env.ID, schema.TwinReady, h.Addr); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// stopTwin stops the twin and records it stopped.
+func (p *plane) stopTwin() {
+	ctx := context.Background()
+	if err := p.drv.Stop(ctx, p.twin); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := store.SetTwinState(ctx, p.db, p.env.ID, schema.TwinStopped, ""); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// do sends a request straight to the handler (no request log, for loops).
+func (p *plane) do(method, path, token string, body any) (int, map[string]any) {
+	p.t.Helper()
+	var r *http.Request
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		r = httptest.NewRequest(method, path, bytes.NewReader(b))
+		r.Header.Set("Content-Type", "application/json")
+	} else {
+		r = httptest.NewRequest(method, path, nil)
+	}
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	p.h.ServeHTTP(w, r)
+	var out map[string]any
+	if w.Body.Len() > 0 {
+		if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+			p.t.Fatalf("%s %s: answer is not a JSON object (%d): %s", method, path, w.Code, w.Body)
+		}
+	}
+	return w.Code, out
+}
+
+// session is an opened session as a client sees it.
+type session struct {
+	ID, Token string
+	Open      map[string]any
+}
+
+func (p *plane) open(body any) session {
+	p.t.Helper()
+	code, out := p.do(http.MethodPost, "/v1/envs/"+p.env.Slug+"/sessions", p.key, body)
+	if code != http.StatusCreated {
+		p.t.Fatalf("open: %d %v", code, out)
+	}
+	return session{ID: out["sessionId"].(string), Token: out["token"].(string), Open: out}
+}
+
+func (p *plane) call(s session, name string, args any) (int, map[string]any) {
+	p.t.Helper()
+	return p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/call", s.Token, map[string]any{"name": name, "arguments": args})
+}
+
+func (p *plane) journaled(id string) int {
+	p.t.Helper()
+	n, err := p.db.NewSelect().Model((*schema.Call)(nil)).Where("session_id = ?", id).Count(context.Background())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return int(n)
+}
+
+// ---- bundles ----
+
+func dataDir() string {
+	if d := os.Getenv("DOPPEL_TEST_DATA"); d != "" {
+		return d
+	}
+	return filepath.Join("..", "..", "shared", "data")
+}
+
+var (
+	tauOnce   sync.Once
+	tauBundle []byte
+	tauTraces []trace.Trace
+	tauErr    error
+)
+
+// retailBundle builds the tau-retail bundle once per test binary, from the real traces and tool definitions.
+func retailBundle(t testing.TB) ([]byte, []trace.Trace) {
+	t.Helper()
+	tauOnce.Do(func() {
+		raw, err := os.ReadFile(filepath.Join(dataDir(), "tau-retail-dev.json"))
+		if err != nil {
+			tauErr = err
+			return
+		}
+		var b trace.Batch
+		if tauErr = json.Unmarshal(raw, &b); tauErr != nil {
+			return
+		}
+		rawTools, err := os.ReadFile(filepath.Join(dataDir(), "tau-retail-tools.json"))
+		if err != nil {
+			tauErr = err
+			return
+		}
+		defs, err := infer.ParseToolDefs(rawTools)
+		if err != nil {
+			tauErr = err
+			return
+		}
+		bundle, _, err := infer.Build(b.Traces, infer.Options{Tools: defs})
+		if err != nil {
+			tauErr = err
+			return
+		}
+		tauBundle, tauErr = bundle.Marshal()
+		tauTraces = b.Traces
+	})
+	if tauErr != nil {
+		if os.IsNotExist(tauErr) {
+			t.Skipf("tau data not available: %v", tauErr)
+		}
+		t.Fatalf("tau-retail bundle: %v", tauErr)
+	}
+	return tauBundle, tauTraces
+}
+
+// shopBundle is a small, fixed bundle (hand-written, not inferred) for golden hashes: users and orders with
+// provided handlers, so its world hashes change only when the twin's hashing or seeding changes.
+func shopBundle(t testing.TB) []byte {
+	t.Helper()
+	const getOrder = `
+def handle(args):
+    row = world.get("orders", args["order_id"])
+    if row == None:
+        return error("Error: order not found")
+    return row
+`
+	const cancel = `
+def handle(args):
+    row = world.get("orders", args["order_id"])
+    if row == None:
+        return error("Error: order not found")
+    if row["status"] != "pending":
+        return error("Error: non-pending order cannot be cancelled")
+    row["status"] = "cancelled"
+    world.put("orders", args["order_id"], row)
+    return row
+`
+	orderArg := json.RawMessage(`{"type":"object","properties":{"order_id":{"type":"string"}},"required":["order_id"]}`)
+	b := &twin.Bundle{
+		Format: twin.FormatVersion, SchemaSource: "provided", Clock: "2025-01-01T00:00:00Z",
+		Tools: []twin.Tool{
+			{Name: "get_order_details", Description: "Get an order.", InputSchema: orderArg, Binding: twin.BindingProvided,
+				Rung: twin.RungProvided, Kind: twin.KindRead, Provided: getOrder, Table: "orders", KeyArg: "order_id"},
+			{Name: "cancel_pending_order", Description: "Cancel a pending order.", InputSchema: orderArg, Binding: twin.BindingProvided,
+				Rung: twin.RungProvided, Kind: twin.KindWrite, Provided: cancel, Table: "orders", KeyArg: "order_id"},
+		},
+		Tables: []twin.Table{
+			{Name: "users", Key: "user_id", KeyInRow: true, KeyShape: "user_9999", Rows: []twin.Row{
+				{Key: "user_0001", JSON: `{"user_id": "user_0001", "name": "Ada", "orders": ["#W0000001"]}`},
+			}},
+			{Name: "orders", Key: "order_id", KeyInRow: true, KeyShape: "#W9999999", Rows: []twin.Row{
+				{Key: "#W0000001", JSON: `{"order_id": "#W0000001", "user_id": "user_0001", "status": "delivered", "total": 12.5}`},
+			}, Refs: []twin.Ref{{Field: "user_id", Table: "users"}}},
+		},
+		Scenarios: map[string]string{"busy": "2 orders with status pending"},
+	}
+	data, err := b.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// eachDriver runs fn on SQLite and on the real PostgreSQL (skipped without DOPPEL_TEST_POSTGRES).
+func eachDriver(t *testing.T, fn func(t *testing.T, driver string)) {
+	for _, d := range schematest.Drivers() {
+		t.Run(d, func(t *testing.T) { fn(t, d) })
+	}
+}
+
+func str(v any) string { s, _ := v.(string); return s }
+
+func TestSessionOpenAnswersBothVariants(t *testing.T) {
+	eachDriver(t, func(t *testing.T, driver string) {
+		p := newPlane(t, driver, shopBundle(t), planeOptions{})
+		// Variant A body.
+		res := p.api.Post("/v1/envs/"+p.env.Slug+"/sessions", "Authorization: Bearer "+p.key,
+			map[string]any{"seed_instructions": "2 orders with status pending", "seed": 42})
+		if res.Code != http.StatusCreated {
+			t.Fatalf("open A: %d %s", res.Code, res.Body)
+		}
+		var a map[string]any
+		if err := json.Unmarshal(res.Body.Bytes(), &a); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"session_token", "session_id", "seed", "world_hash", "sessionId", "token", "receipts", "expiresAt", "pinned"} {
+			if _, ok := a[k]; !ok {
+				t.Errorf("open answer lacks %q: %v", k, a)
+			}
+		}
+		rc := a["receipts"].(map[string]any)
+		if a["session_token"] != a["token"] || !strings.HasPrefix(str(a["token"]), "ms_") || a["session_id"] != a["sessionId"] ||
+			a["world_hash"] != rc["worldHash"] || a["seed"] != float64(42) || rc["seed"] != float64(42) ||
+			rc["seeded"] != true || rc["note"] != nil || rc["scenario"] != nil {
+			t.Fatalf("variants disagree: %v", a)
+		}
+		if orders, _ := a["pinned"].(map[string]any)["orders"].([]any); len(orders) != 2 {
+			t.Fatalf("pinned = %v, want 2 orders", a["pinned"])
+		}
+		if exp, err := time.Parse(time.RFC3339, str(a["expiresAt"])); err != nil || exp.Before(time.Now().Add(50*time.Minute)) {
+			t.Fatalf("expiresAt = %v (%v), want about an hour from now", a["expiresAt"], err)
+		}
+
+		// Variant B body, same seed and instructions: the same world.
+		b := p.open(map[string]any{"seedInstructions": "2 orders with status pending", "seed": 42, "recordOutputs": true})
+		if b.Open["world_hash"] != a["world_hash"] {
+			t.Fatalf("same seed and instructions, world %v then %v", a["world_hash"], b.Open["world_hash"])
+		}
+		// Another seed: other generated values, another world.
+		c := p.open(map[string]any{"seedInstructions": "2 orders with status pending", "seed": 43})
+		if c.Open["world_hash"] == a["world_hash"] {
+			t.Fatal("seeds 42 and 43 gave the same world")
+		}
+		// No body: the build's world, a drawn seed.
+		d := p.open(nil)
+		if d.Open["receipts"].(map[string]any)["seeded"] != false || d.Open["world_hash"] == a["world_hash"] {
+			t.Fatalf("unseeded open = %v", d.Open)
+		}
+		if _, ok := d.Open["seed"].(float64); !ok {
+			t.Fatalf("drawn seed not returned: %v", d.Open)
+		}
+		// A scenario from the build config, and a clock.
+		e := p.open(map[string]any{"scenario": "busy", "seed": 42, "clock": "2025-03-01T09:00:00+01:00"})
+		erc := e.Open["receipts"].(map[string]any)
+		if erc["scenario"] != "busy" || erc["seeded"] != true {
+			t.Fatalf("scenario open = %v", e.Open)
+		}
+		code, got := p.do(http.MethodGet, "/v1/sessions/"+e.ID, e.Token, nil)
+		if code != 200 || got["receipts"].(map[string]any)["clock"] != "2025-03-01T08:00:00Z" {
+			t.Fatalf("session read: %d %v, want clock 2025-03-01T08:00:00Z", code, got)
+		}
+		// Words that cannot become rows: 201, seeded false, a note, the unseeded world.
+		f := p.open(map[string]any{"seedInstructions": "a thunderstorm over the warehouse", "seed": 42})
+		frc := f.Open["receipts"].(map[string]any)
+		if frc["seeded"] != false || str(frc["note"]) == "" || f.Open["world_hash"] != p.unseededHash(42) {
+			t.Fatalf("unseedable open = %v", f.Open)
+		}
+		// The token is shown only at open: no read answers it.
+		for _, path := range []string{"/v1/sessions/" + b.ID, "/v1/sessions/" + b.ID + "/transcript"} {
+			res := p.api.Get(path, "Authorization: Bearer "+p.key)
+			if res.Code != 200 || strings.Contains(res.Body.String(), b.Token) {
+				t.Fatalf("GET %s: %d, carries the token: %v", path, res.Code, strings.Contains(res.Body.String(), b.Token))
+			}
+		}
+	})
+}
+
+// unseededHash is the world hash of a session opened with no instructions.
+func (p *plane) unseededHash(seed int64) string {
+	s := p.open(map[string]any{"seed": seed})
+	return str(s.Open["world_hash"])
+}
+
+func TestSessionOpenBadInput(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	before := countSessions(t, p.db)
+	tests := []struct {
+		name  string
+		body  string
+		field string
+	}{
+		{"variants differ", `{"seed_instructions":"2 orders","seedInstructions":"3 orders"}`, "body.seedInstructions"},
+		{"scenario with instructions", `{"scenario":"busy","seedInstructions":"2 orders"}`, "body.scenario"},
+		{"seed not an integer", `{"seed":"forty-two"}`, "body.seed"},
+		{"seed fractional", `{"seed":4.5}`, "body.seed"},
+		{"clock not a time", `{"clock":"tomorrow"}`, "body.clock"},
+		{"clock wrong type", `{"clock":1700000000}`, "body.clock"},
+		{"unknown scenario", `{"scenario":"nope"}`, "body.scenario"},
+		{"record outputs variants differ", `{"recordOutputs":true,"record_outputs":false}`, "body.recordOutputs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := p.api.Post("/v1/envs/"+p.env.Slug+"/sessions", "Authorization: Bearer "+p.key,
+				"Content-Type: application/json", strings.NewReader(tt.body))
+			if res.Code != http.StatusUnprocessableEntity {
+				t.Fatalf("%d %s, want 422", res.Code, res.Body)
+			}
+			var e map[string]any
+			_ = json.Unmarshal(res.Body.Bytes(), &e)
+			if e["code"] != "invalid" || !strings.Contains(str(e["detail"]), tt.field) {
+				t.Fatalf("envelope %v does not name %s", e, tt.field)
+			}
+		})
+	}
+	if got := countSessions(t, p.db); got != before {
+		t.Fatalf("%d sessions after rejected opens, want %d", got, before)
+	}
+}
+
+func countSessions(t testing.TB, db bun.IDB) int {
+	t.Helper()
+	n, err := db.NewSelect().Model((*schema.Session)(nil)).Count(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n)
+}
+
+func TestCallAnswersAndJournals(t *testing.T) {
+	eachDriver(t, func(t *testing.T, driver string) {
+		p := newPlane(t, driver, shopBundle(t), planeOptions{})
+		s := p.open(map[string]any{"seed": 7, "recordOutputs": true})
+		res := p.api.Post("/v1/sessions/"+s.ID+"/call", "Authorization: Bearer "+s.Token,
+			map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W0000001"}, "requestor": "assistant"})
+		if res.Code != 200 {
+			t.Fatalf("call: %d %s", res.Code, res.Body)
+		}
+		var r map[string]any
+		_ = json.Unmarshal(res.Body.Bytes(), &r)
+		if r["content"] != `{"order_id": "#W0000001", "user_id": "user_0001", "status": "delivered", "total": 12.5}` ||
+			r["error"] != false || r["fidelity"] != "A_executed" || r["rung"] != "provided" || r["downgraded"] != false ||
+			!strings.HasPrefix(str(r["callId"]), "call_") {
+			t.Fatalf("answer = %v", r)
+		}
+		if _, ok := r["ms"].(float64); !ok {
+			t.Fatalf("ms missing: %v", r)
+		}
+		// A tool's own error is a 200 with error: true.
+		code, r2 := p.call(s, "cancel_pending_order", map[string]any{"order_id": "#W0000001"})
+		if code != 200 || r2["error"] != true || r2["content"] != "Error: non-pending order cannot be cancelled" {
+			t.Fatalf("tool error: %d %v", code, r2)
+		}
+		// The opening key may call too; requestor user is recorded.
+		code, r3 := p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/call", p.key,
+			map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W404"}, "requestor": "user"})
+		if code != 200 || r3["error"] != true {
+			t.Fatalf("call with the opening key: %d %v", code, r3)
+		}
+		if n := p.journaled(s.ID); n != 3 {
+			t.Fatalf("%d calls journaled, want 3", n)
+		}
+		code, tr := p.do(http.MethodGet, "/v1/sessions/"+s.ID+"/transcript", s.Token, nil)
+		calls, _ := tr["calls"].([]any)
+		if code != 200 || len(calls) != 3 {
+			t.Fatalf("transcript: %d %v", code, tr)
+		}
+		for i, want := range []struct{ name, requestor, result string }{
+			{"get_order_details", "assistant", str(r["content"])},
+			{"cancel_pending_order", "", "Error: non-pending order cannot be cancelled"},
+			{"get_order_details", "user", "Error: order not found"},
+		} {
+			e := calls[i].(map[string]any)
+			if e["seq"] != float64(i+1) || e["name"] != want.name || str(e["requestor"]) != want.requestor || e["result"] != want.result ||
+				e["fidelity"] != "A_executed" || e["arguments"] == nil {
+				t.Errorf("transcript[%d] = %v", i, e)
+			}
+		}
+		if calls[0].(map[string]any)["callId"] != r["callId"] {
+			t.Fatal("transcript call id differs from the answer's")
+		}
+		// Session read: counts, mix, state hash.
+		code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+		if code != 200 || v["n_calls"] != float64(3) || v["n_errors"] != float64(2) || v["status"] != "open" ||
+			v["fidelity"].(map[string]any)["A_executed"] != float64(3) || v["state_hash"] != v["world_hash"] {
+			t.Fatalf("session read = %d %v", code, v)
+		}
+	})
+}
+
+func TestCallChangesStateAndTranscriptHidesOutputs(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(map[string]any{"seedInstructions": "1 order with status pending", "seed": 3})
+	id := s.Open["pinned"].(map[string]any)["orders"].([]any)[0].(string)
+	code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": id})
+	if code != 200 || r["error"] != false || !strings.Contains(str(r["content"]), `"cancelled"`) {
+		t.Fatalf("cancel: %d %v", code, r)
+	}
+	_, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+	if v["state_hash"] == v["world_hash"] {
+		t.Fatal("state_hash did not change after a write")
+	}
+	_, tr := p.do(http.MethodGet, "/v1/sessions/"+s.ID+"/transcript", s.Token, nil)
+	e := tr["calls"].([]any)[0].(map[string]any)
+	if _, has := e["result"]; has || tr["recordOutputs"] != false || e["stateHash"] != v["state_hash"] {
+		t.Fatalf("transcript without recordOutputs = %v", tr)
+	}
+	var content string
+	if err := p.db.NewSelect().Model((*schema.Call)(nil)).Column("content").Where("session_id = ?", s.ID).Scan(context.Background(), &content); err != nil {
+		t.Fatal(err)
+	}
+	if content != "" {
+		t.Fatalf("output kept in the journal of a session without recordOutputs: %q", content)
+	}
+}
+
+func TestCallBadInputJournalsNothing(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(map[string]any{"seed": 1})
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		names  string
+	}{
+		{"arguments an array", `{"name":"get_order_details","arguments":["#W0000001"]}`, 422, "body.arguments"},
+		{"arguments a string", `{"name":"get_order_details","arguments":"{\"order_id\":\"#W0000001\"}"}`, 422, "body.arguments"},
+		{"arguments missing", `{"name":"get_order_details"}`, 422, "arguments"},
+		{"wrong type", `{"name":"get_order_details","arguments":{"order_id":1}}`, 422, "body.arguments.order_id"},
+		{"no name", `{"arguments":{}}`, 422, "name"},
+		{"bad requestor", `{"name":"get_order_details","arguments":{"order_id":"#W0000001"},"requestor":"robot"}`, 422, "body.requestor"},
+		{"unknown tool", `{"name":"launch_rocket","arguments":{}}`, 404, "launch_rocket"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := p.api.Post("/v1/sessions/"+s.ID+"/call", "Authorization: Bearer "+s.Token,
+				"Content-Type: application/json", strings.NewReader(tt.body))
+			if res.Code != tt.status || !strings.Contains(res.Body.String(), tt.names) {
+				t.Fatalf("%d %s, want %d naming %s", res.Code, res.Body, tt.status, tt.names)
+			}
+		})
+	}
+	if n := p.journaled(s.ID); n != 0 {
+		t.Fatalf("%d calls journaled after rejected calls, want 0", n)
+	}
+	// The session is unharmed: a good call is call 1.
+	if code, r := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != 200 || r["error"] != false {
+		t.Fatalf("good call after bad ones: %d %v", code, r)
+	}
+	if _, tr := p.do(http.MethodGet, "/v1/sessions/"+s.ID+"/transcript", s.Token, nil); tr["calls"].([]any)[0].(map[string]any)["seq"] != float64(1) {
+		t.Fatalf("transcript = %v", tr)
+	}
+}
+
+func TestSessionSecurity(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	a := p.open(map[string]any{"seed": 1})
+	b := p.open(map[string]any{"seed": 2})
+	get := map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W0000001"}}
+	// A's token cannot touch B: 404 on every session route.
+	for _, r := range []struct{ method, path string }{
+		{http.MethodPost, "/v1/sessions/" + b.ID + "/call"},
+		{http.MethodGet, "/v1/sessions/" + b.ID},
+		{http.MethodGet, "/v1/sessions/" + b.ID + "/transcript"},
+		{http.MethodDelete, "/v1/sessions/" + b.ID},
+	} {
+		var body any
+		if r.method == http.MethodPost {
+			body = get
+		}
+		if code, e := p.do(r.method, r.path, a.Token, body); code != http.StatusNotFound || e["code"] != "notFound" {
+			t.Fatalf("A's token on %s %s: %d %v, want 404", r.method, r.path, code, e)
+		}
+	}
+	// Another workspace's key sees neither the session nor the environment.
+	if code, _ := p.do(http.MethodGet, "/v1/sessions/"+a.ID, p.otherKey, nil); code != http.StatusNotFound {
+		t.Fatalf("other workspace reading A: %d, want 404", code)
+	}
+	if code, _ := p.do(http.MethodPost, "/v1/envs/"+p.otherEnv.Slug+"/sessions", p.key, map[string]any{}); code != http.StatusNotFound {
+		t.Fatalf("workspace X opening on Y's environment: %d, want 404", code)
+	}
+	if code, _ := p.do(http.MethodGet, "/v1/envs/"+p.otherEnv.Slug+"/tools", p.key, nil); code != http.StatusNotFound {
+		t.Fatalf("workspace X listing Y's tools: %d, want 404", code)
+	}
+	// No credential, a garbage one, a session token on an environment route: 401.
+	for _, tok := range []string{"", "ms_nope", "mk_live_nope"} {
+		if code, _ := p.do(http.MethodPost, "/v1/sessions/"+a.ID+"/call", tok, get); code != http.StatusUnauthorized {
+			t.Fatalf("credential %q: %d, want 401", tok, code)
+		}
+	}
+	if code, _ := p.do(http.MethodPost, "/v1/envs/"+p.env.Slug+"/sessions", a.Token, map[string]any{}); code != http.StatusUnauthorized {
+		t.Fatalf("session token opening a session: %d, want 401", code)
+	}
+	// A closed session's token is refused (401) at once, on every route.
+	if code, out := p.do(http.MethodDelete, "/v1/sessions/"+a.ID, a.Token, nil); code != 200 || out["existed"] != true {
+		t.Fatalf("close: %d %v", code, out)
+	}
+	if code, _ := p.call(a, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusUnauthorized {
+		t.Fatalf("closed session's token: %d, want 401", code)
+	}
+	if code, _ := p.do(http.MethodGet, "/v1/sessions/"+a.ID, a.Token, nil); code != http.StatusUnauthorized {
+		t.Fatalf("closed session's token reading: %d, want 401", code)
+	}
+	// B is untouched.
+	if code, _ := p.call(b, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != 200 {
+		t.Fatalf("B after A closed: %d", code)
+	}
+}
+
+func TestSessionCloseDropsWorld(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(map[string]any{"seed": 1})
+	tc := twinrpc.NewClient(p.twin.Addr, nil)
+	if _, err := tc.Session(context.Background(), s.ID); err != nil {
+		t.Fatalf("twin does not hold the open session: %v", err)
+	}
+	code, out := p.do(http.MethodDelete, "/v1/sessions/"+s.ID, p.key, nil)
+	if code != 200 || out["existed"] != true {
+		t.Fatalf("close: %d %v", code, out)
+	}
+	if _, err := tc.Session(context.Background(), s.ID); err == nil {
+		t.Fatal("the twin still holds a closed session's world")
+	}
+	// Closing again: it no longer exists as an open session.
+	if code, out := p.do(http.MethodDelete, "/v1/sessions/"+s.ID, p.key, nil); code != 200 || out["existed"] != false {
+		t.Fatalf("second close: %d %v", code, out)
+	}
+	// The opening key can read the ended session; calls to it are 404.
+	if code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key, nil); code != 200 || v["status"] != "closed" {
+		t.Fatalf("read closed session: %d %v", code, v)
+	}
+	if code, _ := p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/call", p.key,
+		map[string]any{"name": "get_order_details", "arguments": map[string]any{}}); code != http.StatusNotFound {
+		t.Fatalf("call to a closed session with the opening key: %d, want 404", code)
+	}
+	// Another key of the same workspace may not act for the opening key.
+	if code, _ := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key2, nil); code != http.StatusForbidden {
+		t.Fatalf("another key of the workspace: %d, want 403", code)
+	}
+}
+
+func TestTwinRestartRebuildsSessionFromJournal(t *testing.T) {
+	eachDriver(t, func(t *testing.T, driver string) {
+		p := newPlane(t, driver, shopBundle(t), planeOptions{})
+		s := p.open(map[string]any{"seedInstructions": "2 orders with status pending", "seed": 11})
+		ids := s.Open["pinned"].(map[string]any)["orders"].([]any)
+		if code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": ids[0]}); code != 200 || r["error"] != false {
+			t.Fatalf("cancel: %d %v", code, r)
+		}
+		_, before := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+
+		// The twin dies and comes back (a new process, a new address): it holds no sessions.
+		p.stopTwin()
+		code, e := p.call(s, "get_order_details", map[string]any{"order_id": ids[1]})
+		if code != http.StatusConflict || e["code"] != "notReady" {
+			t.Fatalf("call while the twin is down: %d %v, want 409 notReady", code, e)
+		}
+		if p.waker.count() == 0 {
+			t.Fatal("a call to a stopped twin did not wake it")
+		}
+		p.startTwin()
+
+		// The next call rebuilds the session from seed, instructions, clock and journal: the world is the
+		// pre-crash world (the cancelled order stays cancelled).
+		code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": ids[0]})
+		if code != 200 || r["content"] != "Error: non-pending order cannot be cancelled" {
+			t.Fatalf("call after restart: %d %v", code, r)
+		}
+		st, err := twinrpc.NewClient(p.twin.Addr, nil).Session(context.Background(), s.ID)
+		if err != nil {
+			t.Fatalf("rebuilt session not on the new twin: %v", err)
+		}
+		if st.StateHash != before["state_hash"] || st.Calls != 2 {
+			t.Fatalf("rebuilt state %s after %d calls, want %v after 2", st.StateHash, st.Calls, before["state_hash"])
+		}
+		if n := p.journaled(s.ID); n != 2 {
+			t.Fatalf("%d calls journaled, want 2 (the 409 journals nothing)", n)
+		}
+	})
+}
+
+func TestDivergedRebuildMarksSessionBroken(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(map[string]any{"seedInstructions": "1 order with status pending", "seed": 5})
+	id := s.Open["pinned"].(map[string]any)["orders"].([]any)[0]
+	if code, _ := p.call(s, "cancel_pending_order", map[string]any{"order_id": id}); code != 200 {
+		t.Fatal(code)
+	}
+	// The journal disagrees with what replaying it gives (as if the world model had changed underneath).
+	if _, err := p.db.NewUpdate().Model((*schema.Call)(nil)).Set("state_hash = ?", "sha256:tampered").
+		Where("session_id = ?", s.ID).Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.stopTwin()
+	p.startTwin()
+	code, e := p.call(s, "get_order_details", map[string]any{"order_id": id})
+	if code != http.StatusConflict || !strings.Contains(str(e["detail"]), "broken") {
+		t.Fatalf("call on a diverged session: %d %v, want 409 naming it broken", code, e)
+	}
+	if _, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key, nil); v["status"] != "broken" {
+		t.Fatalf("session status = %v, want broken", v["status"])
+	}
+	if code, _ := p.call(s, "get_order_details", map[string]any{"order_id": id}); code != http.StatusUnauthorized {
+		t.Fatalf("a broken session's token: %d, want 401", code)
+	}
+}
+
+func TestIdleSessionExpires(t *testing.T) {
+	t.Run("on its next call", func(t *testing.T) {
+		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{idle: time.Millisecond})
+		s := p.open(map[string]any{"seed": 1})
+		time.Sleep(5 * time.Millisecond) // idle past the (tiny) limit
+		code, e := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"})
+		if code != http.StatusNotFound || !strings.Contains(str(e["detail"]), "expired") {
+			t.Fatalf("call to an idle session: %d %v, want 404 expired", code, e)
+		}
+		if _, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key, nil); v["status"] != "expired" {
+			t.Fatalf("status = %v, want expired", v["status"])
+		}
+		if code, _ := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusNotFound {
+			t.Fatalf("expired session's token: %d, want 404", code)
+		}
+		if _, err := twinrpc.NewClient(p.twin.Addr, nil).Session(context.Background(), s.ID); err == nil {
+			t.Fatal("the twin still holds an expired session's world")
+		}
+	})
+	t.Run("by the reaper", func(t *testing.T) {
+		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+		idle, busy := p.open(map[string]any{"seed": 1}), p.open(map[string]any{"seed": 2})
+		a := &activities.Sessions{DB: p.db}
+		ctx := context.Background()
+		// An hour and a half later busy was used (its call is journaled then), idle was not.
+		later := time.Now().Add(90 * time.Minute)
+		if _, err := p.db.NewInsert().Model(&schema.Call{ID: schema.NewID(schema.PrefixCall), SessionID: busy.ID, Seq: 1,
+			Tool: "get_order_details", Arguments: json.RawMessage(`{"order_id":"#W0000001"}`), Fidelity: schema.FidelityAExecuted,
+			Rung: "provided", StateHash: "sha256:x", CreatedAt: later.UTC()}).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		res, err := a.ReapIdleSessions(ctx, activities.ReapInput{Now: later.Add(time.Minute), Idle: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Expired) != 1 || res.Expired[0] != idle.ID || res.Extended != 1 {
+			t.Fatalf("reap = %+v, want %s expired and one extended", res, idle.ID)
+		}
+		if code, _ := p.call(idle, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusNotFound {
+			t.Fatalf("reaped session: %d, want 404", code)
+		}
+		if _, err := twinrpc.NewClient(p.twin.Addr, nil).Session(ctx, idle.ID); err == nil {
+			t.Fatal("the twin still holds a reaped session's world")
+		}
+		// Reaping again at the same time changes nothing.
+		res, err = a.ReapIdleSessions(ctx, activities.ReapInput{Now: later.Add(time.Minute), Idle: time.Hour})
+		if err != nil || len(res.Expired) != 0 || res.Extended != 0 {
+			t.Fatalf("second reap = %+v, %v", res, err)
+		}
+	})
+}
+
+func TestToolListingFormats(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	get := func(q string) []map[string]any {
+		t.Helper()
+		res := p.api.Get("/v1/envs/"+p.env.Slug+"/tools"+q, "Authorization: Bearer "+p.key)
+		if res.Code != 200 {
+			t.Fatalf("tools%s: %d %s", q, res.Code, res.Body)
+		}
+		var out []map[string]any
+		if err := json.Unmarshal(res.Body.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	keys := func(m map[string]any) string {
+		var ks []string
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		return strings.Join(ks, ",")
+	}
+	schemaOf := `{"properties":{"order_id":{"type":"string"}},"required":["order_id"],"type":"object"}`
+	for _, q := range []string{"", "?format=native"} {
+		nat := get(q)
+		if len(nat) != 2 || nat[0]["name"] != "cancel_pending_order" || nat[1]["name"] != "get_order_details" {
+			t.Fatalf("native%s = %v", q, nat)
+		}
+		if k := keys(nat[1]); k != "attention,binding,description,inputSchema,name,rung,scores,twin" {
+			t.Fatalf("native entry keys = %s", k)
+		}
+		if b, _ := json.Marshal(nat[1]["inputSchema"]); string(b) != schemaOf || nat[1]["binding"] != "provided" || nat[1]["rung"] != "provided" {
+			t.Fatalf("native entry = %v", nat[1])
+		}
+		tw := nat[1]["twin"].(map[string]any)
+		if tw["kind"] != "read" || tw["entity"] != "orders" || tw["keyArg"] != "order_id" || tw["provided"] != true || tw["buildId"] != p.build.ID {
+			t.Fatalf("twin facts = %v", tw)
+		}
+	}
+	oa := get("?format=openai")
+	if k := keys(oa[0]); k != "function,type" || oa[0]["type"] != "function" {
+		t.Fatalf("openai entry = %v", oa[0])
+	}
+	fn := oa[1]["function"].(map[string]any)
+	if k := keys(fn); k != "description,name,parameters" || fn["name"] != "get_order_details" || fn["description"] != "Get an order." {
+		t.Fatalf("openai function = %v", fn)
+	}
+	if b, _ := json.Marshal(fn["parameters"]); string(b) != schemaOf {
+		t.Fatalf("openai parameters = %s", b)
+	}
+	an := get("?format=anthropic")
+	if k := keys(an[1]); k != "description,input_schema,name" || an[1]["name"] != "get_order_details" {
+		t.Fatalf("anthropic entry = %v", an[1])
+	}
+	if b, _ := json.Marshal(an[1]["input_schema"]); string(b) != schemaOf {
+		t.Fatalf("anthropic input_schema = %s", b)
+	}
+	res := p.api.Get("/v1/envs/"+p.env.Slug+"/tools?format=xml", "Authorization: Bearer "+p.key)
+	if res.Code != 422 || !strings.Contains(res.Body.String(), "format") {
+		t.Fatalf("format=xml: %d %s", res.Code, res.Body)
+	}
+}
+
+// TestWorldHashGolden pins the world hashes of a fixed bundle: the same seed and instructions give the same
+// world_hash in any session, after a twin restart, and on any machine (the constants below were computed
+// once; a change means the determinism contract broke, or the hashing changed on purpose).
+func TestWorldHashGolden(t *testing.T) {
+	const (
+		goldenUnseeded = "sha256:364ad322c015a37577ce2f2a825d904f8ed68dc7ee5f3a534ff90f9bcca48966"
+		goldenSeeded   = "sha256:e207e648213574e7336f9d9a7accac7f9415704afc3ae866596d4515c1d78f66"
+	)
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	body := map[string]any{"seedInstructions": "2 orders with status pending", "seed": 42, "clock": "2025-06-01T12:00:00Z"}
+	first := p.open(body)
+	second := p.open(body)
+	p.stopTwin()
+	p.startTwin()
+	third := p.open(body)
+	for i, s := range []session{first, second, third} {
+		if s.Open["world_hash"] != goldenSeeded {
+			t.Errorf("session %d: world_hash %v, want %s", i, s.Open["world_hash"], goldenSeeded)
+		}
+	}
+	if got := p.unseededHash(42); got != goldenUnseeded {
+		t.Errorf("unseeded world_hash %s, want %s", got, goldenUnseeded)
+	}
+	if fmt.Sprint(first.Open["pinned"]) != fmt.Sprint(third.Open["pinned"]) {
+		t.Errorf("pinned ids differ across a restart: %v, %v", first.Open["pinned"], third.Open["pinned"])
+	}
+}
+
+// sameAnswer compares a twin answer with the recorded one: JSON-equal when both parse as JSON, else text-equal.
+func sameAnswer(got, want string) bool {
+	g, gerr := twin.ParseJSONString(got)
+	w, werr := twin.ParseJSONString(want)
+	if gerr == nil && werr == nil {
+		return twin.Equal(g, w)
+	}
+	return strings.TrimSpace(got) == strings.TrimSpace(want)
+}
+
+type toolTally struct {
+	calls, agree, errs int
+	fidelity           map[string]int
+}
+
+// TestReplayTauRetail opens a session per recorded trace of tau-retail-dev, replays the trace's tool calls in
+// order through the API, and reports exact agreement with the recorded answers per tool and the fidelity mix.
+// The twin is built from all the traces (the leave-one-out figure is the build's self-check).
+func TestReplayTauRetail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays 960 calls")
+	}
+	bundle, traces := retailBundle(t)
+	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{})
+	tally := map[string]*toolTally{}
+	mix := map[string]int{}
+	total, agree, failed := 0, 0, 0
+	for _, tr := range traces {
+		s := p.open(map[string]any{"seed": 0})
+		n := 0
+		for _, c := range trace.Calls(tr) {
+			if !c.Answered {
+				continue
+			}
+			var args any = c.Args
+			if c.Args == nil {
+				args = json.RawMessage(c.RawArgs)
+			}
+			code, r := p.call(s, c.Tool, args)
+			tt := tally[c.Tool]
+			if tt == nil {
+				tt = &toolTally{fidelity: map[string]int{}}
+				tally[c.Tool] = tt
+			}
+			tt.calls++
+			total++
+			if code != http.StatusOK {
+				failed++
+				tt.fidelity[fmt.Sprintf("HTTP %d", code)]++
+				mix[fmt.Sprintf("HTTP %d", code)]++
+				continue
+			}
+			n++
+			tt.fidelity[str(r["fidelity"])]++
+			mix[str(r["fidelity"])]++
+			if r["error"] == true {
+				tt.errs++
+			}
+			if sameAnswer(str(r["content"]), c.Result) {
+				tt.agree++
+				agree++
+			}
+		}
+		if got := p.journaled(s.ID); got != n {
+			t.Fatalf("trace %s: %d calls answered, %d journaled", tr.ID, n, got)
+		}
+		if code, _ := p.do(http.MethodDelete, "/v1/sessions/"+s.ID, s.Token, nil); code != 200 {
+			t.Fatalf("close: %d", code)
+		}
+	}
+	names := make([]string, 0, len(tally))
+	for n := range tally {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "tau-retail-dev replay: %d traces, %d calls, %d agree (%.1f%%), %d not answered 200\n",
+		len(traces), total, agree, 100*float64(agree)/float64(max(total, 1)), failed)
+	fmt.Fprintf(&b, "%-32s %6s %6s %7s  %s\n", "tool", "calls", "agree", "pct", "fidelity")
+	for _, n := range names {
+		tt := tally[n]
+		fmt.Fprintf(&b, "%-32s %6d %6d %6.1f%%  %v\n", n, tt.calls, tt.agree, 100*float64(tt.agree)/float64(tt.calls), tt.fidelity)
+	}
+	fmt.Fprintf(&b, "fidelity mix: %v\n", mix)
+	t.Log("\n" + b.String())
+	if total < 900 {
+		t.Fatalf("replayed %d calls, want the data's ~960", total)
+	}
+	if failed > 0 {
+		t.Errorf("%d recorded calls were not answered with 200", failed)
+	}
+	// A regression floor, well under what the twin measured when this test was written (99.0%).
+	if pct := 100 * float64(agree) / float64(total); pct < 95 {
+		t.Errorf("agreement %.1f%% is under the 95%% floor", pct)
+	}
+}
