@@ -122,15 +122,28 @@ func (p argPath) expr() string {
 		case string:
 			b.WriteString("[" + strconv.Quote(x) + "]")
 		case int:
-			b.WriteString("[" + strconv.Itoa(x) + "]")
+			if x == loopIndex {
+				b.WriteString("[i]")
+			} else {
+				b.WriteString("[" + strconv.Itoa(x) + "]")
+			}
 		}
 	}
 	return b.String()
 }
 
-func (p argPath) get(args *twin.Object) (any, bool) {
+// loopIndex in an argPath stands for the index of the loop the code is in.
+const loopIndex = -1 << 30
+
+func (p argPath) get(args *twin.Object) (any, bool) { return p.getAt(args, -1) }
+
+// getAt reads the path, with loopIndex standing for index at.
+func (p argPath) getAt(args *twin.Object, at int) (any, bool) {
 	var cur any = args
 	for _, e := range p {
+		if x, ok := e.(int); ok && x == loopIndex {
+			e = at
+		}
 		switch x := e.(type) {
 		case string:
 			o, ok := cur.(*twin.Object)
@@ -142,7 +155,7 @@ func (p argPath) get(args *twin.Object) (any, bool) {
 			}
 		case int:
 			l, ok := cur.([]any)
-			if !ok || x >= len(l) {
+			if !ok || x < 0 || x >= len(l) {
 				return nil, false
 			}
 			cur = l[x]

@@ -127,20 +127,155 @@ func (p argNotField) code() string {
 	return p.arg.expr() + " != " + rowE{path: p.path}.code()
 }
 
+// loopSub: some element of an argument list names no nested object, or one whose
+// field has a value no successful call saw (a new item that is not available).
+type loopSub struct {
+	list        argPath
+	table, name string
+	field       string
+	vals        []any
+}
+
+// failAt answers the first index the condition holds at, or -1.
+func (p loopSub) failAt(c *ectx) (int, bool) {
+	v, ok := p.list.get(c.args)
+	if !ok {
+		return -1, false
+	}
+	l, ok := v.([]any)
+	if !ok {
+		return -1, false
+	}
+	idx := c.subs[p.table+"\x00"+p.name]
+	for i, e := range l {
+		o := idx[string(twin.Canonical(e))]
+		if o == nil {
+			return i, true
+		}
+		f, ok := o.Get(p.field)
+		if !ok {
+			return i, true
+		}
+		in := false
+		for _, x := range p.vals {
+			if twin.Identical(f, x) {
+				in = true
+			}
+		}
+		if !in {
+			return i, true
+		}
+	}
+	return -1, true
+}
+
+func (p loopSub) eval(c *ectx) (bool, bool) {
+	i, ok := p.failAt(c)
+	return i >= 0, ok
+}
+
+func (p loopSub) code() string {
+	sub := fmt.Sprintf("world.sub(%q, %q, %s[i])", p.table, p.name, p.list.expr())
+	cond := sub + " == None or " + sub + "[" + strconv.Quote(p.field) + "]"
+	if len(p.vals) == 1 {
+		cond += " != " + lit(p.vals[0])
+	} else {
+		cond += " not in " + lit(p.vals)
+	}
+	return cond
+}
+
 type guard struct {
 	pred pexpr
 	text []part
-	rank int
 }
 
-func renderParts(ps []part, args *twin.Object) (string, bool) {
+var numberWords = []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}
+
+// textWords are the lower-case words of a text.
+func textWords(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	}) {
+		out[w] = true
+	}
+	return out
+}
+
+func pathWords(p []any, into map[string]bool) {
+	for _, e := range p {
+		if s, ok := e.(string); ok {
+			for w := range textWords(s) {
+				into[w] = true
+			}
+		}
+	}
+}
+
+// predWords are the words a condition would be described with.
+func predWords(p pexpr) map[string]bool {
+	out := map[string]bool{}
+	switch x := p.(type) {
+	case fieldNotIn:
+		pathWords(x.path, out)
+		for _, v := range x.vals {
+			if s, ok := scalarText(v); ok {
+				for w := range textWords(s) {
+					out[w] = true
+				}
+			}
+		}
+	case listLenNot:
+		pathWords(x.path, out)
+		out[strconv.Itoa(x.n)] = true
+		if x.n < len(numberWords) {
+			out[numberWords[x.n]] = true
+		}
+	case lenDiffer:
+		pathWords(argPathAny(x.a), out)
+		pathWords(argPathAny(x.b), out)
+		out["number"], out["match"], out["length"] = true, true, true
+	case pairEqual:
+		pathWords(argPathAny(x.a), out)
+		pathWords(argPathAny(x.b), out)
+		out["same"], out["different"] = true, true
+	case argNotField:
+		pathWords(argPathAny(x.arg), out)
+		pathWords(x.path, out)
+	case loopSub:
+		pathWords(argPathAny(x.list), out)
+		out[x.field] = true
+		out["found"] = true
+		for w := range textWords(x.field) {
+			out[w] = true
+		}
+	}
+	return out
+}
+
+func argPathAny(p argPath) []any { return []any(p) }
+
+func overlap(a, b map[string]bool) int {
+	n := 0
+	for w := range b {
+		if a[w] {
+			n++
+		}
+	}
+	return n
+}
+
+// renderParts writes a template's text for these arguments; at is the loop index a
+// loop template's element references stand for.
+func renderParts(ps []part, args *twin.Object, at int) (string, bool) {
 	var b strings.Builder
 	for _, p := range ps {
 		if p.path == nil {
 			b.WriteString(p.lit)
 			continue
 		}
-		v, ok := p.path.get(args)
+		v, ok := p.path.getAt(args, at)
 		if !ok {
 			return "", false
 		}
@@ -201,25 +336,41 @@ func (m *model) learnGuards(ti *toolInfo, succ, fails []wex, ctxFn func(wex) *ec
 		for i, x := range g {
 			gctx[i] = ctxFn(x)
 		}
-		found := false
-		for rank, p := range m.guardCandidates(gctx[0], sctx) {
+		// Of the conditions that separate refusals from successes, the one the error
+		// text talks about (its words name the field, the value or the count).
+		var best pexpr
+		bestScore := -1
+		words := textWords(g[0].c.text)
+		for _, p := range m.guardCandidates(gctx[0], sctx) {
 			if holds(p, gctx, true) && holds(p, sctx, false) {
-				guards = append(guards, guard{pred: p, text: tmpl, rank: rank})
-				found = true
-				break
+				if sc := overlap(words, predWords(p)); sc > bestScore {
+					best, bestScore = p, sc
+				}
 			}
 		}
-		if !found {
+		if best == nil {
 			unexplained += len(g)
+			continue
 		}
+		guards = append(guards, guard{pred: best, text: tmpl})
 	}
 	sort.SliceStable(guards, func(i, j int) bool { return guardKind(guards[i].pred) < guardKind(guards[j].pred) })
+	// A loop condition's text names the element it failed at.
+	for gi, g := range guards {
+		if ls, ok := g.pred.(loopSub); ok {
+			guards[gi].text = loopParts(g.text, ls.list)
+		}
+	}
 	// Every refusal must get its own text from the first guard that fires.
 	for _, f := range fails {
 		c := ctxFn(f)
 		for _, g := range guards {
 			if v, ok := g.pred.eval(c); ok && v {
-				if txt, ok := renderParts(g.text, f.c.args); !ok || txt != f.c.text {
+				at := -1
+				if ls, ok := g.pred.(loopSub); ok {
+					at, _ = ls.failAt(c)
+				}
+				if txt, ok := renderParts(g.text, f.c.args, at); !ok || txt != f.c.text {
 					unexplained++
 				}
 				break
@@ -227,6 +378,21 @@ func (m *model) learnGuards(ti *toolInfo, succ, fails []wex, ctxFn func(wex) *ec
 		}
 	}
 	return guards, unexplained
+}
+
+// loopParts makes a template's references to elements of the loop's list refer to the loop's element.
+func loopParts(ps []part, list argPath) []part {
+	out := make([]part, len(ps))
+	for i, p := range ps {
+		out[i] = p
+		if len(p.path) == len(list)+1 && p.path[:len(list)].key() == list.key() {
+			if _, ok := p.path[len(list)].(int); ok {
+				np := append(append(argPath{}, list...), loopIndex)
+				out[i] = part{path: np}
+			}
+		}
+	}
+	return out
 }
 
 func calls(xs []wex) []*call {
@@ -301,6 +467,56 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 	for i, a := range lists {
 		for _, b := range lists[i+1:] {
 			out = append(out, lenDiffer{a, b}, pairEqual{a, b})
+		}
+	}
+	// Elements of argument lists that must name available nested objects.
+	for _, l := range lists {
+		for _, id := range m.subNames() {
+			tn, name := splitSub(id)
+			idx := c.subs[id]
+			fieldVals := map[string][]any{}
+			var fieldOrder []string
+			resolvable := len(succ) > 0
+			for _, s := range succ {
+				v, ok := l.get(s.args)
+				els, ok2 := v.([]any)
+				if !ok || !ok2 {
+					resolvable = false
+					break
+				}
+				for _, e := range els {
+					o := idx[string(twin.Canonical(e))]
+					if o == nil {
+						resolvable = false
+						break
+					}
+					for fi, f := range o.Keys {
+						if !scalar(o.Vals[fi]) {
+							continue
+						}
+						if _, seen := fieldVals[f]; !seen {
+							fieldOrder = append(fieldOrder, f)
+						}
+						dup := false
+						for _, x := range fieldVals[f] {
+							if twin.Identical(x, o.Vals[fi]) {
+								dup = true
+							}
+						}
+						if !dup {
+							fieldVals[f] = append(fieldVals[f], o.Vals[fi])
+						}
+					}
+				}
+			}
+			if !resolvable {
+				continue
+			}
+			for _, f := range fieldOrder {
+				if vals := fieldVals[f]; len(vals) <= 2 && len(vals)*2 <= len(succ)+1 {
+					out = append(out, loopSub{list: l, table: tn, name: name, field: f, vals: vals})
+				}
+			}
 		}
 	}
 	for _, ap := range argPaths(c.args) {

@@ -23,12 +23,12 @@ func fits(e vexpr, targets []any, ctxs []*ectx) bool {
 // what is most likely the rule: an argument, a field of the old row or element,
 // a nested object found by id, an object built field by field, arithmetic over
 // those, a choice by sign, and last a constant.
-func (m *model) learnValue(targets []any, ctxs []*ectx) (vexpr, bool) {
+func (m *model) learnValue(name string, targets []any, ctxs []*ectx) (vexpr, bool) {
 	if len(targets) == 0 {
 		return nil, false
 	}
 	c0, t0 := ctxs[0], targets[0]
-	for _, e := range m.directCandidates(c0, t0) {
+	for _, e := range m.directCandidates(c0, t0, name) {
 		if fits(e, targets, ctxs) {
 			return e, true
 		}
@@ -54,7 +54,7 @@ func (m *model) learnValue(targets []any, ctxs []*ectx) (vexpr, bool) {
 				for i, t := range targets {
 					ts[i], _ = t.(*twin.Object).Get(k)
 				}
-				e, found := m.learnValue(ts, ctxs)
+				e, found := m.learnValue(k, ts, ctxs)
 				if !found {
 					pending = append(pending, ki)
 					obj.vals = append(obj.vals, nil)
@@ -109,8 +109,56 @@ func allSame(ts []any) bool {
 	return true
 }
 
-// directCandidates are expressions whose value in the first context equals the first target.
-func (m *model) directCandidates(c *ectx, t any) []vexpr {
+// directCandidates are expressions whose value in the first context equals the first target,
+// those named like the field being learned first.
+func (m *model) directCandidates(c *ectx, t any, name string) []vexpr {
+	out := m.directCandidatesAll(c, t)
+	if name == "" {
+		return out
+	}
+	key := func(e vexpr) int {
+		r := 0
+		switch x := e.(type) {
+		case rowE:
+			r = 2
+			if x.elem {
+				r = 1
+			}
+		case subE:
+			r = 3
+		}
+		r *= 2
+		if lastName(e) != name {
+			r++
+		}
+		return r
+	}
+	sort.SliceStable(out, func(i, j int) bool { return key(out[i]) < key(out[j]) })
+	return out
+}
+
+// lastName is the last key an expression reads.
+func lastName(e vexpr) string {
+	switch x := e.(type) {
+	case argE:
+		if n := len(x.path); n > 0 {
+			if s, ok := x.path[n-1].(string); ok {
+				return s
+			}
+		}
+	case rowE:
+		if n := len(x.path); n > 0 {
+			if s, ok := x.path[n-1].(string); ok {
+				return s
+			}
+		}
+	case subE:
+		return x.field
+	}
+	return ""
+}
+
+func (m *model) directCandidatesAll(c *ectx, t any) []vexpr {
 	var out []vexpr
 	add := func(e vexpr) {
 		if v, ok := e.eval(c); ok && twin.Identical(v, t) {
@@ -309,24 +357,6 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 		if !ok {
 			return nil
 		}
-		for _, name := range m.subNames() {
-			tn, ix := splitSub(name)
-			if so := c.subs[name][string(twin.Canonical(kv))]; so != nil {
-				for fi, f := range so.Keys {
-					if _, ok := so.Vals[fi].(twin.Number); ok {
-						r = append(r, subE{table: tn, index: ix, key: key, field: f})
-					}
-				}
-			}
-		}
-		return r
-	})
-	resolvers = append(resolvers, func(key vexpr) []vexpr {
-		var r []vexpr
-		kv, ok := key.eval(&at0)
-		if !ok {
-			return nil
-		}
 		for _, lp := range rowObjectLists(c.pre) {
 			l, _ := c.pre.Get(lp)
 			for _, el := range l.([]any) {
@@ -341,6 +371,24 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 								r = append(r, findE{list: lp, field: f, key: key, get: g})
 							}
 						}
+					}
+				}
+			}
+		}
+		return r
+	})
+	resolvers = append(resolvers, func(key vexpr) []vexpr {
+		var r []vexpr
+		kv, ok := key.eval(&at0)
+		if !ok {
+			return nil
+		}
+		for _, name := range m.subNames() {
+			tn, ix := splitSub(name)
+			if so := c.subs[name][string(twin.Canonical(kv))]; so != nil {
+				for fi, f := range so.Keys {
+					if _, ok := so.Vals[fi].(twin.Number); ok {
+						r = append(r, subE{table: tn, index: ix, key: key, field: f})
 					}
 				}
 			}

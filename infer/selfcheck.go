@@ -41,7 +41,22 @@ type ToolCheck struct {
 	// AgreeByFidelity counts agreeing answers per fidelity label.
 	AgreeByFidelity map[string]int `json:"agree_by_fidelity"`
 	Unanswered      int            `json:"unanswered"`
+	// Misses are the first few calls whose answer differed from the recorded one.
+	Misses []CheckMiss `json:"misses,omitempty"`
 }
+
+// CheckMiss is one self-check disagreement.
+type CheckMiss struct {
+	Trace    string `json:"trace"`
+	Call     int    `json:"call"`
+	Args     string `json:"args"`
+	Fidelity string `json:"fidelity"`
+	Want     string `json:"want"`
+	Got      string `json:"got"`
+}
+
+// maxCheckMisses bounds the misses kept per tool.
+const maxCheckMisses = 20
 
 // SelfCheck replays every trace's calls, in order, in a fresh session of a twin
 // built from the other traces (leave-one-out), and scores agreement with the
@@ -121,6 +136,9 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 				}
 				tc.Unanswered++
 				rep.Unanswered++
+				if len(tc.Misses) < maxCheckMisses {
+					tc.Misses = append(tc.Misses, CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()})
+				}
 				continue
 			}
 			tc.Fidelity[res.Fidelity]++
@@ -129,6 +147,8 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 				tc.Agree++
 				rep.Agree++
 				tc.AgreeByFidelity[res.Fidelity]++
+			} else if len(tc.Misses) < maxCheckMisses {
+				tc.Misses = append(tc.Misses, CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content})
 			}
 		}
 	}

@@ -54,7 +54,7 @@ func (m *model) synthesize() {
 		case ti.table != "":
 			m.synthRead(ti)
 		default:
-			if !m.synthLookup(ti) && !m.synthConstant(ti) && !m.synthTemplate(ti) && !m.synthPure(ti) {
+			if !m.synthLookup(ti) && !m.synthTemplate(ti) && !m.synthConstant(ti) && !m.synthPure(ti) {
 				ti.kind = twin.KindQuery
 				ti.notes = append(ti.notes, "answered from recordings: no rule in the recordings explains its answers")
 			}

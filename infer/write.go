@@ -286,7 +286,7 @@ func (m *model) writeExamples(ti *toolInfo) []wex {
 // after each recorded call, and its refusals from the recorded error answers.
 func (m *model) synthWrite(ti *toolInfo) {
 	ti.kind = twin.KindWrite
-	if m.synthConstant(ti) || m.synthTemplate(ti) {
+	if m.synthTemplate(ti) || m.synthConstant(ti) {
 		return
 	}
 	ti.kind = twin.KindWrite
@@ -359,6 +359,12 @@ func (m *model) synthWrite(ti *toolInfo) {
 	b.WriteString("        " + m.notFound(ti) + "\n")
 	b.WriteString("    pre = deepcopy(row)\n")
 	for _, g := range guards {
+		if ls, ok := g.pred.(loopSub); ok {
+			fmt.Fprintf(&b, "    for i in range(len(%s)):\n", ls.list.expr())
+			fmt.Fprintf(&b, "        if %s:\n", g.pred.code())
+			fmt.Fprintf(&b, "            return error(%s)\n", templateExpr(g.text))
+			continue
+		}
 		fmt.Fprintf(&b, "    if %s:\n", g.pred.code())
 		fmt.Fprintf(&b, "        return error(%s)\n", templateExpr(g.text))
 	}
@@ -397,7 +403,7 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 		}
 	}
 	var stmts []stmt
-	var added []string
+	var added, sameNamed []string
 	for _, k := range keys {
 		inPre, inPost := 0, 0
 		same := true
@@ -417,6 +423,11 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 		n := len(pres)
 		switch {
 		case same && inPre == n && inPost == n:
+			// Inside an object the write fills from arguments, a field equal to the argument of its
+			// name in every example is that argument (it only happened not to change).
+			if len(path) > 0 && namedArgFits(k, posts, ctxs) {
+				sameNamed = append(sameNamed, k)
+			}
 			continue
 		case inPost == 0 && inPre > 0:
 			stmts = append(stmts, delS{path: path, key: k})
@@ -456,11 +467,16 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 				continue
 			}
 		}
-		e, ok := m.learnValue(targets, ctxs)
+		e, ok := m.learnValue(k, targets, ctxs)
 		if !ok {
 			return nil, fmt.Sprintf("no rule explains field %s", strings.Join(sub, "."))
 		}
 		stmts = append(stmts, setS{path: path, key: k, val: e})
+	}
+	if setsFromArgs(stmts) {
+		for _, k := range sameNamed {
+			stmts = append(stmts, setS{path: path, key: k, val: argE{path: argPath{k}}})
+		}
 	}
 	// Key order: kept keys keep their place, new keys come last in the order set.
 	for i := range pres {
@@ -476,6 +492,28 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 		}
 	}
 	return stmts, ""
+}
+
+func namedArgFits(k string, posts []*twin.Object, ctxs []*ectx) bool {
+	for i, p := range posts {
+		v, _ := p.Get(k)
+		a, ok := ctxs[i].args.Get(k)
+		if !ok || !twin.Identical(a, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func setsFromArgs(stmts []stmt) bool {
+	for _, s := range stmts {
+		if st, ok := s.(setS); ok {
+			if _, ok := st.val.(argE); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rebuildObject explains an object whose fields were reordered: it is built anew.
@@ -506,7 +544,7 @@ func (m *model) rebuildObject(path []string, pres, posts []*twin.Object, ctxs []
 			e = rowE{path: toAny(append(append([]string{}, path...), k))}
 		} else {
 			var ok bool
-			if e, ok = m.learnValue(targets, ctxs); !ok {
+			if e, ok = m.learnValue(k, targets, ctxs); !ok {
 				return nil, "no rule explains field " + strings.Join(append(append([]string{}, path...), k), ".")
 			}
 		}
@@ -574,24 +612,42 @@ func (m *model) learnList(path []string, pres []*twin.Object, targets []any, ctx
 					ts = append(ts, after[i][len(before[i])+j])
 				}
 			}
-			if e, ok := m.learnValue(ts, cs); ok {
+			// One new element per old one is the rule only if each new element is made from its old one.
+			if e, ok := m.learnValue("", ts, cs); ok && strings.Contains(e.code(), "old[") {
 				return []stmt{appendEachS{path: path, val: e}}, true
 			}
 		}
 		if fixed > 0 {
 			var vals []vexpr
-			for j := 0; j < fixed; j++ {
+			ok := true
+			for j := 0; j < fixed && ok; j++ {
 				ts := make([]any, n)
 				for i := range before {
 					ts[i] = after[i][len(before[i])+j]
 				}
-				e, ok := m.learnValue(ts, ctxs)
-				if !ok {
-					return nil, false
+				var e vexpr
+				if e, ok = m.learnValue("", ts, ctxs); ok {
+					vals = append(vals, e)
 				}
-				vals = append(vals, e)
 			}
-			return []stmt{appendS{path: path, vals: vals}}, true
+			if ok {
+				return []stmt{appendS{path: path, vals: vals}}, true
+			}
+		}
+		if each && some {
+			var ts []any
+			var cs []*ectx
+			for i := range before {
+				for j, e := range before[i] {
+					cc := *ctxs[i]
+					cc.elem = e
+					cs = append(cs, &cc)
+					ts = append(ts, after[i][len(before[i])+j])
+				}
+			}
+			if e, ok := m.learnValue("", ts, cs); ok {
+				return []stmt{appendEachS{path: path, val: e}}, true
+			}
 		}
 		return nil, false
 	}
@@ -713,7 +769,7 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 			ts[h], _ = hits[h].now.Get(key)
 			cs[h] = hits[h].ctx
 		}
-		e, ok := m.learnValue(ts, cs)
+		e, ok := m.learnValue(key, ts, cs)
 		if !ok {
 			return nil, false
 		}
