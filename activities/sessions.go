@@ -25,30 +25,86 @@ const (
 	ErrTypeTwinUnavailable = "TwinUnavailable"
 )
 
-// TwinEndpoint is where an environment's ready twin answers, and the build it serves.
+// TwinEndpoint is where a ready twin answers: its RPC address, the build it serves and its handle id.
 type TwinEndpoint struct {
-	Addr    string
-	BuildID string
+	Addr     string
+	BuildID  string
+	HandleID string
 }
 
-// TwinWaiter wakes an environment's twin when it is stopped and waits until it is ready: the TwinWorkflow's
-// wake, seen from a session open.
-type TwinWaiter interface {
-	WaitTwin(ctx context.Context, envID string) (TwinEndpoint, error)
+// TwinWake asks an environment's twin directory (the TwinWorkflow) for a build's twin, booting it when it is
+// stopped.
+type TwinWake struct {
+	EnvID string
+	// Active is the environment's active build; it starts the environment's TwinWorkflow when none runs.
+	Active TwinBuild
+	// Build is the build whose twin is wanted; zero means Active.
+	Build TwinBuild
+	// Suspect is the handle id of a twin the caller could not reach: it is checked and restarted if dead.
+	Suspect string
+	// Wait answers only once the twin is ready or failed.
+	Wait bool
+}
+
+// TwinState is a build's twin as the directory sees it.
+type TwinState struct {
+	State    string // stopped, booting, ready or failed (the TwinWorkflow's states)
+	Addr     string // when ready
+	BuildID  string
+	HandleID string
+	// Error and ErrorType say why a failed twin failed (ErrorType is one of the twin activities' error types).
+	Error     string
+	ErrorType string
+}
+
+// Twin states a TwinDirectory reports.
+const (
+	TwinStateReady   = "ready"
+	TwinStateBooting = "booting"
+	TwinStateFailed  = "failed"
+	TwinStateStopped = "stopped"
+)
+
+// TwinDirectory finds environments' twins: the TwinWorkflow seen from sessions (workflows.TwinDirectory is it).
+type TwinDirectory interface {
+	// WakeTwin boots the wanted build's twin if it is stopped and answers its state.
+	WakeTwin(ctx context.Context, w TwinWake) (TwinState, error)
+	// RunningTwins answers the environment's twins that are ready, by build id, without booting any.
+	RunningTwins(ctx context.Context, envID string) (map[string]TwinState, error)
+}
+
+// ActiveTwinBuild returns the environment's active build as the twin activities name it, or an error wrapping
+// store.ErrNotFound when it has none.
+func ActiveTwinBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (TwinBuild, error) {
+	if env.ActiveBuildID == "" {
+		return TwinBuild{}, fmt.Errorf("environment %s has no active build: %w", env.ID, store.ErrNotFound)
+	}
+	b, err := store.GetBuildByID(ctx, db, env.ActiveBuildID)
+	if err != nil {
+		return TwinBuild{}, err
+	}
+	return TwinBuildOf(b), nil
+}
+
+// TwinBuildOf names a build row's bundle for the twin activities.
+func TwinBuildOf(b *schema.Build) TwinBuild {
+	return TwinBuild{BuildID: b.ID, BundleKey: b.BundleKey, BundleHash: b.BundleHash}
 }
 
 // Sessions holds the dependencies of the session activities: opening a session on its twin, closing it,
 // and reaping idle ones.
 type Sessions struct {
 	DB *bun.DB
-	// Twins wakes and waits for twins; nil means only a twin the database already reports ready is used.
-	Twins TwinWaiter
+	// Twins finds, wakes and waits for twins.
+	Twins TwinDirectory
 	// HTTP is the twin RPC client; nil means twinrpc.NewHTTPClient().
 	HTTP *http.Client
 	Log  *slog.Logger
 
 	once sync.Once
 	hc   *http.Client
+	mu   sync.Mutex
+	warm map[string]TwinEndpoint // env id → the active build's ready twin, as last found
 }
 
 func (a *Sessions) rpc(addr string) *twinrpc.Client {
@@ -71,12 +127,13 @@ func (a *Sessions) log() *slog.Logger {
 // FindTwinInput names the environment whose twin a session open needs.
 type FindTwinInput struct {
 	EnvID string
-	// Wake skips the database's report and asks Twins (the reported twin did not answer).
-	Wake bool
+	// Suspect is the handle id of a twin an open could not reach: the directory checks (and restarts) it.
+	Suspect string
 }
 
-// FindTwin answers where the environment's twin is: the ready endpoint the database holds (cheap: the warm
-// path), or, when there is none or in.Wake is set, the endpoint Twins reports after waking it.
+// FindTwin answers where the twin of the environment's active build answers. The warm path costs one database
+// read: the twin this worker last found for the active build. Otherwise (or with a Suspect) it wakes the twin
+// through the directory and waits until it is ready.
 func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint, error) {
 	env, err := store.GetEnvByID(ctx, a.DB, in.EnvID)
 	if err != nil {
@@ -85,16 +142,39 @@ func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint
 		}
 		return TwinEndpoint{}, err
 	}
-	if !in.Wake && env.TwinState == schema.TwinReady && env.TwinEndpoint != "" {
-		return TwinEndpoint{Addr: env.TwinEndpoint, BuildID: env.ActiveBuildID}, nil
+	if in.Suspect == "" {
+		a.mu.Lock()
+		ep, ok := a.warm[in.EnvID]
+		a.mu.Unlock()
+		if ok && ep.BuildID == env.ActiveBuildID {
+			return ep, nil
+		}
+	}
+	active, err := ActiveTwinBuild(ctx, a.DB, env)
+	if errors.Is(err, store.ErrNotFound) {
+		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError("environment "+env.Slug+" has no build yet", ErrTypeBadInput, err)
+	}
+	if err != nil {
+		return TwinEndpoint{}, err
 	}
 	if a.Twins == nil {
-		return TwinEndpoint{}, temporal.NewApplicationError("twin of "+in.EnvID+" is "+env.TwinState+" and no twin waiter is configured", ErrTypeTwinUnavailable)
+		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError("no twin directory is configured", ErrTypeTwinUnavailable, nil)
 	}
-	ep, err := a.Twins.WaitTwin(ctx, in.EnvID)
+	st, err := a.Twins.WakeTwin(ctx, TwinWake{EnvID: env.ID, Active: active, Suspect: in.Suspect, Wait: true})
 	if err != nil {
-		return TwinEndpoint{}, fmt.Errorf("wait for twin of %s: %w", in.EnvID, err)
+		return TwinEndpoint{}, fmt.Errorf("wake twin of %s: %w", env.ID, err)
 	}
+	if st.State != TwinStateReady || st.Addr == "" {
+		msg := fmt.Sprintf("twin of %s build %s is %s: %s", env.ID, active.BuildID, st.State, st.Error)
+		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError(msg, ErrTypeTwinUnavailable, nil)
+	}
+	ep := TwinEndpoint{Addr: st.Addr, BuildID: active.BuildID, HandleID: st.HandleID}
+	a.mu.Lock()
+	if a.warm == nil {
+		a.warm = map[string]TwinEndpoint{}
+	}
+	a.warm[env.ID] = ep
+	a.mu.Unlock()
 	return ep, nil
 }
 
@@ -210,13 +290,29 @@ func (a *Sessions) ReapIdleSessions(ctx context.Context, in ReapInput) (ReapResu
 		if err := SnapshotSession(ctx, a.DB, s.ID); err != nil {
 			a.log().Warn("snapshot expired session's counters", "session", s.ID, "err", err)
 		}
-		if env, err := store.GetEnvByID(ctx, a.DB, s.EnvID); err == nil && env.TwinEndpoint != "" {
-			if err := a.CloseOnTwin(ctx, CloseOnTwinInput{Addr: env.TwinEndpoint, SessionID: s.ID}); err != nil {
-				a.log().Warn("expired session's world not dropped on its twin", "session", s.ID, "err", err)
-			}
-		}
+		a.dropWorld(ctx, s)
 	}
 	return res, nil
+}
+
+// dropWorld drops an ended session's world on its build's twin when that twin runs (a stopped twin holds no
+// worlds; none is booted for this).
+func (a *Sessions) dropWorld(ctx context.Context, s *schema.Session) {
+	if a.Twins == nil {
+		return
+	}
+	running, err := a.Twins.RunningTwins(ctx, s.EnvID)
+	if err != nil {
+		a.log().Warn("list running twins", "env", s.EnvID, "err", err)
+		return
+	}
+	st, ok := running[s.BuildID]
+	if !ok || st.Addr == "" {
+		return
+	}
+	if err := a.CloseOnTwin(ctx, CloseOnTwinInput{Addr: st.Addr, SessionID: s.ID}); err != nil {
+		a.log().Warn("expired session's world not dropped on its twin", "session", s.ID, "err", err)
+	}
 }
 
 // LastActivity is when a session was last used: its last journaled call, else its last_used_at.

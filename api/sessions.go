@@ -31,11 +31,6 @@ type SessionOpener interface {
 	Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error)
 }
 
-// TwinWaker wakes an environment's twin without waiting for it (the TwinWorkflow's wake).
-type TwinWaker interface {
-	WakeTwin(ctx context.Context, envID string) error
-}
-
 // CallJournal durably records a call before it is answered (journal.Writer[schema.Call] is one).
 type CallJournal interface {
 	Submit(ctx context.Context, c schema.Call) error
@@ -44,8 +39,9 @@ type CallJournal interface {
 // SessionRoutes serve sessions and the tool plane: open, call, read, transcript, close, and the tools listing.
 // Calls never touch Temporal: credential → twin RPC → journal group commit → answer.
 type SessionRoutes struct {
-	Opener  SessionOpener
-	Waker   TwinWaker // nil: a stopped twin is only reported (409 notReady), not woken
+	Opener SessionOpener
+	// Twins finds a session's twin (the TwinWorkflow: workflows.TwinDirectory) and wakes it when stopped.
+	Twins   activities.TwinDirectory
 	Journal CallJournal
 	Bundles *Bundles
 	// Idle is how long an unused session stays open (config session.idle; default one hour).
@@ -56,7 +52,13 @@ type SessionRoutes struct {
 	db    *bun.DB
 	mu    sync.Mutex
 	live  map[string]*liveSession
-	twins map[string]*twinrpc.Client // env id → client of its ready twin
+	twins map[string]*twinEntry // build id → its ready twin
+}
+
+// twinEntry is a build's ready twin as last found.
+type twinEntry struct {
+	c        *twinrpc.Client
+	handleID string
 }
 
 // liveSession is what the API process keeps about a session it serves: the lock that orders its calls, the
@@ -72,7 +74,7 @@ type liveSession struct {
 func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 	sr.db = d.DB
 	sr.live = map[string]*liveSession{}
-	sr.twins = map[string]*twinrpc.Client{}
+	sr.twins = map[string]*twinEntry{}
 	if sr.Idle <= 0 {
 		sr.Idle = store.DefaultSessionIdle
 	}
@@ -272,13 +274,13 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	token, err := store.CreateSession(ctx, sr.db, s)
 	if err != nil {
 		// The world exists on the twin but no row does: drop it.
-		sr.dropOnTwin(context.WithoutCancel(ctx), env.ID, res.TwinAddr, id)
+		sr.dropOnTwin(context.WithoutCancel(ctx), env.ID, res.BuildID, id)
 		return nil, err
 	}
 	sr.mu.Lock()
 	sr.live[id] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
-	if res.TwinAddr != "" {
-		sr.twins[env.ID] = twinrpc.NewClient(res.TwinAddr, sr.HTTP)
+	if res.TwinAddr != "" && sr.twins[s.BuildID] == nil {
+		sr.twins[s.BuildID] = &twinEntry{c: twinrpc.NewClient(res.TwinAddr, sr.HTTP)}
 	}
 	sr.mu.Unlock()
 	pinned := rc.Pinned
@@ -491,9 +493,7 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 		// The twin applied a call the journal does not hold: drop the twin's copy so the next call rebuilds
 		// the session from the journal, and do not answer.
 		l.calls = -1
-		if tc, terr := sr.twin(ctx, s.EnvID, false); terr == nil {
-			_, _ = tc.Close(context.WithoutCancel(ctx), s.ID)
-		}
+		sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, s.BuildID, s.ID)
 		return nil, Unavailable("the call could not be journaled, so it was not answered; retry: %v", err)
 	}
 	l.calls++
@@ -540,24 +540,25 @@ func (sr *SessionRoutes) checkIdle(ctx context.Context, s *schema.Session, l *li
 	if _, err := store.EndSession(ctx, sr.db, s.ID, schema.SessionExpired); err != nil {
 		return err
 	}
-	sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, "", s.ID)
+	sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, s.BuildID, s.ID)
 	sr.forget(s.ID)
 	return NotFound("session %s expired after %s idle", s.ID, sr.Idle)
 }
 
-// callTwin runs the call on the session's twin, recovering what can be recovered once: a twin that lost the
-// session (restart) gets it rebuilt from the journal; a stale journal length is re-read; a twin that moved is
-// found again. A twin that is down or booting is woken and answered 409 notReady.
+// callTwin runs the call on the twin of the session's build, recovering what can be recovered: a twin that lost
+// the session (restart) gets it rebuilt from the journal; a stale journal length is re-read; a twin that does not
+// answer is reported to the TwinWorkflow (which restarts it if dead). A twin that is stopped or booting is woken
+// and answered 409 notReady.
 func (sr *SessionRoutes) callTwin(ctx context.Context, s *schema.Session, l *liveSession, req twinrpc.CallRequest) (twinrpc.CallResult, error) {
-	refresh := false
+	suspect := ""
 	for attempt := 0; ; attempt++ {
-		tc, err := sr.twin(ctx, s.EnvID, refresh)
+		te, err := sr.twin(ctx, s, l, suspect)
 		if err != nil {
 			return twinrpc.CallResult{}, err
 		}
 		expect := l.calls
 		req.ExpectCalls = &expect
-		res, err := tc.Call(ctx, s.ID, req)
+		res, err := te.c.Call(ctx, s.ID, req)
 		if err == nil {
 			if res.Calls != expect+1 {
 				return twinrpc.CallResult{}, fmt.Errorf("twin reports %d calls after call %d of session %s", res.Calls, expect+1, s.ID)
@@ -573,19 +574,23 @@ func (sr *SessionRoutes) callTwin(ctx context.Context, s *schema.Session, l *liv
 		case errors.Is(err, twinrpc.ErrBadArguments):
 			return twinrpc.CallResult{}, Invalid("body.arguments", twinDetail(err))
 		case errors.Is(err, twinrpc.ErrUnknownSession) && !last:
-			if err := sr.rebuild(ctx, tc, s, l); err != nil {
+			if err := sr.rebuild(ctx, te.c, s, l); err != nil {
 				return twinrpc.CallResult{}, err
 			}
 		case errors.Is(err, twinrpc.ErrCallsMismatch) && !last:
-			if err := sr.resync(ctx, tc, s, l); err != nil {
+			if err := sr.resync(ctx, te.c, s, l); err != nil {
 				return twinrpc.CallResult{}, err
 			}
-		case errors.Is(err, twinrpc.ErrUnreachable) && !refresh:
-			refresh = true // the twin may have moved: read its endpoint again
+		case twinrpc.IsRetryable(err) && suspect == "" && !last:
+			// The twin did not answer: have the directory check it (and restart it if dead), then try again.
+			sr.dropTwin(s.BuildID)
+			suspect = te.handleID
+			if suspect == "" {
+				suspect = "unreachable"
+			}
 		case twinrpc.IsRetryable(err):
-			sr.dropTwin(s.EnvID)
-			sr.wake(ctx, s.EnvID)
-			return twinrpc.CallResult{}, NotReady("the environment's twin is starting; retry in a moment")
+			sr.dropTwin(s.BuildID)
+			return twinrpc.CallResult{}, NotReady("the session's twin is starting; retry in a moment")
 		default:
 			return twinrpc.CallResult{}, fmt.Errorf("call %s in session %s: %w", req.Tool, s.ID, err)
 		}
@@ -654,66 +659,80 @@ func specOf(s *schema.Session) twinrpc.SessionSpec {
 	return twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
 }
 
-// twin returns a client of the environment's ready twin, reading its endpoint from the database when it is
-// not cached (or refresh is set). A twin that is not ready is woken and answered 409 notReady.
-func (sr *SessionRoutes) twin(ctx context.Context, envID string, refresh bool) (*twinrpc.Client, error) {
-	if !refresh {
+// twin returns the ready twin of the session's build: as last found, or from the directory, which wakes it when it
+// is stopped (then the answer is 409 notReady; a twin that failed to start is 503). suspect names a twin that did
+// not answer, for the directory to check.
+func (sr *SessionRoutes) twin(ctx context.Context, s *schema.Session, l *liveSession, suspect string) (*twinEntry, error) {
+	if suspect == "" {
 		sr.mu.Lock()
-		tc := sr.twins[envID]
+		te := sr.twins[s.BuildID]
 		sr.mu.Unlock()
-		if tc != nil {
-			return tc, nil
+		if te != nil {
+			return te, nil
 		}
 	}
-	env, err := store.GetEnvByID(ctx, sr.db, envID)
+	if sr.Twins == nil {
+		return nil, Unavailable("no twin directory is configured")
+	}
+	env, err := store.GetEnvByID(ctx, sr.db, s.EnvID)
 	if err != nil {
 		return nil, StoreError(err, "environment")
 	}
-	if env.TwinState != schema.TwinReady || env.TwinEndpoint == "" {
-		sr.dropTwin(envID)
-		sr.wake(ctx, envID)
-		return nil, NotReady("the environment's twin is %s; it is being started, retry in a moment", env.TwinState)
+	active, err := activities.ActiveTwinBuild(ctx, sr.db, env)
+	if errors.Is(err, store.ErrNotFound) {
+		active = activities.TwinBuildOf(l.build)
+	} else if err != nil {
+		return nil, err
 	}
-	tc := twinrpc.NewClient(env.TwinEndpoint, sr.HTTP)
-	sr.mu.Lock()
-	sr.twins[envID] = tc
-	sr.mu.Unlock()
-	return tc, nil
+	st, err := sr.Twins.WakeTwin(ctx, activities.TwinWake{EnvID: env.ID, Active: active, Build: activities.TwinBuildOf(l.build), Suspect: suspect})
+	if err != nil {
+		return nil, Unavailable("the session's twin cannot be found: %v", err)
+	}
+	switch st.State {
+	case activities.TwinStateReady:
+		if st.Addr == "" {
+			return nil, NotReady("the session's twin is starting; retry in a moment")
+		}
+		te := &twinEntry{c: twinrpc.NewClient(st.Addr, sr.HTTP), handleID: st.HandleID}
+		sr.mu.Lock()
+		sr.twins[s.BuildID] = te
+		sr.mu.Unlock()
+		return te, nil
+	case activities.TwinStateFailed:
+		return nil, Unavailable("the session's twin failed to start: %s", st.Error)
+	}
+	return nil, NotReady("the session's twin is %s; it is being started, retry in a moment", st.State)
 }
 
-func (sr *SessionRoutes) dropTwin(envID string) {
+func (sr *SessionRoutes) dropTwin(buildID string) {
 	sr.mu.Lock()
-	delete(sr.twins, envID)
+	delete(sr.twins, buildID)
 	sr.mu.Unlock()
 }
 
-func (sr *SessionRoutes) wake(ctx context.Context, envID string) {
-	if sr.Waker == nil {
+// dropOnTwin drops a session's world on its build's twin if that twin runs, best effort.
+func (sr *SessionRoutes) dropOnTwin(ctx context.Context, envID, buildID, sessionID string) {
+	sr.mu.Lock()
+	te := sr.twins[buildID]
+	sr.mu.Unlock()
+	var tc *twinrpc.Client
+	if te != nil {
+		tc = te.c
+	} else if sr.Twins != nil {
+		running, err := sr.Twins.RunningTwins(ctx, envID)
+		if err != nil {
+			loggerFrom(ctx).Warn("list running twins", "env", envID, "err", err)
+			return
+		}
+		st, ok := running[buildID]
+		if !ok || st.Addr == "" {
+			return // no twin runs that build: nothing holds the world
+		}
+		tc = twinrpc.NewClient(st.Addr, sr.HTTP)
+	} else {
 		return
 	}
-	if err := sr.Waker.WakeTwin(context.WithoutCancel(ctx), envID); err != nil {
-		loggerFrom(ctx).Warn("wake twin", "env", envID, "err", err)
-	}
-}
-
-// dropOnTwin drops a session's world on its twin, best effort (addr "" means the env's known twin).
-func (sr *SessionRoutes) dropOnTwin(ctx context.Context, envID, addr, sessionID string) {
-	var tc *twinrpc.Client
-	if addr != "" {
-		tc = twinrpc.NewClient(addr, sr.HTTP)
-	} else {
-		sr.mu.Lock()
-		tc = sr.twins[envID]
-		sr.mu.Unlock()
-		if tc == nil {
-			env, err := store.GetEnvByID(ctx, sr.db, envID)
-			if err != nil || env.TwinEndpoint == "" {
-				return
-			}
-			tc = twinrpc.NewClient(env.TwinEndpoint, sr.HTTP)
-		}
-	}
-	if _, err := tc.Close(ctx, sessionID); err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) {
+	if _, err := tc.Close(ctx, sessionID); err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) && !errors.Is(err, twinrpc.ErrUnreachable) {
 		loggerFrom(ctx).Warn("drop session world on twin", "session", sessionID, "err", err)
 	}
 }
@@ -913,7 +932,7 @@ func (sr *SessionRoutes) close(ctx context.Context, in *SessionPath) (*CloseOutp
 	}
 	sr.forget(s.ID)
 	if existed {
-		sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, "", s.ID)
+		sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, s.BuildID, s.ID)
 		sr.snapshot(context.WithoutCancel(ctx), s.ID)
 	}
 	out := &CloseOutput{}

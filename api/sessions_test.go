@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/humatest"
 	"github.com/uptrace/bun"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/api"
@@ -41,34 +43,80 @@ import (
 type directOpener struct{ a *activities.Sessions }
 
 func (o directOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
-	ep, err := o.a.FindTwin(ctx, activities.FindTwinInput{EnvID: in.EnvID})
-	if err != nil {
-		return workflows.SessionOpenResult{}, err
+	suspect := ""
+	for attempt := 0; ; attempt++ {
+		ep, err := o.a.FindTwin(ctx, activities.FindTwinInput{EnvID: in.EnvID, Suspect: suspect})
+		if err != nil {
+			return workflows.SessionOpenResult{}, err
+		}
+		res, err := o.a.OpenOnTwin(ctx, activities.OpenOnTwinInput{Addr: ep.Addr, SessionID: in.SessionID, Spec: in.Spec})
+		var appErr *temporal.ApplicationError
+		if err != nil && attempt == 0 && errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeTwinUnavailable {
+			suspect = ep.HandleID // as the workflow does: report the twin and try once more
+			continue
+		}
+		if err != nil {
+			return workflows.SessionOpenResult{}, err
+		}
+		return workflows.SessionOpenResult{TwinAddr: ep.Addr, BuildID: ep.BuildID, Receipts: res.Receipts, StateHash: res.StateHash}, nil
 	}
-	res, err := o.a.OpenOnTwin(ctx, activities.OpenOnTwinInput{Addr: ep.Addr, SessionID: in.SessionID, Spec: in.Spec})
-	if err != nil {
-		return workflows.SessionOpenResult{}, err
+}
+
+// inprocTwins stands in for the TwinWorkflow (tested on its own in workflows/) as the session routes' twin
+// directory, over the real inproc driver: a wake starts the build's twin at once, unless the test has taken the
+// twins down, when it answers booting.
+type inprocTwins struct {
+	drv     *driver.Inproc
+	mu      sync.Mutex
+	down    bool
+	wakes   int
+	handles map[string]driver.Handle // by build id
+}
+
+func (d *inprocTwins) WakeTwin(ctx context.Context, w activities.TwinWake) (activities.TwinState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.wakes++
+	b := w.Build
+	if b.IsZero() {
+		b = w.Active
 	}
-	return workflows.SessionOpenResult{TwinAddr: ep.Addr, BuildID: ep.BuildID, Receipts: res.Receipts, StateHash: res.StateHash}, nil
+	if d.down {
+		return activities.TwinState{State: activities.TwinStateBooting, BuildID: b.BuildID}, nil
+	}
+	h, ok := d.handles[b.BuildID]
+	if ok && w.Suspect == h.ID {
+		if st, err := d.drv.Inspect(ctx, h); err != nil || st.State != driver.StateReady {
+			ok = false
+		}
+	}
+	if !ok {
+		var err error
+		h, err = d.drv.Start(ctx, driver.Spec{EnvID: w.EnvID, BuildID: b.BuildID, BundleKey: b.BundleKey, BundleHash: b.BundleHash})
+		if err != nil {
+			return activities.TwinState{State: activities.TwinStateFailed, BuildID: b.BuildID, Error: err.Error()}, nil
+		}
+		d.handles[b.BuildID] = h
+	}
+	return activities.TwinState{State: activities.TwinStateReady, Addr: h.Addr, BuildID: b.BuildID, HandleID: h.ID}, nil
 }
 
-// countingWaker records wake requests.
-type countingWaker struct {
-	mu   sync.Mutex
-	envs []string
+func (d *inprocTwins) RunningTwins(ctx context.Context, envID string) (map[string]activities.TwinState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]activities.TwinState{}
+	for b, h := range d.handles {
+		if h.EnvID == envID {
+			out[b] = activities.TwinState{State: activities.TwinStateReady, Addr: h.Addr, BuildID: b, HandleID: h.ID}
+		}
+	}
+	return out, nil
 }
 
-func (w *countingWaker) WakeTwin(_ context.Context, envID string) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.envs = append(w.envs, envID)
-	return nil
-}
-
-func (w *countingWaker) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.envs)
+func (d *inprocTwins) wakeCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.wakes
 }
 
 // plane is a database, a blob store, an in-process twin (the real twin runtime behind its real RPC, started by
@@ -77,11 +125,9 @@ type plane struct {
 	t       testing.TB
 	db      *bun.DB
 	blobs   blob.Store
-	drv     *driver.Inproc
-	twin    driver.Handle
+	twins   *inprocTwins
 	routes  *api.SessionRoutes
 	journal *journal.Writer[schema.Call]
-	waker   *countingWaker
 	h       http.Handler
 	api     humatest.TestAPI
 
@@ -131,7 +177,7 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	p.env, p.build = p.readyEnv(p.ws, "tau2-retail", key, twin.HashBytes(bundle))
 	p.otherEnv, _ = p.readyEnv(p.other, "their-shop", key, twin.HashBytes(bundle))
 
-	p.drv, err = driver.NewInproc(driver.InprocOptions{
+	drv, err := driver.NewInproc(driver.InprocOptions{
 		Load: func(_ context.Context, data []byte) (twinrpc.Runtime, error) {
 			return twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
 		},
@@ -140,17 +186,21 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.startTwin()
-	t.Cleanup(func() { _ = p.drv.Stop(context.Background(), p.twin) })
+	p.twins = &inprocTwins{drv: drv, handles: map[string]driver.Handle{}}
+	t.Cleanup(func() {
+		hs, _ := drv.List(context.Background())
+		for _, h := range hs {
+			_ = drv.Stop(context.Background(), h)
+		}
+	})
 
 	if p.journal, err = journal.NewCalls(p.db, o.journal); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.journal.Close() })
-	p.waker = &countingWaker{}
 	p.routes = &api.SessionRoutes{
-		Opener:  directOpener{a: &activities.Sessions{DB: p.db}},
-		Waker:   p.waker,
+		Opener:  directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins}},
+		Twins:   p.twins,
 		Journal: p.journal,
 		Bundles: &api.Bundles{Blob: p.blobs},
 		Idle:    o.idle,
@@ -179,28 +229,35 @@ func (p *plane) readyEnv(ws *schema.Workspace, project, key, hash string) (*sche
 	return env, b
 }
 
-// startTwin starts the environment's twin and records it ready where the API looks (as the TwinWorkflow does).
-func (p *plane) startTwin() {
-	ctx := context.Background()
-	h, err := p.drv.Start(ctx, driver.Spec{EnvID: p.env.ID, BuildID: p.build.ID, BundleKey: p.build.BundleKey, BundleHash: p.build.BundleHash})
-	if err != nil {
-		p.t.Fatal(err)
+// twinAddr is the address of the running twin of the plane's build.
+func (p *plane) twinAddr() string {
+	p.twins.mu.Lock()
+	defer p.twins.mu.Unlock()
+	h, ok := p.twins.handles[p.build.ID]
+	if !ok {
+		p.t.Fatal("no twin runs")
 	}
-	p.twin = h
-	if err := store.SetTwinState(ctx, p.db, p.env.ID, schema.TwinReady, h.Addr); err != nil {
-		p.t.Fatal(err)
-	}
+	return h.Addr
 }
 
-// stopTwin stops the twin and records it stopped.
+// stopTwin kills the build's twin; until startTwin, wakes answer booting.
 func (p *plane) stopTwin() {
-	ctx := context.Background()
-	if err := p.drv.Stop(ctx, p.twin); err != nil {
-		p.t.Fatal(err)
+	p.twins.mu.Lock()
+	defer p.twins.mu.Unlock()
+	if h, ok := p.twins.handles[p.build.ID]; ok {
+		if err := p.twins.drv.Stop(context.Background(), h); err != nil {
+			p.t.Fatal(err)
+		}
+		delete(p.twins.handles, p.build.ID)
 	}
-	if err := store.SetTwinState(ctx, p.db, p.env.ID, schema.TwinStopped, ""); err != nil {
-		p.t.Fatal(err)
-	}
+	p.twins.down = true
+}
+
+// startTwin lets wakes start twins again (a new process, at a new address).
+func (p *plane) startTwin() {
+	p.twins.mu.Lock()
+	defer p.twins.mu.Unlock()
+	p.twins.down = false
 }
 
 // do sends a request straight to the handler (no request log, for loops).
@@ -682,7 +739,7 @@ func TestSessionSecurity(t *testing.T) {
 func TestSessionCloseDropsWorld(t *testing.T) {
 	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 	s := p.open(map[string]any{"seed": 1})
-	tc := twinrpc.NewClient(p.twin.Addr, nil)
+	tc := twinrpc.NewClient(p.twinAddr(), nil)
 	if _, err := tc.Session(context.Background(), s.ID); err != nil {
 		t.Fatalf("twin does not hold the open session: %v", err)
 	}
@@ -727,7 +784,7 @@ func TestTwinRestartRebuildsSessionFromJournal(t *testing.T) {
 		if code != http.StatusConflict || e["code"] != "notReady" {
 			t.Fatalf("call while the twin is down: %d %v, want 409 notReady", code, e)
 		}
-		if p.waker.count() == 0 {
+		if p.twins.wakeCount() == 0 {
 			t.Fatal("a call to a stopped twin did not wake it")
 		}
 		p.startTwin()
@@ -738,7 +795,7 @@ func TestTwinRestartRebuildsSessionFromJournal(t *testing.T) {
 		if code != 200 || r["content"] != "Error: non-pending order cannot be cancelled" {
 			t.Fatalf("call after restart: %d %v", code, r)
 		}
-		st, err := twinrpc.NewClient(p.twin.Addr, nil).Session(context.Background(), s.ID)
+		st, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID)
 		if err != nil {
 			t.Fatalf("rebuilt session not on the new twin: %v", err)
 		}
@@ -792,14 +849,14 @@ func TestIdleSessionExpires(t *testing.T) {
 		if code, _ := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusNotFound {
 			t.Fatalf("expired session's token: %d, want 404", code)
 		}
-		if _, err := twinrpc.NewClient(p.twin.Addr, nil).Session(context.Background(), s.ID); err == nil {
+		if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID); err == nil {
 			t.Fatal("the twin still holds an expired session's world")
 		}
 	})
 	t.Run("by the reaper", func(t *testing.T) {
 		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 		idle, busy := p.open(map[string]any{"seed": 1}), p.open(map[string]any{"seed": 2})
-		a := &activities.Sessions{DB: p.db}
+		a := &activities.Sessions{DB: p.db, Twins: p.twins}
 		ctx := context.Background()
 		// An hour and a half later busy was used (its call is journaled then), idle was not.
 		later := time.Now().Add(90 * time.Minute)
@@ -818,7 +875,7 @@ func TestIdleSessionExpires(t *testing.T) {
 		if code, _ := p.call(idle, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusNotFound {
 			t.Fatalf("reaped session: %d, want 404", code)
 		}
-		if _, err := twinrpc.NewClient(p.twin.Addr, nil).Session(ctx, idle.ID); err == nil {
+		if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(ctx, idle.ID); err == nil {
 			t.Fatal("the twin still holds a reaped session's world")
 		}
 		// Reaping again at the same time changes nothing.

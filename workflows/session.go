@@ -7,6 +7,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -39,9 +40,10 @@ type SessionOpenResult struct {
 	StateHash string
 }
 
-// SessionOpen waits for the environment's twin (the ready twin the database reports, or one woken through the
-// TwinWorkflow) and opens the session on it. Both steps are local activities: a warm open is one workflow task.
-// A twin that does not answer is woken and the open retried once on the woken twin.
+// SessionOpen finds the twin of the environment's active build (the one this worker last found, or one woken
+// through the TwinWorkflow and waited for) and opens the session on it. Both steps are local activities: a warm
+// open is one workflow task. A twin that does not answer is reported to the TwinWorkflow as suspect (checked,
+// restarted if dead) and the open retried once.
 func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, error) {
 	var a *activities.Sessions
 	wait := in.TwinWait
@@ -58,16 +60,21 @@ func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, 
 			activities.ErrTypeSessionSpec, activities.ErrTypeTwinUnavailable}},
 	})
 	var out SessionOpenResult
+	suspect := ""
 	for attempt := 0; attempt < 2; attempt++ {
 		var ep activities.TwinEndpoint
-		if err := workflow.ExecuteLocalActivity(findCtx, a.FindTwin, activities.FindTwinInput{EnvID: in.EnvID, Wake: attempt > 0}).Get(ctx, &ep); err != nil {
+		if err := workflow.ExecuteLocalActivity(findCtx, a.FindTwin, activities.FindTwinInput{EnvID: in.EnvID, Suspect: suspect}).Get(ctx, &ep); err != nil {
 			return out, err
 		}
 		var res activities.OpenOnTwinResult
 		err := workflow.ExecuteLocalActivity(openCtx, a.OpenOnTwin, activities.OpenOnTwinInput{Addr: ep.Addr, SessionID: in.SessionID, Spec: in.Spec}).Get(ctx, &res)
 		var appErr *temporal.ApplicationError
 		if err != nil && attempt == 0 && errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeTwinUnavailable {
-			continue // the reported twin did not answer: wake it and try again
+			suspect = ep.HandleID // the twin found did not answer: have it checked (restarted if dead) and try again
+			if suspect == "" {
+				suspect = ep.Addr
+			}
+			continue
 		}
 		if err != nil {
 			return out, err
@@ -111,6 +118,57 @@ func (s *Sessions) Open(ctx context.Context, in SessionOpenInput) (SessionOpenRe
 	var out SessionOpenResult
 	if err := run.Get(ctx, &out); err != nil {
 		return SessionOpenResult{}, err
+	}
+	return out, nil
+}
+
+// TwinDirectory finds environments' twins through their TwinWorkflows: it is the activities.TwinDirectory of
+// session opens (waiting for a cold twin) and of the call path (waking without waiting).
+type TwinDirectory struct {
+	Client    client.Client
+	TaskQueue string
+	// Input is the TwinInput a wake starts an environment's TwinWorkflow with when none runs (Idle,
+	// HealthEvery, ReapEvery); EnvID and Active are filled per wake.
+	Input TwinInput
+}
+
+var _ activities.TwinDirectory = (*TwinDirectory)(nil)
+
+// WakeTwin implements activities.TwinDirectory with the TwinWorkflow's wake update.
+func (d *TwinDirectory) WakeTwin(ctx context.Context, w activities.TwinWake) (activities.TwinState, error) {
+	in := d.Input
+	in.EnvID, in.Active, in.Twins = w.EnvID, w.Active, nil
+	st, err := WakeTwin(ctx, d.Client, d.TaskQueue, in, WakeRequest{Build: w.Build, Wait: w.Wait, Suspect: w.Suspect})
+	if err != nil {
+		return activities.TwinState{}, err
+	}
+	out := activities.TwinState{State: st.State, Addr: st.Addr, BuildID: st.Build.BuildID, Error: st.Error, ErrorType: st.ErrorType}
+	if st.Handle != nil {
+		out.HandleID = st.Handle.ID
+	}
+	return out, nil
+}
+
+// RunningTwins implements activities.TwinDirectory with the TwinWorkflow's status query (no twin is booted).
+func (d *TwinDirectory) RunningTwins(ctx context.Context, envID string) (map[string]activities.TwinState, error) {
+	out := map[string]activities.TwinState{}
+	v, err := d.Client.QueryWorkflow(ctx, TwinWorkflowID(envID), "", TwinStatusQuery)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("twins of %s: %w", envID, err)
+	}
+	var st TwinStatus
+	if err := v.Get(&st); err != nil {
+		return nil, fmt.Errorf("twins of %s: %w", envID, err)
+	}
+	for _, t := range st.Twins {
+		if t.State != TwinReady || t.Handle == nil {
+			continue
+		}
+		out[t.Build.BuildID] = activities.TwinState{State: t.State, Addr: t.Handle.Addr, BuildID: t.Build.BuildID, HandleID: t.Handle.ID}
 	}
 	return out, nil
 }

@@ -51,12 +51,12 @@ func TestSessionOpenWarm(t *testing.T) {
 func TestSessionOpenWakesATwinThatDoesNotAnswer(t *testing.T) {
 	env := newSessionEnv(t)
 	var a *activities.Sessions
-	stale := activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: "bld_1"}
-	woken := activities.TwinEndpoint{Addr: "http://127.0.0.1:2", BuildID: "bld_1"}
+	stale := activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: "bld_1", HandleID: "twin-a"}
+	woken := activities.TwinEndpoint{Addr: "http://127.0.0.1:2", BuildID: "bld_1", HandleID: "twin-b"}
 	env.OnActivity(a.FindTwin, mock.Anything, activities.FindTwinInput{EnvID: "env_1"}).Return(stale, nil).Once()
 	env.OnActivity(a.OpenOnTwin, mock.Anything, activities.OpenOnTwinInput{Addr: stale.Addr, SessionID: "ses_1", Spec: openIn.Spec}).
 		Return(activities.OpenOnTwinResult{}, temporal.NewApplicationError("connection refused", activities.ErrTypeTwinUnavailable)).Once()
-	env.OnActivity(a.FindTwin, mock.Anything, activities.FindTwinInput{EnvID: "env_1", Wake: true}).Return(woken, nil).Once()
+	env.OnActivity(a.FindTwin, mock.Anything, activities.FindTwinInput{EnvID: "env_1", Suspect: "twin-a"}).Return(woken, nil).Once()
 	env.OnActivity(a.OpenOnTwin, mock.Anything, activities.OpenOnTwinInput{Addr: woken.Addr, SessionID: "ses_1", Spec: openIn.Spec}).
 		Return(activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{WorldHash: "sha256:cd"}}, nil).Once()
 	env.ExecuteWorkflow(SessionOpenWorkflowName, openIn)
