@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/schema"
@@ -197,9 +199,22 @@ func apiOptions(st *stack) api.Options {
 	return opts
 }
 
-// routes lists the route groups beyond the API's built-in ones.
+// routes lists the route groups beyond the API's built-in ones; with a nil st they register for the document only.
 func routes(st *stack, starter *workflows.Starter) []func(huma.API, *api.Deps) {
-	return nil
+	collect := api.CollectOptions{Blobs: docOnlyBlobs{}}
+	builds := &api.BuildRoutes{Blobs: docOnlyBlobs{}}
+	if st != nil {
+		c := st.cfg.Collect
+		collect = api.CollectOptions{
+			Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes,
+			RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst,
+		}
+		builds = &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes}
+	}
+	return []func(huma.API, *api.Deps){
+		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
+		builds.Register,
+	}
 }
 
 // serveHTTP serves the API until ctx ends, then shuts down gracefully.
@@ -241,3 +256,14 @@ func checkSchema(ctx context.Context, db *bun.DB) error {
 	}
 	return nil
 }
+
+// docOnlyBlobs stands where no blob store is opened: rendering the OpenAPI document registers routes, never runs them.
+type docOnlyBlobs struct{}
+
+var errDocOnly = errors.New("no blob store: this API only renders its OpenAPI document")
+
+func (docOnlyBlobs) Put(context.Context, string, io.Reader, int64, string) error { return errDocOnly }
+func (docOnlyBlobs) Get(context.Context, string) (io.ReadCloser, error)          { return nil, errDocOnly }
+func (docOnlyBlobs) Stat(context.Context, string) (blob.Info, error)             { return blob.Info{}, errDocOnly }
+func (docOnlyBlobs) Delete(context.Context, string) error                        { return errDocOnly }
+func (docOnlyBlobs) Ping(context.Context) error                                  { return errDocOnly }

@@ -3,8 +3,63 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/model"
+	"github.com/doppel-dev/doppel/twin"
+	"github.com/doppel-dev/doppel/twinrpc"
 )
 
+// runTwin hosts one bundle's sessions over the twin RPC: the process inside a twin container or a child process.
 func runTwin(ctx context.Context, e env) error {
-	return errors.New("twin: not wired yet")
+	var listen, bundleFile, bundleKey, addrFile *string
+	cfg, _, err := parseConfig(e, "twin", func(fs *pflag.FlagSet) {
+		listen = fs.String("listen", "127.0.0.1:0", "address the twin RPC listens on (port 0: any free port, announced on stdout)")
+		bundleFile = fs.String("bundle", "", "bundle file to serve")
+		bundleKey = fs.String("bundle-key", "", "blob key of the bundle to serve (read from the configured blob store)")
+		addrFile = fs.String("addr-file", "", "file that receives the bound host:port once listening")
+	})
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if (*bundleFile == "") == (*bundleKey == "") {
+		return usageError{"twin: give exactly one of --bundle FILE or --bundle-key KEY"}
+	}
+	logger := newLogger(cfg, os.Stderr).With("component", "twin")
+	opts, err := twinRuntimeOptions(cfg)
+	if err != nil {
+		return err
+	}
+	load := twinrpc.BundleFile(*bundleFile, opts)
+	if *bundleKey != "" {
+		blobs, err := openBlobs(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		load = twinrpc.BundleBlob(blobs, *bundleKey, opts)
+	}
+	return twinrpc.Serve(ctx, twinrpc.ServeOptions{
+		Listen: *listen, Load: load, AddrFile: *addrFile, Announce: e.stdout, Logger: logger,
+	})
+}
+
+// twinRuntimeOptions gives the twin its simulate rung when a model is configured; without one the ladder stops at infer.
+func twinRuntimeOptions(cfg *config.Config) (twin.RuntimeOptions, error) {
+	var opts twin.RuntimeOptions
+	if cfg.Model.BaseURL == "" {
+		return opts, nil
+	}
+	c, err := model.New(model.Options{BaseURL: cfg.Model.BaseURL, APIKey: cfg.Model.APIKey, Model: cfg.Model.Name, Timeout: cfg.Model.Timeout})
+	if err != nil {
+		return opts, fmt.Errorf("model: %w", err)
+	}
+	opts.Simulator = model.TwinSimulator{S: model.NewSimulator(c, nil)}
+	return opts, nil
 }
