@@ -34,6 +34,7 @@ const (
 	collectBodyReadTimeout        = time.Minute
 	collectPath                   = "/api/collect"
 	maxRateBuckets                = 10000
+	scheduleTimeout               = 10 * time.Second
 )
 
 // BuildScheduler is told that an environment has new traces; the implementation debounces the
@@ -362,7 +363,11 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 		return nil, c.unavailable(ctx, "database", err)
 	}
 	if len(res.Inserted) > 0 && c.opts.Scheduler != nil {
-		if err := c.opts.Scheduler.ScheduleBuild(ctx, env.ID); err != nil {
+		// The batch is stored: schedule its rebuild even if the client has gone meanwhile.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)
+		err := c.opts.Scheduler.ScheduleBuild(sctx, env.ID)
+		cancel()
+		if err != nil {
 			c.logger(ctx).WarnContext(ctx, "collect: schedule build", slog.String("env", env.ID), slog.Any("error", err))
 		}
 	}

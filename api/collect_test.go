@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,10 +13,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -774,4 +780,435 @@ func TestCollectSlugMatchesStore(t *testing.T) {
 			t.Errorf("ingest.Slug(%q) = %q, store.Slugify = %q", name, s, store.Slugify(name))
 		}
 	}
+}
+
+// BenchmarkCollect measures sustained ingest: concurrent clients POST batches of 50 real tau traces
+// (ids made unique per request, so every trace is stored) over HTTP to /api/collect. It reports body
+// MB/s, traces/s and request latency p50/p99, and, measured right after in the same run against the
+// same blob store, raw PUT throughput with the same concurrency for payloads of the body's size and
+// of the stored blob's size (the blob store's limit). Run with DOPPEL_TEST_POSTGRES and
+// DOPPEL_TEST_S3 set for the production stack:
+//
+//	go test ./api -run '^$' -bench BenchmarkCollect -benchtime 400x
+func BenchmarkCollect(b *testing.B) {
+	const clients, perBatch = 4, 50
+	_, retail := readCollectData(b, "tau-retail-dev.json")
+	_, airline := readCollectData(b, "tau-airline-dev.json")
+	corpus := append(append([]trace.Trace(nil), retail.Traces...), airline.Traces...)
+	// Each trace encoded once; a request splices a fresh id in front of the rest.
+	rest := make([][]byte, len(corpus))
+	for i := range corpus {
+		enc := ingest.AppendTrace(nil, &corpus[i])
+		rest[i] = enc[len(`{"id":`)+len(fmt.Sprintf("%q", corpus[i].ID)):]
+	}
+	bodyOf := func(n int) []byte {
+		traces := make([][]byte, perBatch)
+		for k := range traces {
+			i := (n*perBatch + k) % len(corpus)
+			t := fmt.Appendf(nil, `{"id":%q`, fmt.Sprintf("%s#%d", corpus[i].ID, n))
+			traces[k] = append(t, rest[i]...)
+		}
+		return ingest.AppendBody(nil, "bench", traces)
+	}
+	for _, be := range collectBackends {
+		b.Run(be.name, func(b *testing.B) {
+			fx := newCollectFx(b, be.driver, api.CollectOptions{RatePerSecond: -1, MaxEnvBytes: 1 << 50}, nil)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+			var (
+				mu        sync.Mutex
+				lat       []time.Duration
+				bodyBytes int64
+				next      atomic.Int64
+			)
+			sample := bodyOf(0)
+			b.SetBytes(int64(len(sample)))
+			b.SetParallelism(max(1, clients/runtime.GOMAXPROCS(0)))
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				var mine []time.Duration
+				var bytesSent int64
+				for pb.Next() {
+					body := bodyOf(int(next.Add(1)))
+					req, _ := http.NewRequest(http.MethodPost, fx.url+"/api/collect", bytes.NewReader(body))
+					req.Header.Set("Authorization", "Bearer "+fx.key)
+					req.Header.Set("Content-Type", "application/json")
+					t0 := time.Now()
+					res, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					data, _ := io.ReadAll(res.Body)
+					res.Body.Close()
+					mine = append(mine, time.Since(t0))
+					if res.StatusCode != http.StatusAccepted || !bytes.Contains(data, []byte(`"accepted":50`)) {
+						b.Errorf("%d %s", res.StatusCode, data)
+						return
+					}
+					bytesSent += int64(len(body))
+				}
+				mu.Lock()
+				lat = append(lat, mine...)
+				bodyBytes += bytesSent
+				mu.Unlock()
+			})
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if len(lat) == 0 {
+				return
+			}
+			slices.Sort(lat)
+			pct := func(p float64) float64 {
+				return float64(lat[min(len(lat)-1, int(p/100*float64(len(lat))))].Microseconds()) / 1000
+			}
+			b.ReportMetric(float64(bodyBytes)/1e6/elapsed.Seconds(), "body_MB/s")
+			b.ReportMetric(float64(len(lat)*perBatch)/elapsed.Seconds(), "traces/s")
+			b.ReportMetric(pct(50), "p50_ms")
+			b.ReportMetric(pct(99), "p99_ms")
+			if env := fx.env(b, "bench"); env.NTraces != int64(len(lat)*perBatch) {
+				b.Fatalf("n_traces %d after %d batches of %d", env.NTraces, len(lat), perBatch)
+			}
+
+			// The blob store alone, same concurrency: PUTs of the body's size and of the blob's size.
+			blobSize := 0
+			if p, err := ingest.Decode(sample, ingest.Options{}); err == nil {
+				if data, err := ingest.EncodeBlob(&p.Batch); err == nil {
+					blobSize = len(data)
+				}
+			}
+			for _, put := range []struct {
+				name string
+				size int
+			}{{"put_body", len(sample)}, {"put_blob", blobSize}} {
+				mbps, p50 := measureConcurrentPuts(b, fx.blobs, put.size, clients, max(8, len(lat)/clients))
+				b.ReportMetric(mbps, put.name+"_MB/s")
+				b.ReportMetric(p50, put.name+"_p50_ms")
+			}
+			b.ReportMetric(float64(blobSize), "blob_bytes")
+		})
+	}
+}
+
+// measureConcurrentPuts PUTs perClient payloads of size bytes from each of clients goroutines and
+// answers payload MB/s over the wall time and the p50 PUT latency in ms.
+func measureConcurrentPuts(b *testing.B, s blob.Store, size, clients, perClient int) (float64, float64) {
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i*7 + i>>8)
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			for i := range perClient {
+				t0 := time.Now()
+				key := fmt.Sprintf("rawput/%d/%d/%d", size, c, i)
+				if err := s.Put(context.Background(), key, bytes.NewReader(payload), int64(size), "application/octet-stream"); err != nil {
+					b.Error(err)
+					return
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(lat)
+	return float64(len(lat)*size) / 1e6 / el.Seconds(), float64(lat[len(lat)/2].Microseconds()) / 1000
+}
+
+// killChildEnv carries the helper server's configuration (JSON of killChild) from the parent test.
+const killChildEnv = "DOPPEL_COLLECT_KILL_CHILD"
+
+type killChild struct {
+	Driver, DSN string
+	S3, Bucket  string // MinIO, or
+	BlobDir     string // the local store
+}
+
+// TestCollectKillChild is not a test of its own: it is the server process TestCollectSurvivesKill9
+// starts, kills with SIGKILL and starts again. It serves /api/collect until killed.
+func TestCollectKillChild(t *testing.T) {
+	raw := os.Getenv(killChildEnv)
+	if raw == "" {
+		t.Skip("the server process of TestCollectSurvivesKill9; runs only as its child")
+	}
+	var c killChild
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	db, err := schema.Open(ctx, schema.Options{Driver: c.Driver, DSN: c.DSN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blobs blob.Store
+	if c.S3 != "" {
+		o, err := blob.ParseURL(c.S3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Bucket = c.Bucket
+		if blobs, err = blob.NewS3(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	} else if blobs, err = blob.NewLocal(c.BlobDir); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := api.New(api.Options{DB: db, Routes: []func(huma.API, *api.Deps){api.CollectRoutes(api.CollectOptions{Blobs: blobs, RatePerSecond: -1})}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stdout, "LISTEN %s\n", ln.Addr())
+	t.Fatal(http.Serve(ln, h))
+}
+
+// startKillChild starts the helper server and answers its process and base URL.
+func startKillChild(t *testing.T, c killChild) (*exec.Cmd, string) {
+	t.Helper()
+	raw, _ := json.Marshal(c)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCollectKillChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), killChildEnv+"="+string(raw))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
+			go io.Copy(io.Discard, out)
+			return cmd, "http://" + addr
+		}
+	}
+	t.Fatalf("the server process ended before listening: %v", sc.Err())
+	return nil, ""
+}
+
+// TestCollectSurvivesKill9 streams batches from four clients into a server process, kills it with
+// SIGKILL while requests are in flight, three times, and checks after each kill: every
+// acknowledged trace is stored; every batch is stored whole or not at all; the environment's
+// n_traces and collected_bytes equal what its rows say; every stored trace is in its batch's blob.
+// Then the unacknowledged batches are resent (as a collector would) and every trace is stored once.
+func TestCollectSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills server processes")
+	}
+	for _, be := range collectBackends {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			var c killChild
+			var blobs blob.Store
+			c.Driver = be.driver
+			if be.driver == schema.DriverPostgres {
+				c.DSN = schematest.PostgresDSN(t)
+				s3 := blobtest.NewS3(t)
+				c.S3, c.Bucket, blobs = testenv.S3(t), s3.Bucket(), s3
+			} else {
+				c.DSN, c.BlobDir = schematest.SQLiteDSN(t), t.TempDir()
+				l, err := blob.NewLocal(c.BlobDir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				blobs = l
+			}
+			db, err := schema.Open(ctx, schema.Options{Driver: c.Driver, DSN: c.DSN})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if err := schema.Migrate(ctx, db); err != nil {
+				t.Fatal(err)
+			}
+			ws, err := store.CreateWorkspace(ctx, db, "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, key, err := store.CreateKey(ctx, db, ws.ID, cred.KindWorkspace, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, retail := readCollectData(t, "tau-retail-dev.json")
+			const perBatch = 20
+			batchIDs := func(n int) []string {
+				ids := make([]string, perBatch)
+				for k := range ids {
+					ids[k] = fmt.Sprintf("%s#%d", retail.Traces[(n*perBatch+k)%len(retail.Traces)].ID, n)
+				}
+				return ids
+			}
+			batchBody := func(n int) []byte {
+				traces := make([]trace.Trace, perBatch)
+				for k := range traces {
+					traces[k] = retail.Traces[(n*perBatch+k)%len(retail.Traces)]
+				}
+				return collectBody("shop", traces, fmt.Sprintf("#%d", n))
+			}
+			post := func(url string, n int) (int, error) {
+				req, _ := http.NewRequest(http.MethodPost, url+"/api/collect", bytes.NewReader(batchBody(n)))
+				req.Header.Set("Authorization", "Bearer "+key)
+				res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+				if err != nil {
+					return 0, err
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				return res.StatusCode, nil
+			}
+			sent := map[int]bool{} // batch -> acknowledged
+			var next atomic.Int64
+			for round := 1; round <= 3; round++ {
+				cmd, url := startKillChild(t, c)
+				var mu sync.Mutex
+				acks := 0
+				killAt := 10 * round
+				killed := make(chan struct{})
+				var once sync.Once
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Go(func() {
+						for {
+							n := int(next.Add(1))
+							mu.Lock()
+							sent[n] = false
+							mu.Unlock()
+							status, err := post(url, n)
+							if err != nil {
+								return // the server is gone
+							}
+							if status != http.StatusAccepted {
+								t.Errorf("batch %d: status %d", n, status)
+								return
+							}
+							mu.Lock()
+							sent[n] = true
+							acks++
+							kill := acks >= killAt
+							mu.Unlock()
+							if kill {
+								once.Do(func() {
+									// A different moment each round: at the ack, or while later batches are further in.
+									time.Sleep(time.Duration(round-1) * 9 * time.Millisecond)
+									cmd.Process.Signal(syscall.SIGKILL)
+									close(killed)
+								})
+							}
+						}
+					})
+				}
+				<-killed
+				wg.Wait()
+				cmd.Wait()
+				checkAfterKill(t, db, blobs, ws.ID, sent, batchIDs)
+			}
+			// A collector resends what was not acknowledged.
+			_, url := startKillChild(t, c)
+			unacked := 0
+			for n, ok := range sent {
+				if ok {
+					continue
+				}
+				unacked++
+				if status, err := post(url, n); err != nil || status != http.StatusAccepted {
+					t.Fatalf("resend batch %d: %d %v", n, status, err)
+				}
+				sent[n] = true
+			}
+			checkAfterKill(t, db, blobs, ws.ID, sent, batchIDs)
+			env, _ := store.GetEnv(ctx, db, ws.ID, "shop")
+			if env.NTraces != int64(len(sent)*perBatch) {
+				t.Fatalf("after resending: n_traces %d, want %d", env.NTraces, len(sent)*perBatch)
+			}
+			t.Logf("%d batches sent, %d unacknowledged at a kill and resent; %d traces stored once each", len(sent), unacked, env.NTraces)
+		})
+	}
+}
+
+// checkAfterKill checks the stored state against what the clients saw.
+func checkAfterKill(t *testing.T, db *bun.DB, blobs blob.Store, wsID string, sent map[int]bool, batchIDs func(int) []string) {
+	t.Helper()
+	ctx := context.Background()
+	env, err := store.GetEnv(ctx, db, wsID, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.ListTraces(ctx, db, env.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := map[string]string{}
+	for _, r := range rows {
+		owner[r.TraceID] = r.BatchID
+	}
+	torn, acked := 0, 0
+	for n, ack := range sent {
+		present := 0
+		for _, id := range batchIDs(n) {
+			if owner[id] != "" {
+				present++
+			}
+		}
+		if ack {
+			acked++
+			if present != len(batchIDs(n)) {
+				t.Errorf("acknowledged batch %d: %d of %d traces stored", n, present, len(batchIDs(n)))
+			}
+		} else if present != 0 && present != len(batchIDs(n)) {
+			torn++
+		}
+	}
+	if torn > 0 {
+		t.Errorf("%d batches are stored in part", torn)
+	}
+	if env.NTraces != int64(len(rows)) {
+		t.Errorf("n_traces %d, but %d trace rows", env.NTraces, len(rows))
+	}
+	batches, err := store.ListTraceBatches(ctx, db, env.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	for _, b := range batches {
+		if b.NTraces == 0 {
+			continue
+		}
+		bytes += b.Bytes
+		rc, err := blobs.Get(ctx, b.BlobKey)
+		if err != nil {
+			t.Fatalf("batch %s: blob %s: %v", b.ID, b.BlobKey, err)
+		}
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		got, err := ingest.DecodeBlob(data)
+		if err != nil {
+			t.Fatalf("batch %s: %v", b.ID, err)
+		}
+		in := map[string]bool{}
+		for _, tr := range got.Traces {
+			in[tr.ID] = true
+		}
+		for id, bid := range owner {
+			if bid == b.ID && !in[id] {
+				t.Errorf("trace %s is not in its batch's blob", id)
+			}
+		}
+	}
+	if bytes != env.CollectedBytes {
+		t.Errorf("collected_bytes %d, batches hold %d", env.CollectedBytes, bytes)
+	}
+	t.Logf("after kill: %d of %d batches acknowledged, %d traces stored", acked, len(sent), len(rows))
 }
