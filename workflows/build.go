@@ -111,9 +111,22 @@ func (b *builder) run(ctx workflow.Context) (BuildResult, error) {
 	if err := workflow.ExecuteActivity(short, a.ActivateBuild, plan, inferred, checked).Get(ctx, nil); err != nil {
 		return b.fail(short, err)
 	}
+	if workflow.GetVersion(ctx, "build-activates-twin", workflow.DefaultVersion, 1) == 1 {
+		b.activateTwin(ctx, activities.TwinBuild{BuildID: b.in.BuildID, BundleKey: inferred.BundleKey, BundleHash: inferred.BundleHash})
+	}
 	b.progress = BuildProgress{Stage: "succeeded", Percent: 100}
 	workflow.SetCurrentDetails(ctx, "**succeeded**")
 	return BuildResult{BuildID: b.in.BuildID, Succeeded: true, BundleKey: inferred.BundleKey, BundleHash: inferred.BundleHash}, nil
+}
+
+// activateTwin tells the environment's twin workflow, when one runs, that the new build is active: new sessions
+// open on its bundle while open sessions stay on theirs. With no twin workflow running there is nothing to tell:
+// the next wake starts one on the active build.
+func (b *builder) activateTwin(ctx workflow.Context, tb activities.TwinBuild) {
+	err := workflow.SignalExternalWorkflow(ctx, TwinWorkflowID(b.in.EnvID), "", NewBuildSignal, tb).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Info("no twin to move to the new build", "env", b.in.EnvID, "build", b.in.BuildID, "reason", err)
+	}
 }
 
 // fail records why the build failed; the workflow itself completes, reporting the failure in its result.

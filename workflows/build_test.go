@@ -35,6 +35,8 @@ func TestBuildSucceeds(t *testing.T) {
 	env.OnActivity(a.InferBundle, mock.Anything, plan).Return(inf, nil).Once()
 	env.OnActivity(a.SelfCheck, mock.Anything, plan, inf).Return(chk, nil).Once()
 	env.OnActivity(a.ActivateBuild, mock.Anything, plan, inf, chk).Return(nil).Once()
+	env.OnSignalExternalWorkflow(mock.Anything, TwinWorkflowID("env_1"), "", NewBuildSignal,
+		activities.TwinBuild{BuildID: "bld_1", BundleKey: "bundles/bb", BundleHash: "sha256:bb"}).Return(nil).Once()
 
 	var stages []string
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
@@ -89,6 +91,9 @@ func TestBuildFailureIsRecorded(t *testing.T) {
 	env.OnActivity(a.InferBundle, mock.Anything, plan).Return(activities.Inferred{},
 		temporal.NewNonRetryableApplicationError("no tool calls in any trace", activities.ErrTypeBadInput, nil))
 	env.OnActivity(a.FailBuild, mock.Anything, "env_1", "bld_2", "no tool calls in any trace").Return(nil).Once()
+	movedTwin := false
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, mock.Anything, mock.Anything, mock.Anything).
+		Run(func(mock.Arguments) { movedTwin = true }).Return(nil).Maybe()
 
 	env.ExecuteWorkflow(BuildWorkflowName, BuildInput{EnvID: "env_1", BuildID: "bld_2"})
 	if err := env.GetWorkflowError(); err != nil {
@@ -100,6 +105,9 @@ func TestBuildFailureIsRecorded(t *testing.T) {
 	}
 	if res.Succeeded || res.Error != "no tool calls in any trace" {
 		t.Errorf("result = %+v", res)
+	}
+	if movedTwin {
+		t.Error("a failed build signalled the twin workflow to move to it")
 	}
 	env.AssertExpectations(t)
 }
