@@ -331,11 +331,24 @@ func keyShape(keys []string) string {
 			}
 		}
 		if constant {
+			// A constant letter (or backslash) would read as a class: escape it.
+			if cls == 'A' || cls == 'a' || c == '\\' {
+				b[i] = 0
+			}
 			continue
 		}
 		b[i] = cls
 	}
-	return string(b)
+	var out strings.Builder
+	for i, c := range b {
+		if c == 0 {
+			out.WriteByte('\\')
+			out.WriteByte(ref[i])
+			continue
+		}
+		out.WriteByte(c)
+	}
+	return out.String()
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -23,8 +23,14 @@ type SelfCheckReport struct {
 	AgreementPct float64        `json:"agreement_pct"`
 	Fidelity     map[string]int `json:"fidelity"`
 	// Unanswered counts calls no rung could answer (or whose tool the build did not know).
-	Unanswered int         `json:"unanswered"`
-	Tools      []ToolCheck `json:"tools"`
+	Unanswered int `json:"unanswered"`
+	// Covered counts the calls the twin's world could know the answer to: the tool has no
+	// entity, or the entity it names (or a lookup finds) was in the session's world before
+	// the call, or production answered with an error. CoveredAgree is how many of them agree.
+	Covered         int         `json:"covered"`
+	CoveredAgree    int         `json:"covered_agree"`
+	CoveredAgreePct float64     `json:"covered_agree_pct"`
+	Tools           []ToolCheck `json:"tools"`
 }
 
 // ToolCheck is one tool's self-check line.
@@ -41,6 +47,12 @@ type ToolCheck struct {
 	// AgreeByFidelity counts agreeing answers per fidelity label.
 	AgreeByFidelity map[string]int `json:"agree_by_fidelity"`
 	Unanswered      int            `json:"unanswered"`
+	// Known counts the calls of a read tool whose entity the session's world held before
+	// the call; KnownTwin those of them the twin rung answered.
+	Known        int `json:"known"`
+	KnownTwin    int `json:"known_twin"`
+	Covered      int `json:"covered"`
+	CoveredAgree int `json:"covered_agree"`
 	// Misses are the first few calls whose answer differed from the recorded one.
 	Misses []CheckMiss `json:"misses,omitempty"`
 }
@@ -124,9 +136,35 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 				tc = &ToolCheck{Name: c.tool, Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
 				tools[c.tool] = tc
 			}
+			known, covered := false, c.isErr
+			if def, ok := rt.Bundle().ToolByName(c.tool); ok {
+				switch {
+				case def.Table != "" && def.KeyArg != "":
+					if kv, ok := c.args.Get(def.KeyArg); ok {
+						if k, ok := scalarText(kv); ok {
+							_, known = s.Row(def.Table, k)
+						}
+					}
+					covered = covered || known
+					known = known && def.Kind == twin.KindRead
+				case def.Kind == twin.KindLookup && def.Table != "":
+					if k, ok := lookupKey(c); ok {
+						_, found := s.Row(def.Table, k)
+						covered = covered || found
+					}
+				default:
+					covered = true
+				}
+			}
 			res, err := s.Call(ctx, c.tool, []byte(c.canon))
 			if !c.answer {
 				continue
+			}
+			if known {
+				tc.Known++
+				if err == nil && res.Rung == twin.RungTwin {
+					tc.KnownTwin++
+				}
 			}
 			tc.Calls++
 			rep.Calls++
@@ -136,6 +174,10 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 				}
 				tc.Unanswered++
 				rep.Unanswered++
+				if covered {
+					tc.Covered++
+					rep.Covered++
+				}
 				if len(tc.Misses) < maxCheckMisses {
 					tc.Misses = append(tc.Misses, CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()})
 				}
@@ -143,7 +185,16 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 			}
 			tc.Fidelity[res.Fidelity]++
 			rep.Fidelity[res.Fidelity]++
-			if twin.AnswersAgree(res.Content, c.text) {
+			agree := twin.AnswersAgree(res.Content, c.text)
+			if covered {
+				tc.Covered++
+				rep.Covered++
+				if agree {
+					tc.CoveredAgree++
+					rep.CoveredAgree++
+				}
+			}
+			if agree {
 				tc.Agree++
 				rep.Agree++
 				tc.AgreeByFidelity[res.Fidelity]++
@@ -155,6 +206,9 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 	if rep.Calls > 0 {
 		rep.AgreementPct = round4(100 * float64(rep.Agree) / float64(rep.Calls))
 	}
+	if rep.Covered > 0 {
+		rep.CoveredAgreePct = round4(100 * float64(rep.CoveredAgree) / float64(rep.Covered))
+	}
 	names := sortedKeys(tools)
 	for _, n := range names {
 		tc := tools[n]
@@ -165,4 +219,22 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 	}
 	sort.SliceStable(rep.Tools, func(i, j int) bool { return rep.Tools[i].Calls > rep.Tools[j].Calls })
 	return rep, nil
+}
+
+// lookupKey is the key a lookup's recorded answer names (a bare or quoted string).
+func lookupKey(c *call) (string, bool) {
+	if !c.success {
+		return "", false
+	}
+	if s, ok := c.val.(string); ok && c.isJSON {
+		return s, true
+	}
+	if o, ok := c.val.(*twin.Object); ok && c.isJSON {
+		_ = o
+		return "", false
+	}
+	if !c.isJSON {
+		return c.text, true
+	}
+	return "", false
 }

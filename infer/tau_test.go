@@ -1,8 +1,10 @@
 package infer
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,22 +13,29 @@ import (
 	"github.com/doppel-dev/doppel/trace"
 )
 
-// dataDir holds the real tau-bench traces (see /work/shared/data/README.md).
-func dataDir() string {
-	if d := os.Getenv("DOPPEL_TEST_DATA"); d != "" {
-		return d
+// readData reads a gzip-compressed file from testdata.
+func readData(t testing.TB, name string) []byte {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name+".gz"))
+	if err != nil {
+		t.Fatalf("open testdata: %v", err)
 	}
-	return filepath.Join("..", "..", "shared", "data")
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("gunzip %s: %v", name, err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("read %s: %v", name, err)
+	}
+	return data
 }
 
 func loadTraces(t testing.TB, name string) []trace.Trace {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dataDir(), name))
-	if err != nil {
-		t.Skipf("tau data not available: %v", err)
-	}
 	var b trace.Batch
-	if err := json.Unmarshal(raw, &b); err != nil {
+	if err := json.Unmarshal(readData(t, name), &b); err != nil {
 		t.Fatalf("decode %s: %v", name, err)
 	}
 	return b.Traces
@@ -34,11 +43,7 @@ func loadTraces(t testing.TB, name string) []trace.Trace {
 
 func loadToolDefs(t testing.TB, name string) []ToolDef {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dataDir(), name))
-	if err != nil {
-		t.Skipf("tau data not available: %v", err)
-	}
-	defs, err := ParseToolDefs(raw)
+	defs, err := ParseToolDefs(readData(t, name))
 	if err != nil {
 		t.Fatalf("ParseToolDefs(%s): %v", name, err)
 	}
@@ -47,10 +52,19 @@ func loadToolDefs(t testing.TB, name string) []ToolDef {
 
 func formatCheck(r *SelfCheckReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d/%d calls agree (%.2f%%), unanswered %d, fidelity %v\n", r.Mode, r.Agree, r.Calls, r.AgreementPct, r.Unanswered, r.Fidelity)
-	fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6s %6s %8s  %s\n", "tool", "binding", "rung", "kind", "calls", "agree", "pct", "fidelity")
+	fmt.Fprintf(&b, "%s: %d/%d calls agree (%.2f%%); on the %d calls the world could know: %.2f%%; unanswered %d; fidelity %v\n",
+		r.Mode, r.Agree, r.Calls, r.AgreementPct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.Fidelity)
+	fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6s %6s %8s %8s %10s  %s\n", "tool", "binding", "rung", "kind", "calls", "agree", "pct", "covered", "known/twin", "fidelity")
 	for _, t := range r.Tools {
-		fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6d %6d %7.2f%%  %v\n", t.Name, t.Binding, t.Rung, t.Kind, t.Calls, t.Agree, t.AgreementPct, t.Fidelity)
+		cov := "-"
+		if t.Covered > 0 {
+			cov = fmt.Sprintf("%.1f%%", 100*float64(t.CoveredAgree)/float64(t.Covered))
+		}
+		kt := "-"
+		if t.Known > 0 {
+			kt = fmt.Sprintf("%d/%d", t.Known, t.KnownTwin)
+		}
+		fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6d %6d %7.2f%% %8s %10s  %v\n", t.Name, t.Binding, t.Rung, t.Kind, t.Calls, t.Agree, t.AgreementPct, cov, kt, t.Fidelity)
 	}
 	return b.String()
 }

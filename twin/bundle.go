@@ -149,7 +149,8 @@ type Table struct {
 	// Key is the field (or, when KeyInRow is false, the argument) that names a row.
 	Key      string `json:"key"`
 	KeyInRow bool   `json:"key_in_row"`
-	// KeyShape is the shape of keys seen ("#W" + 7 digits is "#W9999999"), for generated keys.
+	// KeyShape is the shape of keys seen, for generated keys: 9 a digit, A an upper-case and
+	// a a lower-case letter, \x the character x ("#W" + 7 digits is "#\W9999999").
 	KeyShape string `json:"key_shape,omitempty"`
 	// Rows are the base world, sorted by key; each row's JSON keeps production's key order.
 	Rows []Row `json:"rows"`

@@ -282,7 +282,11 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 			rc.Pinned = pinned
 		}
 	}
-	s.hash = rt.hashWorld(s.over)
+	if len(s.over) == 0 {
+		s.hash = rt.baseHash
+	} else {
+		s.hash = rt.hashWorld(s.over)
+	}
 	rc.WorldHash = s.hash
 	return s, rc, nil
 }

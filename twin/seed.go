@@ -428,16 +428,23 @@ func (sd *seeder) link(child *baseTable, key string, parent *baseTable, parentKe
 }
 
 // newKey draws a fresh key in the table's key shape: 9 → a digit, A → an upper-case
-// letter, a → a lower-case letter, anything else kept.
+// letter, a → a lower-case letter, a backslash keeps the next character, anything
+// else is kept.
 func (sd *seeder) newKey(t *baseTable) (string, error) {
 	shape := t.def.KeyShape
 	if shape == "" {
-		shape = strings.ToLower(t.def.Name) + "_99999999"
+		shape = `\k\e\y_99999999`
 	}
 	for try := 0; try < 100; try++ {
 		var b strings.Builder
+		escaped := false
 		for _, c := range shape {
 			switch {
+			case escaped:
+				b.WriteRune(c)
+				escaped = false
+			case c == '\\':
+				escaped = true
 			case c == '9':
 				b.WriteByte(byte('0' + sd.rng.IntN(10)))
 			case c == 'A':

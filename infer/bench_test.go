@@ -1,0 +1,145 @@
+package infer
+
+import (
+	"fmt"
+	"regexp"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/doppel-dev/doppel/trace"
+)
+
+// idToken matches the identifiers in tau traces worth relabelling: order ids, user ids,
+// reservation codes, payment method ids, item and product ids.
+var idToken = regexp.MustCompile(`#W\d{7}|\b[a-z]+_[a-z]+_\d{4}\b|\b(?:gift_card|credit_card|paypal|certificate)_\d{7}\b|\b\d{10}\b|\b[A-Z0-9]{6}\b`)
+
+// relabel makes copy k of a trace: a new trace id and every identifier suffixed, so
+// copies describe different entities (synthetic traces for scale benchmarks).
+func relabel(t trace.Trace, k int) trace.Trace {
+	suffix := fmt.Sprintf("x%d", k)
+	re := func(s string) string {
+		return idToken.ReplaceAllStringFunc(s, func(id string) string { return id + suffix })
+	}
+	out := trace.Trace{ID: t.ID + "#" + suffix, Model: t.Model, Messages: make([]trace.Message, len(t.Messages))}
+	for i, m := range t.Messages {
+		c := m
+		if m.Content != nil && m.Role == trace.RoleTool {
+			s := re(*m.Content)
+			c.Content = &s
+		}
+		if len(m.ToolCalls) > 0 {
+			c.ToolCalls = make([]trace.ToolCall, len(m.ToolCalls))
+			for j, tc := range m.ToolCalls {
+				tc.Function.Arguments = re(tc.Function.Arguments)
+				c.ToolCalls[j] = tc
+			}
+		}
+		out.Messages[i] = c
+	}
+	return out
+}
+
+// synthetic makes n traces by relabelling copies of the real ones.
+func synthetic(real []trace.Trace, n int) []trace.Trace {
+	out := make([]trace.Trace, 0, n)
+	for k := 0; len(out) < n; k++ {
+		for _, t := range real {
+			if len(out) == n {
+				break
+			}
+			out = append(out, relabel(t, k))
+		}
+	}
+	return out
+}
+
+// peakHeap samples live heap bytes (runtime/metrics, no stop-the-world) while f
+// runs and answers the peak.
+func peakHeap(f func()) uint64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if v := read(); v > peak.Load() {
+					peak.Store(v)
+				}
+			}
+		}
+	}()
+	f()
+	close(stop)
+	wg.Wait()
+	if v := read(); v > peak.Load() {
+		peak.Store(v)
+	}
+	return peak.Load()
+}
+
+func benchBuild(b *testing.B, n int) {
+	base := append(loadTraces(b, "tau-retail-dev.json"), loadTraces(b, "tau-airline-dev.json")...)
+	traces := synthetic(base, n)
+	calls := 0
+	for _, t := range traces {
+		calls += len(trace.Calls(t))
+	}
+	b.ResetTimer()
+	var peak uint64
+	for i := 0; i < b.N; i++ {
+		p := peakHeap(func() {
+			bundle, _, err := Build(traces, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := bundle.Marshal(); err != nil {
+				b.Fatal(err)
+			}
+		})
+		peak = max(peak, p)
+	}
+	b.ReportMetric(float64(b.Elapsed().Seconds())/float64(b.N), "s/build")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+	b.ReportMetric(float64(calls), "calls")
+}
+
+// BenchmarkBuild1k and BenchmarkBuild10k build (and marshal) bundles from 1,000
+// and 10,000 synthetic traces made by relabelling the real retail and airline
+// ones. Goals: 10 s and 60 s.
+func BenchmarkBuild1k(b *testing.B)  { benchBuild(b, 1000) }
+func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
+
+func TestRelabel(t *testing.T) {
+	tr := loadTraces(t, "tau-retail-dev.json")[0]
+	r := relabel(tr, 3)
+	raw := ""
+	for _, m := range r.Messages {
+		for _, tc := range m.ToolCalls {
+			raw += tc.Function.Arguments
+		}
+	}
+	if !strings.Contains(raw, "x3") {
+		t.Fatalf("relabelled arguments carry no suffix: %s", raw)
+	}
+	if r.ID == tr.ID {
+		t.Fatal("relabelled trace kept its id")
+	}
+}
