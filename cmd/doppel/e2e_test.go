@@ -77,7 +77,7 @@ func (b *e2eBuffer) String() string {
 }
 
 // e2eFreeAddr claims a free loopback port and releases it for the stack to bind.
-func e2eFreeAddr(t *testing.T) string {
+func e2eFreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
