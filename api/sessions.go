@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/model"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -48,6 +49,9 @@ type SessionRoutes struct {
 	Idle time.Duration
 	// HTTP is the twin RPC client (nil: twinrpc.NewHTTPClient()).
 	HTTP *http.Client
+	// Tokens caches session-token resolutions (nil: one is made over the database). The Authenticator uses it
+	// for ms_ tokens once wired to it; the routes forget sessions they end.
+	Tokens *SessionTokens
 
 	db    *bun.DB
 	mu    sync.Mutex
@@ -83,6 +87,9 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 	}
 	if sr.Bundles == nil {
 		sr.Bundles = &Bundles{}
+	}
+	if sr.Tokens == nil {
+		sr.Tokens = &SessionTokens{DB: d.DB}
 	}
 	registerTools(a, d.DB, sr.Bundles)
 
@@ -426,6 +433,7 @@ func (sr *SessionRoutes) forget(id string) {
 	sr.mu.Lock()
 	delete(sr.live, id)
 	sr.mu.Unlock()
+	sr.Tokens.Forget(id)
 }
 
 func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, error) {
@@ -608,6 +616,16 @@ func twinDetail(err error) string {
 // rebuild reopens a session its twin no longer holds from its spec and journal. A rebuilt state that differs
 // from the journal's marks the session broken.
 func (sr *SessionRoutes) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Session, l *liveSession) error {
+	// The twin may have dropped the world because the session ended (closed through another API process, or
+	// reaped): never bring an ended session back.
+	cur, err := store.GetSessionByID(ctx, sr.db, s.ID)
+	if err != nil {
+		return err
+	}
+	if cur.Status != schema.SessionOpen {
+		sr.forget(s.ID)
+		return NotFound("session %s is %s", s.ID, cur.Status)
+	}
 	calls, err := store.ListCalls(ctx, sr.db, s.ID, 0, 0)
 	if err != nil {
 		return err
@@ -945,4 +963,76 @@ func (sr *SessionRoutes) snapshot(ctx context.Context, id string) {
 	if err := activities.SnapshotSession(ctx, sr.db, id); err != nil {
 		loggerFrom(ctx).Warn("snapshot session counters", "session", id, "err", err)
 	}
+}
+
+// ---- token cache ----
+
+// SessionTokens caches what a session token resolves to (its session and workspace), so the tool plane's hot
+// path does not read the database twice per call. The Authenticator consults it for ms_ tokens when wired
+// (see SessionRoutes.Tokens). Resolutions are trusted for TTL; the session routes forget a session the moment
+// this process closes, expires or breaks it, so its token is refused at once here, and another API process
+// refuses it within TTL (sooner: its next call finds the world dropped and the row ended).
+type SessionTokens struct {
+	DB *bun.DB
+	// TTL bounds how long a resolution is trusted (default 5s).
+	TTL time.Duration
+
+	mu   sync.RWMutex
+	byID map[string]string // session id → token hash
+	m    map[string]tokenEntry
+}
+
+type tokenEntry struct {
+	s   *schema.Session
+	ws  *schema.Workspace
+	exp time.Time
+}
+
+// Resolve returns the session and workspace of an ms_ token, whatever the session's status (callers decide what
+// an ended session answers); unknown tokens are store.ErrNotFound.
+func (c *SessionTokens) Resolve(ctx context.Context, token string) (*schema.Session, *schema.Workspace, error) {
+	h := cred.Hash(token)
+	now := time.Now()
+	c.mu.RLock()
+	e, ok := c.m[h]
+	c.mu.RUnlock()
+	if ok && now.Before(e.exp) {
+		return e.s, e.ws, nil
+	}
+	s, err := store.SessionByToken(ctx, c.DB, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := store.GetWorkspace(ctx, c.DB, s.WorkspaceID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ttl := c.TTL
+	if ttl <= 0 {
+		ttl = 5 * time.Second
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m, c.byID = map[string]tokenEntry{}, map[string]string{}
+	}
+	if len(c.m) > 100_000 { // bound memory: start over rather than track recency
+		c.m, c.byID = map[string]tokenEntry{}, map[string]string{}
+	}
+	c.m[h] = tokenEntry{s: s, ws: ws, exp: now.Add(ttl)}
+	c.byID[s.ID] = h
+	c.mu.Unlock()
+	return s, ws, nil
+}
+
+// Forget drops a session's resolution: its next request reads the database again.
+func (c *SessionTokens) Forget(sessionID string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	if h, ok := c.byID[sessionID]; ok {
+		delete(c.m, h)
+		delete(c.byID, sessionID)
+	}
+	c.mu.Unlock()
 }

@@ -1073,3 +1073,40 @@ func TestReplayTauRetail(t *testing.T) {
 		t.Errorf("agreement %.1f%% is under the 95%% floor", pct)
 	}
 }
+
+func TestSessionTokensCache(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(map[string]any{"seed": 1})
+	c := &api.SessionTokens{DB: p.db, TTL: time.Hour}
+	ctx := context.Background()
+	got, ws, err := c.Resolve(ctx, s.Token)
+	if err != nil || got.ID != s.ID || ws.ID != p.ws.ID || got.Status != schema.SessionOpen {
+		t.Fatalf("Resolve = %+v, %+v, %v", got, ws, err)
+	}
+	// Ended behind the cache's back: the cached resolution stands until forgotten (or TTL).
+	if _, err := store.EndSession(ctx, p.db, s.ID, schema.SessionClosed); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := c.Resolve(ctx, s.Token); got.Status != schema.SessionOpen {
+		t.Fatalf("cached status = %s", got.Status)
+	}
+	c.Forget(s.ID)
+	if got, _, err := c.Resolve(ctx, s.Token); err != nil || got.Status != schema.SessionClosed {
+		t.Fatalf("after Forget: %+v, %v", got, err)
+	}
+	if _, _, err := c.Resolve(ctx, "ms_unknown"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown token: %v", err)
+	}
+	short := &api.SessionTokens{DB: p.db, TTL: time.Millisecond}
+	s2 := p.open(map[string]any{"seed": 2})
+	if _, _, err := short.Resolve(ctx, s2.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndSession(ctx, p.db, s2.ID, schema.SessionExpired); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Millisecond)
+	if got, _, _ := short.Resolve(ctx, s2.Token); got.Status != schema.SessionExpired {
+		t.Fatalf("after TTL: %s", got.Status)
+	}
+}

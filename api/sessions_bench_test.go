@@ -1,0 +1,361 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/journal"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/schema/schematest"
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/workflows"
+)
+
+// The load benchmarks drive the session routes over real loopback HTTP (an httptest server around the API
+// handler, a keep-alive client) against a real in-process twin serving the tau-retail bundle, with the
+// transcript group-committed to SQLite or the real PostgreSQL. Each also measures, in the same run and at the
+// same rate, a bare loopback HTTP round trip (a handler that answers a fixed JSON body): the floor no route can
+// beat on this machine.
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	k := int(p/100*float64(len(sorted)) + 0.5)
+	return sorted[max(1, min(k, len(sorted)))-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// loadClient is a keep-alive HTTP client for many concurrent requests to one host.
+func loadClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}}
+}
+
+// workload is the recorded tool calls of tau-retail-dev as ready request bodies, per trace.
+func workload(traces []trace.Trace) [][][]byte {
+	var out [][][]byte
+	for _, tr := range traces {
+		var calls [][]byte
+		for _, c := range trace.Calls(tr) {
+			if !c.Answered || c.Args == nil {
+				continue
+			}
+			b, _ := json.Marshal(map[string]any{"name": c.Tool, "arguments": c.Args, "requestor": "assistant"})
+			calls = append(calls, b)
+		}
+		if len(calls) > 0 {
+			out = append(out, calls)
+		}
+	}
+	return out
+}
+
+type loadTarget struct {
+	url, token string
+	calls      [][]byte
+	next       atomic.Int64
+}
+
+func (lt *loadTarget) body() []byte {
+	i := lt.next.Add(1) - 1
+	return lt.calls[int(i)%len(lt.calls)]
+}
+
+func post(hc *http.Client, url, token string, body []byte) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return resp.StatusCode, fmt.Errorf("%d: %s", resp.StatusCode, msg)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// firstErrors keeps the first few errors of a load run, to report them.
+type firstErrors struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (f *firstErrors) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.errs) < 5 {
+		f.errs = append(f.errs, err.Error())
+	}
+}
+
+// openLoop sends n requests at rate per second (on schedule, whether or not earlier ones answered) and
+// returns each one's latency from its scheduled time, sorted, and the count of non-200 answers.
+func openLoop(n, rate int, send func(i int) (int, error)) ([]time.Duration, int, []string) {
+	lat := make([]time.Duration, n)
+	var bad atomic.Int64
+	var fe firstErrors
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, err := send(i)
+			if err != nil || code != http.StatusOK {
+				bad.Add(1)
+				if err != nil {
+					fe.add(err)
+				}
+			}
+			lat[i] = time.Since(due)
+		}()
+	}
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, int(bad.Load()), fe.errs
+}
+
+// rawServer answers every request with a fixed call-result-sized JSON body: the loopback HTTP floor.
+func rawServer(t testing.TB) *httptest.Server {
+	body := []byte(`{"content":"{\"order_id\": \"#W0000000\", \"status\": \"pending\"}","error":false,"fidelity":"B_twin","rung":"twin","downgraded":false,"callId":"call_0000000000000000","ms":0}`)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// loadPlane serves the tau-retail bundle over loopback HTTP with 64 open sessions.
+func loadPlane(b *testing.B, driver string) (*plane, *httptest.Server, []*loadTarget) {
+	bundle, traces := retailBundle(b)
+	p := newPlane(b, driver, bundle, planeOptions{journal: journal.CallOptions{}})
+	srv := httptest.NewServer(p.h)
+	b.Cleanup(srv.Close)
+	work := workload(traces)
+	targets := make([]*loadTarget, 64)
+	for i := range targets {
+		s := p.open(map[string]any{"seed": i})
+		targets[i] = &loadTarget{url: srv.URL + "/v1/sessions/" + s.ID + "/call", token: s.Token, calls: work[i%len(work)]}
+	}
+	return p, srv, targets
+}
+
+// BenchmarkCallRate: tool calls at a fixed 1,000/s spread over 64 sessions; latency from schedule.
+func BenchmarkCallRate(b *testing.B) {
+	for _, driver := range schematest.Drivers() {
+		b.Run(driver, func(b *testing.B) {
+			const rate = 1000
+			_, _, targets := loadPlane(b, driver)
+			hc := loadClient()
+			raw := rawServer(b)
+			n := max(b.N, 5*rate) // at least five seconds of load
+			// Warm the connection pools and the twin's indexes.
+			_, _, _ = openLoop(rate/2, rate, func(i int) (int, error) {
+				t := targets[i%len(targets)]
+				return post(hc, t.url, t.token, t.body())
+			})
+			b.ResetTimer()
+			lat, bad, errs := openLoop(n, rate, func(i int) (int, error) {
+				t := targets[i%len(targets)]
+				return post(hc, t.url, t.token, t.body())
+			})
+			b.StopTimer()
+			rawLat, _, _ := openLoop(n, rate, func(i int) (int, error) { return post(hc, raw.URL, "", targets[0].calls[0]) })
+			if bad > 0 {
+				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
+			}
+			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(ms(pct(rawLat, 99)), "raw-p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkCallPeak: 64 sessions, each calling again as soon as its last call answered; throughput and latency.
+func BenchmarkCallPeak(b *testing.B) {
+	for _, driver := range schematest.Drivers() {
+		b.Run(driver, func(b *testing.B) {
+			p, _, targets := loadPlane(b, driver)
+			hc := loadClient()
+			raw := rawServer(b)
+			n := max(b.N, 20000)
+			var fe firstErrors
+			run := func(send func(t *loadTarget) (int, error)) ([]time.Duration, time.Duration, int) {
+				var next, bad atomic.Int64
+				lats := make([][]time.Duration, len(targets))
+				var wg sync.WaitGroup
+				start := time.Now()
+				for g, t := range targets {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for next.Add(1) <= int64(n) {
+							t0 := time.Now()
+							code, err := send(t)
+							if err != nil || code != 200 {
+								bad.Add(1)
+								if err != nil {
+									fe.add(err)
+								}
+							}
+							lats[g] = append(lats[g], time.Since(t0))
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				var all []time.Duration
+				for _, l := range lats {
+					all = append(all, l...)
+				}
+				sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+				return all, elapsed, int(bad.Load())
+			}
+			before := p.journal.Stats()
+			b.ResetTimer()
+			lat, elapsed, bad := run(func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
+			b.StopTimer()
+			st := p.journal.Stats()
+			rawLat, rawElapsed, _ := run(func(t *loadTarget) (int, error) { return post(hc, raw.URL, "", t.calls[0]) })
+			if bad > 0 {
+				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, fe.errs)
+			}
+			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
+			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(float64(st.Items-before.Items)/float64(max(st.Batches-before.Batches, 1)), "calls/commit")
+			b.ReportMetric(float64(len(rawLat))/rawElapsed.Seconds(), "raw-req/s")
+			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkOpenWarm: seeded session opens, one after another, on a warm twin (the open's Temporal workflow is
+// replaced by its two activities run in order; see the report for the figure through Temporal).
+func BenchmarkOpenWarm(b *testing.B) {
+	for _, driver := range schematest.Drivers() {
+		b.Run(driver, func(b *testing.B) {
+			p, srv, _ := loadPlane(b, driver)
+			hc := loadClient()
+			raw := rawServer(b)
+			n := max(b.N, 300)
+			url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
+			lat := make([]time.Duration, 0, n)
+			rawLat := make([]time.Duration, 0, n)
+			b.ResetTimer()
+			for i := range n {
+				body, _ := json.Marshal(map[string]any{"seedInstructions": "2 orders with status pending", "seed": i})
+				t0 := time.Now()
+				code, err := post(hc, url, p.key, body)
+				lat = append(lat, time.Since(t0))
+				if err != nil || code != http.StatusCreated {
+					b.Fatalf("open %d: %d %v", i, code, err)
+				}
+			}
+			b.StopTimer()
+			for range n {
+				t0 := time.Now()
+				_, _ = post(hc, raw.URL, "", []byte(`{}`))
+				rawLat = append(rawLat, time.Since(t0))
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			sort.Slice(rawLat, func(i, j int) bool { return rawLat[i] < rawLat[j] })
+			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkOpenWarmTemporal: seeded session opens over HTTP through the real session-open workflow on a real
+// Temporal frontend (DOPPEL_BENCH_TEMPORAL=host:port, e.g. the dev server of `doppel dev`), with a worker in
+// this process so the start is eager and both activities are local. Skipped without a frontend.
+func BenchmarkOpenWarmTemporal(b *testing.B) {
+	addr := os.Getenv("DOPPEL_BENCH_TEMPORAL")
+	if addr == "" {
+		b.Skip("DOPPEL_BENCH_TEMPORAL not set: no Temporal frontend to open sessions through")
+	}
+	for _, driver := range schematest.Drivers() {
+		b.Run(driver, func(b *testing.B) {
+			p, srv, _ := loadPlane(b, driver)
+			c, err := client.Dial(client.Options{HostPort: addr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			queue := "bench-sessions-" + schema.NewID("")
+			w := sdkworker.New(c, queue, sdkworker.Options{})
+			workflows.RegisterSessions(w)
+			w.RegisterActivity(&activities.Sessions{DB: p.db, Twins: p.twins})
+			if err := w.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer w.Stop()
+			p.routes.Opener = &workflows.Sessions{Client: c, TaskQueue: queue}
+			hc := loadClient()
+			url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
+			n := max(b.N, 300)
+			var lat []time.Duration
+			b.ResetTimer()
+			for i := range n {
+				body, _ := json.Marshal(map[string]any{"seedInstructions": "2 orders with status pending", "seed": i})
+				t0 := time.Now()
+				code, err := post(hc, url, p.key, body)
+				lat = append(lat, time.Since(t0))
+				if err != nil || code != http.StatusCreated {
+					b.Fatalf("open %d: %d %v", i, code, err)
+				}
+			}
+			b.StopTimer()
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
