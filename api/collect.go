@@ -45,7 +45,8 @@ type BuildScheduler interface {
 
 // CollectOptions configure POST /api/collect. Zero values mean the defaults.
 type CollectOptions struct {
-	// Blobs keeps each accepted batch as one compressed, content-addressed blob. Required.
+	// Blobs keeps each accepted batch as one compressed, content-addressed blob. Required to serve;
+	// without it (e.g. only to render the OpenAPI document) every request answers 503.
 	Blobs blob.Store
 	// Scheduler, when set, is told after each batch that added traces to an environment.
 	Scheduler BuildScheduler
@@ -161,9 +162,6 @@ func CollectRoutes(opts CollectOptions) func(huma.API, *Deps) {
 // batch) and the environment's counters. Nothing is acknowledged before both are durable.
 func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
 	opts = opts.withDefaults()
-	if opts.Blobs == nil {
-		panic("api: RegisterCollect needs CollectOptions.Blobs")
-	}
 	c := &collect{opts: opts, deps: d}
 	if opts.RatePerSecond > 0 {
 		c.limiter = &rateLimiter{rate: opts.RatePerSecond, burst: float64(opts.RateBurst), now: opts.Now, buckets: map[string]*bucket{}}
@@ -290,6 +288,9 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	p := PrincipalFrom(ctx)
 	if p == nil {
 		return nil, Unauthorized("missing credential")
+	}
+	if c.opts.Blobs == nil || c.deps.DB == nil {
+		return nil, Unavailable("collect is not configured with a blob store and a database")
 	}
 	parsed, err := ingest.Decode(in.RawBody, ingest.Options{MaxTraces: c.opts.MaxTraces})
 	if err != nil {

@@ -700,7 +700,7 @@ func TestCollectDetectsAgent(t *testing.T) {
 }
 
 func TestCollectOpenAPI(t *testing.T) {
-	_, a := api.New(api.Options{Routes: []func(huma.API, *api.Deps){api.CollectRoutes(api.CollectOptions{Blobs: nopBlobs{}})}})
+	_, a := api.New(api.Options{Routes: []func(huma.API, *api.Deps){api.CollectRoutes(api.CollectOptions{})}})
 	data, err := json.Marshal(a.OpenAPI())
 	if err != nil {
 		t.Fatal(err)
@@ -760,17 +760,6 @@ func TestCollectOpenAPI(t *testing.T) {
 		t.Errorf("CollectBody schema %v", body)
 	}
 }
-
-// nopBlobs is a blob store for rendering the document only; no request reaches it.
-type nopBlobs struct{}
-
-func (nopBlobs) Put(context.Context, string, io.Reader, int64, string) error { return errors.New("no") }
-func (nopBlobs) Get(context.Context, string) (io.ReadCloser, error)          { return nil, errors.New("no") }
-func (nopBlobs) Stat(context.Context, string) (blob.Info, error) {
-	return blob.Info{}, errors.New("no")
-}
-func (nopBlobs) Delete(context.Context, string) error { return errors.New("no") }
-func (nopBlobs) Ping(context.Context) error           { return errors.New("no") }
 
 // The environment the API answers and the one the store creates must agree on the slug.
 func TestCollectSlugMatchesStore(t *testing.T) {
@@ -1223,4 +1212,20 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestCollectWithoutBlobStore(t *testing.T) {
+	db := schematest.Open(t, schema.DriverSQLite)
+	ws, err := store.CreateWorkspace(context.Background(), db, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := store.CreateKey(context.Background(), db, ws.ID, cred.KindWorkspace, "k")
+	h, _ := api.New(api.Options{DB: db, Routes: []func(huma.API, *api.Deps){api.CollectRoutes(api.CollectOptions{})}})
+	fx := &collectFx{url: httptest.NewServer(h).URL, key: key, db: db}
+	r := fx.post(t, []byte(`{"project":"p","traces":[{"id":"a","messages":[{"role":"user","content":"x"}]}]}`))
+	r.want(t, http.StatusServiceUnavailable)
+	if rc := fx.rows(t); rc != (rowCount{}) {
+		t.Errorf("rows %+v", rc)
+	}
 }
