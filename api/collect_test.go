@@ -1222,7 +1222,9 @@ func TestCollectWithoutBlobStore(t *testing.T) {
 	}
 	_, key, _ := store.CreateKey(context.Background(), db, ws.ID, cred.KindWorkspace, "k")
 	h, _ := api.New(api.Options{DB: db, Routes: []func(huma.API, *api.Deps){api.CollectRoutes(api.CollectOptions{})}})
-	fx := &collectFx{url: httptest.NewServer(h).URL, key: key, db: db}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	fx := &collectFx{url: srv.URL, key: key, db: db}
 	r := fx.post(t, []byte(`{"project":"p","traces":[{"id":"a","messages":[{"role":"user","content":"x"}]}]}`))
 	r.want(t, http.StatusServiceUnavailable)
 	if rc := fx.rows(t); rc != (rowCount{}) {
