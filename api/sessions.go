@@ -108,6 +108,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 			"`receipts.seeded: false` and a `note`.",
 		Tags:     []string{"sessions"},
 		Security: WorkspaceKeyAuth(),
+		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
 	}, sr.open)
 
 	huma.Register(a, huma.Operation{
@@ -123,6 +124,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 			"naming it; a closed or expired session is a 404; a booting twin is a 409 `notReady`.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
+		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
 	}, sr.call)
 
 	huma.Register(a, huma.Operation{
@@ -423,10 +425,27 @@ func (sr *SessionRoutes) liveOf(id string) *liveSession {
 	defer sr.mu.Unlock()
 	l := sr.live[id]
 	if l == nil {
+		if len(sr.live) >= 50_000 {
+			sr.prune()
+		}
 		l = &liveSession{calls: -1}
 		sr.live[id] = l
 	}
 	return l
+}
+
+// prune drops what this process keeps about sessions it has not served for an idle period (they are read
+// from the database again if they come back). sr.mu is held.
+func (sr *SessionRoutes) prune() {
+	cutoff := time.Now().Add(-sr.Idle)
+	for id, l := range sr.live {
+		if l.mu.TryLock() {
+			if l.lastUsed.Before(cutoff) {
+				delete(sr.live, id)
+			}
+			l.mu.Unlock()
+		}
+	}
 }
 
 func (sr *SessionRoutes) forget(id string) {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,15 +256,20 @@ func BenchmarkCallPeak(b *testing.B) {
 				return all, elapsed, int(bad.Load())
 			}
 			before := p.journal.Stats()
+			cpu0 := cpuTime()
 			b.ResetTimer()
 			lat, elapsed, bad := run(func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
 			b.StopTimer()
+			cpu := cpuTime() - cpu0
 			st := p.journal.Stats()
 			rawLat, rawElapsed, _ := run(func(t *loadTarget) (int, error) { return post(hc, raw.URL, "", t.calls[0]) })
 			if bad > 0 {
 				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, fe.errs)
 			}
 			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
+			// CPU of this process (client, API, in-process twin; not PostgreSQL) per call: with the wall-clock
+			// rate it shows how much of the machine the run had.
+			b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/call")
 			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
 			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
 			b.ReportMetric(float64(st.Items-before.Items)/float64(max(st.Batches-before.Batches, 1)), "calls/commit")
@@ -358,4 +364,13 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// cpuTime is this process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

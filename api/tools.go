@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"sort"
 	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -144,11 +145,7 @@ func ToolEntries(b *twin.Bundle, build *schema.Build, format string) (ToolList, 
 }
 
 func sortTools(ts []twin.Tool) {
-	for i := 1; i < len(ts); i++ {
-		for j := i; j > 0 && ts[j].Name < ts[j-1].Name; j-- {
-			ts[j], ts[j-1] = ts[j-1], ts[j]
-		}
-	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 }
 
 // Bundles loads build bundles from the blob store, keeping the few most recent in memory by build id.
@@ -246,6 +243,7 @@ func registerTools(a huma.API, db *bun.DB, bundles *Bundles) {
 			"`attention`, `scores` and `twin` facts. An environment with no build yet answers 409 notReady.",
 		Tags:     []string{"envs", "tools"},
 		Security: WorkspaceKeyAuth(),
+		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *ListToolsInput) (*ListToolsOutput, error) {
 		p := PrincipalFrom(ctx)
 		env, err := store.GetEnv(ctx, db, p.Workspace.ID, in.Slug)
