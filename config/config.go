@@ -90,10 +90,13 @@ type Build struct {
 
 // Twin selects how twins run and when they stop.
 type Twin struct {
-	Driver string        `koanf:"driver"`
-	Idle   time.Duration `koanf:"idle"`
-	Image  string        `koanf:"image"`
-	Binary string        `koanf:"binary"`
+	Driver     string        `koanf:"driver"`
+	Idle       time.Duration `koanf:"idle"`
+	Image      string        `koanf:"image"`
+	Binary     string        `koanf:"binary"`
+	Owner      string        `koanf:"owner"`
+	DockerHost string        `koanf:"docker_host"`
+	Wait       time.Duration `koanf:"wait"`
 }
 
 // Session bounds sessions.
@@ -158,6 +161,9 @@ func Keys() []Key {
 		{"twin.idle", "15m", "idle time after which a twin stops"},
 		{"twin.image", "doppel-twin:dev", "Docker image of the twin (twin.driver=docker)"},
 		{"twin.binary", "", "doppel binary the process driver launches; empty: this executable"},
+		{"twin.owner", "doppel", "names this deployment's twins (container label dev.doppel.owner); the reaper removes only its own"},
+		{"twin.docker_host", "", "Docker engine address for twin.driver=docker; empty: DOCKER_HOST or the local socket"},
+		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
 		{"model.api_key", "", "API key for model.base_url"},
@@ -382,6 +388,10 @@ func (c *Config) Validate() error {
 	if c.Twin.Driver == "docker" && c.Twin.Image == "" {
 		bad("twin.image", "is required when twin.driver is docker")
 	}
+	if c.Twin.Owner == "" {
+		bad("twin.owner", "must not be empty")
+	}
+	positive("twin.wait", c.Twin.Wait)
 	positive("session.idle", c.Session.Idle)
 	if c.Model.BaseURL != "" {
 		if u, err := url.Parse(c.Model.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {

@@ -10,9 +10,11 @@ import (
 	"github.com/doppel-dev/doppel/workflows"
 )
 
-// Deps are the filled activity structs the worker serves.
+// Deps are the filled activity structs the worker serves; a nil one is not registered.
 type Deps struct {
-	Builds *activities.Builds
+	Builds   *activities.Builds
+	Twins    *activities.Twins
+	Sessions *activities.Sessions
 }
 
 // Register registers every workflow under its explicit name and every activity struct's methods.
@@ -20,6 +22,12 @@ func Register(r sdkworker.Registry, d Deps) {
 	workflows.Register(r)
 	if d.Builds != nil {
 		r.RegisterActivityWithOptions(d.Builds, activity.RegisterOptions{})
+	}
+	if d.Twins != nil {
+		r.RegisterActivityWithOptions(d.Twins, activity.RegisterOptions{})
+	}
+	if d.Sessions != nil {
+		r.RegisterActivityWithOptions(d.Sessions, activity.RegisterOptions{})
 	}
 }
 

@@ -11,4 +11,6 @@ type Registrar interface {
 func Register(r Registrar) {
 	r.RegisterWorkflowWithOptions(Build, workflow.RegisterOptions{Name: BuildWorkflowName})
 	r.RegisterWorkflowWithOptions(Rebuild, workflow.RegisterOptions{Name: RebuildWorkflowName})
+	r.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
+	RegisterSessions(r)
 }

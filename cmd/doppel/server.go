@@ -24,6 +24,8 @@ import (
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/worker"
@@ -57,11 +59,18 @@ func runDev(ctx context.Context, e env) error {
 		return fmt.Errorf("bootstrap workspace key: %w", err)
 	}
 
-	w := newWorker(st)
+	drv, err := openDriver(ctx, st)
+	if err != nil {
+		return err
+	}
+	w := newWorker(st, drv)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("temporal worker: %w", err)
 	}
 	defer w.Stop()
+	if err := startReaper(ctx, st); err != nil {
+		return err
+	}
 
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
@@ -147,23 +156,29 @@ func runWorker(ctx context.Context, e env) error {
 	if err := checkSchema(ctx, st.db); err != nil {
 		return err
 	}
-	w := newWorker(st)
-	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
-	if err := w.Run(stopOn(ctx)); err != nil {
+	drv, err := openDriver(ctx, st)
+	if err != nil {
+		return err
+	}
+	w := newWorker(st, drv)
+	if err := w.Start(); err != nil {
 		return fmt.Errorf("temporal worker: %w", err)
 	}
+	defer w.Stop()
+	if err := startReaper(ctx, st); err != nil {
+		return err
+	}
+	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
+	<-ctx.Done()
 	return nil
 }
 
-// stopOn turns ctx's end into the channel a Temporal worker's Run waits on.
-func stopOn(ctx context.Context) <-chan any {
-	ch := make(chan any)
-	go func() { <-ctx.Done(); close(ch) }()
-	return ch
-}
-
 func runOpenAPI(_ context.Context, e env) error {
-	_, h := api.New(apiOptions(nil))
+	opts, err := apiOptions(nil)
+	if err != nil {
+		return err
+	}
+	_, h := api.New(opts)
 	data, err := json.MarshalIndent(h.OpenAPI(), "", "  ")
 	if err != nil {
 		return err
@@ -172,54 +187,89 @@ func runOpenAPI(_ context.Context, e env) error {
 	return err
 }
 
-func newWorker(st *stack) sdkworker.Worker {
+func newWorker(st *stack, drv driver.Driver) sdkworker.Worker {
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
-		Builds: &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
+		Builds:   &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
+		Twins:    &activities.Twins{Driver: drv},
+		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Log: st.log.With("component", "sessions")},
 	})
 }
 
-// apiOptions assembles the API over st; a nil st gives the routes only (for the OpenAPI document).
-func apiOptions(st *stack) api.Options {
-	opts := api.Options{Title: "doppel API", Version: "v1"}
-	var starter *workflows.Starter
-	if st != nil {
-		opts.DB = st.db
-		opts.Logger = st.log.With("component", "api")
-		opts.Readiness = map[string]api.Checker{
-			"db":   func(ctx context.Context) error { return st.db.PingContext(ctx) },
-			"blob": st.blobs.Ping,
-			"temporal": func(ctx context.Context) error {
-				_, err := st.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-				return err
-			},
-		}
-		starter = &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
-	}
-	opts.Routes = routes(st, starter)
-	return opts
+// twinDirectory finds environments' twins through their TwinWorkflows, starting one with the configured idle time.
+func twinDirectory(st *stack) *workflows.TwinDirectory {
+	return &workflows.TwinDirectory{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue,
+		Input: workflows.TwinInput{Idle: st.cfg.Twin.Idle}}
 }
 
-// routes lists the route groups beyond the API's built-in ones; with a nil st they register for the document only.
-func routes(st *stack, starter *workflows.Starter) []func(huma.API, *api.Deps) {
-	collect := api.CollectOptions{Blobs: docOnlyBlobs{}}
-	builds := &api.BuildRoutes{Blobs: docOnlyBlobs{}}
-	if st != nil {
-		c := st.cfg.Collect
-		collect = api.CollectOptions{
-			Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes,
-			RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst,
-		}
-		builds = &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes}
+// sessionWorkflows starts session opens and the reaper.
+func sessionWorkflows(st *stack) *workflows.Sessions {
+	return &workflows.Sessions{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, TwinWait: st.cfg.Twin.Wait}
+}
+
+// startReaper makes sure the idle-session reaper runs (one per namespace; starting it again is a no-op).
+func startReaper(ctx context.Context, st *stack) error {
+	if err := sessionWorkflows(st).StartReaper(ctx, workflows.SessionReaperInput{Idle: st.cfg.Session.Idle}); err != nil {
+		return fmt.Errorf("session reaper: %w", err)
 	}
-	return []func(huma.API, *api.Deps){
+	return nil
+}
+
+// apiOptions assembles the API over st; a nil st gives the routes only (for the OpenAPI document).
+func apiOptions(st *stack) (api.Options, error) {
+	opts := api.Options{Title: "doppel API", Version: "v1"}
+	if st == nil {
+		opts.Routes = docRoutes()
+		return opts, nil
+	}
+	opts.DB = st.db
+	opts.Logger = st.log.With("component", "api")
+	opts.Readiness = map[string]api.Checker{
+		"db":   func(ctx context.Context) error { return st.db.PingContext(ctx) },
+		"blob": st.blobs.Ping,
+		"temporal": func(ctx context.Context) error {
+			_, err := st.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		},
+	}
+	calls, err := journal.NewCalls(st.db, journal.CallOptions{})
+	if err != nil {
+		return opts, fmt.Errorf("call journal: %w", err)
+	}
+	st.onClose(calls.Close)
+	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	c := st.cfg.Collect
+	bundles := &api.Bundles{Blob: st.blobs}
+	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: bundles}
+	sessions := &api.SessionRoutes{Opener: sessionWorkflows(st), Twins: twinDirectory(st), Journal: calls,
+		Bundles: bundles, Idle: st.cfg.Session.Idle}
+	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
+		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
+	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
 		builds.Register,
+		sessions.Register,
+	}
+	return opts, nil
+}
+
+// docRoutes registers every route group for the OpenAPI document only: none of them is ever called.
+func docRoutes() []func(huma.API, *api.Deps) {
+	builds := &api.BuildRoutes{Blobs: docOnlyBlobs{}}
+	sessions := &api.SessionRoutes{}
+	return []func(huma.API, *api.Deps){
+		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, api.CollectOptions{Blobs: docOnlyBlobs{}}) },
+		builds.Register,
+		sessions.Register,
 	}
 }
 
 // serveHTTP serves the API until ctx ends, then shuts down gracefully.
 func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
-	handler, _ := api.New(apiOptions(st))
+	opts, err := apiOptions(st)
+	if err != nil {
+		return err
+	}
+	handler, _ := api.New(opts)
 	ln, err := net.Listen("tcp", st.cfg.API.Addr)
 	if err != nil {
 		return &config.FieldError{Key: "api.addr", Reason: err.Error()}

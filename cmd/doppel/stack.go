@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/client"
@@ -14,7 +15,9 @@ import (
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
+	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/twinrpc"
 )
 
 // stack holds the concrete parts a server process runs on; close releases them in reverse order.
@@ -123,4 +126,53 @@ func startStack(ctx context.Context, cfg *config.Config, logger *slog.Logger, de
 	s.temporal = c
 	s.onClose(func() error { c.Close(); return nil })
 	return s, nil
+}
+
+// openDriver makes the twin driver twin.driver names. Twins left by an earlier run with the same state dir or
+// owner are found again by the TwinWorkflow's reaper.
+func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
+	cfg := st.cfg
+	logger := st.log.With("component", "twins")
+	switch cfg.Twin.Driver {
+	case "docker":
+		c, err := driver.NewDockerClient(cfg.Twin.DockerHost)
+		if err != nil {
+			return nil, err
+		}
+		st.onClose(c.Close)
+		d, err := driver.NewDocker(driver.DockerOptions{Client: c, Host: cfg.Twin.DockerHost, Image: cfg.Twin.Image,
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("twin.driver docker: %w", err)
+		}
+		return d, nil
+	case "inproc":
+		opts, err := twinRuntimeOptions(cfg)
+		if err != nil {
+			return nil, err
+		}
+		d, err := driver.NewInproc(driver.InprocOptions{Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger,
+			Load: func(_ context.Context, bundle []byte) (twinrpc.Runtime, error) {
+				return twinrpc.NewTwinRuntime(bundle, opts)
+			}})
+		if err != nil {
+			return nil, fmt.Errorf("twin.driver inproc: %w", err)
+		}
+		return d, nil
+	default:
+		bin := cfg.Twin.Binary
+		if bin == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, &config.FieldError{Key: "twin.binary", Reason: "not set and this executable's path is unknown: " + err.Error()}
+			}
+			bin = exe
+		}
+		d, err := driver.NewProcess(driver.ProcessOptions{Binary: bin, StateDir: filepath.Join(cfg.DataDir, "twins"),
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("twin.driver process: %w", err)
+		}
+		return d, nil
+	}
 }
