@@ -22,6 +22,8 @@ var tauRetail struct {
 	hash   string
 	writes []string // modify_user_address arguments, as recorded
 	reads  []string // get_order_details arguments, as recorded
+	// session is the calls of the first trace with at least three writes, in order.
+	session []trace.Call
 }
 
 func tauRetailData() string {
@@ -61,8 +63,21 @@ func loadTauRetail(dir string) error {
 	if err := os.WriteFile(tauRetail.path, raw, 0o644); err != nil {
 		return err
 	}
+	writeTools := map[string]bool{}
+	for _, t := range b.Tools {
+		writeTools[t.Name] = t.Kind == twin.KindWrite
+	}
 	for _, tr := range batch.Traces {
-		for _, c := range trace.Calls(tr) {
+		calls, writes := trace.Calls(tr), 0
+		for _, c := range calls {
+			if writeTools[c.Tool] {
+				writes++
+			}
+		}
+		if tauRetail.session == nil && writes >= 3 {
+			tauRetail.session = calls
+		}
+		for _, c := range calls {
 			switch c.Tool {
 			case "modify_user_address":
 				tauRetail.writes = append(tauRetail.writes, c.RawArgs)
@@ -78,15 +93,10 @@ func loadTauRetail(dir string) error {
 }
 
 // benchSpec is the tau-retail bundle's spec; the bundle is built on first use.
-func benchSpec(b *testing.B, env string) Spec {
+func benchSpec(b testing.TB, env string) Spec {
 	b.Helper()
 	tauRetail.Do(func() {
-		dir, err := os.MkdirTemp("", "doppel-bench-")
-		if err != nil {
-			tauRetail.err = err
-			return
-		}
-		tauRetail.err = loadTauRetail(dir)
+		tauRetail.err = loadTauRetail(testDir)
 	})
 	if tauRetail.err != nil {
 		b.Skipf("tau-retail bundle: %v", tauRetail.err)

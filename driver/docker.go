@@ -39,7 +39,7 @@ const TwinPort = 7070
 const BundleInContainer = "/bundle.json"
 
 // ImageBuildHint says how to build the twin image, for errors about a missing one.
-const ImageBuildHint = "build it with: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o docker/doppel ./cmd/doppel && docker build -f docker/twin.Dockerfile -t doppel-twin:dev docker"
+const ImageBuildHint = `build it with "task twin-image" (CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/image/doppel ./cmd/doppel && docker build -f docker/twin.Dockerfile -t doppel-twin:dev bin/image)`
 
 // DockerAPI is the part of the Docker engine client (github.com/moby/moby/client.Client) the driver uses.
 type DockerAPI interface {

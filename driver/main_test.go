@@ -23,6 +23,8 @@ var (
 	// bankPath holds the small real bundle bankBundle makes.
 	bankPath string
 	bankData []byte
+	// testDir is removed when the tests end.
+	testDir string
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +42,7 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
+	testDir = dir
 	twinBinary = os.Getenv("DOPPEL_TEST_TWIN_BINARY")
 	if twinBinary == "" {
 		twinBinary = filepath.Join(dir, "doppel")

@@ -299,3 +299,49 @@ func TestProcessBundleFromBlobs(t *testing.T) {
 		t.Fatalf("Start from a missing key: %v, want ErrBundle", err)
 	}
 }
+
+// kill -9 mid-session on the real tau-retail bundle: a recorded conversation's calls (reads and writes through the
+// synthesized handlers) are rebuilt in a fresh twin process to the same state_hash.
+func TestProcessKillRebuildTauRetail(t *testing.T) {
+	ctx := context.Background()
+	spec := benchSpec(t, "env_tau")
+	d := newProcess(t, t.TempDir())
+	t.Cleanup(func() { stopAll(t, d) })
+	h, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := twinrpc.NewClient(h.Addr, nil)
+	s := &session{id: "ses_tau", spec: twinrpc.SessionSpec{Seed: 1234}}
+	open, err := c.Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for _, call := range tauRetail.session {
+		res := s.call(t, c, call.Tool, call.RawArgs)
+		if len(s.journal) > 1 && res.StateHash != s.journal[len(s.journal)-2].StateHash || len(s.journal) == 1 && res.StateHash != open.StateHash {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatalf("none of the %d recorded calls changed the world; the test would prove nothing", len(s.journal))
+	}
+	before := s.lastHash()
+	if err := syscall.Kill(h.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, d, h, StateExited)
+	h2, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rebuilt, err := twinrpc.NewClient(h2.Addr, nil).Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
+	if err != nil {
+		t.Fatalf("rebuild of %d calls: %v", len(s.journal), err)
+	}
+	if rebuilt.StateHash != before {
+		t.Fatalf("rebuilt state %s, before the kill %s", rebuilt.StateHash, before)
+	}
+	t.Logf("%d calls (%d changed the world) rebuilt to %s", len(s.journal), changed, before)
+}
