@@ -38,6 +38,9 @@ type Options struct {
 	Routes []func(huma.API, *Deps)
 	// Title and Version label the OpenAPI document (defaults "doppel API", "dev").
 	Title, Version string
+	// TwinState, when set, answers an environment's live twin state (stopped, booting or ready) for the single
+	// environment read; without it the read shows the last state recorded in the database.
+	TwinState func(ctx context.Context, envID string) (string, error)
 }
 
 // Deps is what a route group gets from the API.
@@ -47,6 +50,8 @@ type Deps struct {
 	// Auth resolves credentials; huma operations get this for free by setting Security
 	// (WorkspaceKeyAuth, SessionAuth, MCPAuth) and reading PrincipalFrom(ctx).
 	Auth *Authenticator
+	// TwinState is Options.TwinState (may be nil).
+	TwinState func(ctx context.Context, envID string) (string, error)
 	// Mux takes plain net/http routes (e.g. tRPC, MCP, streaming). They get the request id,
 	// panic recovery and access log too; write errors with WriteError.
 	Mux *http.ServeMux
@@ -71,7 +76,7 @@ func New(opts Options) (http.Handler, huma.API) {
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
 	auth := &Authenticator{DB: opts.DB}
 	humaAPI.UseMiddleware(auth.middleware(humaAPI))
-	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux}
+	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState}
 
 	registerHealth(humaAPI, opts)
 	registerEnvs(humaAPI, deps)

@@ -125,6 +125,13 @@ func registerEnvs(a huma.API, d *Deps) {
 			return nil, StoreError(err, "environment "+in.Slug)
 		}
 		out := &GetEnvOutput{Body: EnvDetail{EnvSummary: EnvSummaryOf(env)}}
+		if d.TwinState != nil {
+			if st, err := d.TwinState(ctx, env.ID); err == nil {
+				out.Body.TwinState = st
+			} else {
+				loggerFrom(ctx).WarnContext(ctx, "live twin state", "env", env.ID, "error", err)
+			}
+		}
 		if env.ActiveBuildID != "" {
 			b, err := store.GetBuild(ctx, d.DB, p.Workspace.ID, env.ActiveBuildID)
 			switch {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/uptrace/bun"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -244,12 +245,35 @@ func apiOptions(st *stack) (api.Options, error) {
 		Bundles: bundles, Idle: st.cfg.Session.Idle}
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
+	wake := &api.WakeRoutes{Twins: twinDirectory(st)}
+	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
 		builds.Register,
 		sessions.Register,
+		wake.Register,
 	}
 	return opts, nil
+}
+
+// liveTwinState asks the environment's TwinWorkflow for its active twin's state; no workflow means stopped.
+func liveTwinState(ctx context.Context, st *stack, envID string) (string, error) {
+	v, err := st.temporal.QueryWorkflow(ctx, workflows.TwinWorkflowID(envID), "", workflows.TwinStatusQuery)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return workflows.TwinStopped, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var ts workflows.TwinStatus
+	if err := v.Get(&ts); err != nil {
+		return "", err
+	}
+	if ts.State == workflows.TwinFailed {
+		return workflows.TwinStopped, nil
+	}
+	return ts.State, nil
 }
 
 // docRoutes registers every route group for the OpenAPI document only: none of them is ever called.
@@ -260,6 +284,7 @@ func docRoutes() []func(huma.API, *api.Deps) {
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, api.CollectOptions{Blobs: docOnlyBlobs{}}) },
 		builds.Register,
 		sessions.Register,
+		(&api.WakeRoutes{}).Register,
 	}
 }
 
