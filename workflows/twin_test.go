@@ -7,9 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -458,4 +460,113 @@ type dirBlobs string
 
 func (d dirBlobs) Get(_ context.Context, key string) (io.ReadCloser, error) {
 	return os.Open(filepath.Join(string(d), key))
+}
+
+// kill -9 of a twin mid-session, end to end through the workflow with the real activities and the process driver:
+// the caller finds the twin unreachable, wakes the workflow naming it as suspect, gets a restarted twin, rebuilds
+// the session from its journal to the pre-kill state_hash, and the next call succeeds.
+func TestTwinKillRestartRebuild(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "twin")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/doppel-dev/doppel/driver/internal/twinmain")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the twin binary: %v\n%s", err, out)
+	}
+	data, err := twinrpctest.BankBundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bank"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := driver.NewProcess(driver.ProcessOptions{Binary: bin, StateDir: t.TempDir(), Blobs: dirBlobs(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hs, _ := d.List(context.Background())
+		for _, h := range hs {
+			_ = d.Stop(context.Background(), h)
+		}
+	})
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
+	env.RegisterActivity(&activities.Twins{Driver: d})
+
+	ctx := context.Background()
+	build := activities.TwinBuild{BuildID: "bld_1", BundleKey: "bank", BundleHash: twin.HashBytes(data)}
+	spec := twinrpc.SessionSpec{Seed: 5}
+	var first, restarted TwinStatus
+	var journal []twinrpc.JournalEntry
+	var beforeKill, rebuiltHash, afterContent string
+	var killErr, rebuildErr error
+	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Wait: true}, &first, nil) }, time.Second)
+	env.RegisterDelayedCallback(func() {
+		c := twinrpc.NewClient(first.Addr, nil)
+		if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s1", Spec: spec}); err != nil {
+			t.Errorf("open: %v", err)
+			return
+		}
+		for _, args := range []string{`{"id":"a1","amount":5}`, `{"id":"a2","amount":2}`} {
+			res, err := c.Call(ctx, "s1", twinrpc.CallRequest{Tool: "deposit", Arguments: []byte(args)})
+			if err != nil {
+				t.Errorf("call: %v", err)
+				return
+			}
+			journal = append(journal, twinrpc.JournalEntry{Tool: "deposit", Arguments: []byte(args), Content: res.Content,
+				Rung: res.Rung, Fidelity: res.Fidelity, StateHash: res.StateHash})
+			beforeKill = res.StateHash
+		}
+		if err := syscall.Kill(first.Handle.PID, syscall.SIGKILL); err != nil {
+			t.Errorf("kill: %v", err)
+			return
+		}
+		for i := 0; i < 200; i++ { // until the kernel has torn the listener down
+			if _, killErr = c.Call(ctx, "s1", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); killErr != nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		env.UpdateWorkflow(WakeUpdate, "w2", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("wake rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				if err != nil {
+					t.Errorf("wake: %v", err)
+					return
+				}
+				restarted = v.(TwinStatus)
+				c2 := twinrpc.NewClient(restarted.Addr, nil)
+				if _, err := c2.Call(ctx, "s1", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, twinrpc.ErrUnknownSession) {
+					t.Errorf("call on the restarted twin before the rebuild: %v, want ErrUnknownSession", err)
+				}
+				var open twinrpc.OpenResponse
+				open, rebuildErr = c2.Open(ctx, twinrpc.OpenRequest{ID: "s1", Spec: spec, Journal: journal})
+				rebuiltHash = open.StateHash
+				if res, err := c2.Call(ctx, "s1", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); err == nil {
+					afterContent = res.Content
+				}
+				env.SignalWorkflow(StopTwinSignal, nil)
+			},
+		}, WakeRequest{Wait: true, Suspect: first.Handle.ID})
+	}, time.Minute)
+
+	env.ExecuteWorkflow(TwinWorkflowName, TwinInput{EnvID: "env_kill", Active: build, Idle: time.Hour, HealthEvery: time.Hour})
+	if env.GetWorkflowError() != nil {
+		t.Fatal(env.GetWorkflowError())
+	}
+	if !errors.Is(killErr, twinrpc.ErrUnreachable) {
+		t.Fatalf("call after kill -9: %v, want ErrUnreachable", killErr)
+	}
+	if restarted.State != TwinReady || restarted.Handle == nil || restarted.Handle.PID == first.Handle.PID || restarted.Twins[0].Restarts != 1 {
+		t.Fatalf("after the suspect wake: %+v", restarted)
+	}
+	if rebuildErr != nil || rebuiltHash != beforeKill {
+		t.Fatalf("rebuilt state %s (%v), before the kill %s", rebuiltHash, rebuildErr, beforeKill)
+	}
+	if !strings.Contains(afterContent, "15") {
+		t.Fatalf("call after the rebuild = %q, want balance 15", afterContent)
+	}
 }
