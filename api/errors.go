@@ -2,12 +2,17 @@ package api
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -243,10 +248,31 @@ func writeEnvelope(w http.ResponseWriter, status int, e *Envelope) {
 // internal logs an unexpected error with the request id and returns a 500 that does not leak it.
 func internal(ctx context.Context, err error) *Envelope {
 	rid := RequestID(ctx)
+	if unreachable(err) {
+		loggerFrom(ctx).WarnContext(ctx, "dependency unavailable", slog.String("request_id", rid), slog.Any("error", err))
+		e := NewError(http.StatusServiceUnavailable, "a backing service (database or blob store) is unavailable; retry in a moment (request "+rid+")")
+		e.RequestID = rid
+		return e
+	}
 	loggerFrom(ctx).ErrorContext(ctx, "internal error", slog.String("request_id", rid), slog.Any("error", err))
 	e := NewError(http.StatusInternalServerError, "internal error; quote request id "+rid+" when reporting it")
 	e.RequestID = rid
 	return e
+}
+
+// unreachable reports whether err says a backing service could not be reached (refused or dropped connections,
+// a closed pool, a timeout dialing): a 503 the client may retry, not a 500.
+func unreachable(err error) bool {
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, sql.ErrConnDone), errors.Is(err, driver.ErrBadConn), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	case errors.As(err, &opErr):
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "sql: database is closed") || strings.Contains(msg, "connection refused")
 }
 
 // fromHuma builds the envelope for an error huma raises itself (validation, body size, …).
