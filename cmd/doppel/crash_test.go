@@ -579,10 +579,6 @@ func crashKill9(t *testing.T, bin string, corpus []map[string]json.RawMessage) {
 				http: &http.Client{Timeout: 2 * time.Minute}}
 
 			p := srv.start(t)
-			if st, body := crashProbe(srv.apiURL(), m.Plaintext); st == http.StatusNotFound && strings.Contains(body, "no route") {
-				p.term(t)
-				t.Skip("POST /api/collect is not wired into routes() yet")
-			}
 			const rounds, killAfter, maxBatches = 3, 8, 10000
 			for round := 1; round <= rounds; round++ {
 				s.stop.Store(false)
@@ -622,20 +618,6 @@ func firstAnswer(s *crashStreamer, state int) string {
 		}
 	}
 	return ""
-}
-
-// crashProbe POSTs an empty object to /api/collect: an unwired route answers 404 "no route".
-func crashProbe(apiURL, key string) (int, string) {
-	req, _ := http.NewRequest(http.MethodPost, apiURL+"/api/collect", strings.NewReader("{}"))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
 }
 
 // crashProxy forwards TCP to a real service until cut: then it drops every connection and refuses new ones,
@@ -778,10 +760,6 @@ func crashServicesDown(t *testing.T, bin string, corpus []map[string]json.RawMes
 	s := &crashStreamer{t: t, url: srv.apiURL(), key: m.Plaintext, project: "faults", size: 50, traces: corpus,
 		http: &http.Client{Timeout: 3 * time.Minute}}
 	p := srv.start(t)
-	if st, body := crashProbe(srv.apiURL(), m.Plaintext); st == http.StatusNotFound && strings.Contains(body, "no route") {
-		p.term(t)
-		t.Skip("POST /api/collect is not wired into routes() yet")
-	}
 
 	send := func(k int) (*crashBatch, int, string, *api.CollectResponse) {
 		b := s.batch(k)
