@@ -77,7 +77,14 @@ func prepare(traces []trace.Trace, w *warnings) []*ptrace {
 			continue
 		}
 		seen[t.ID] = true
+		callIDs := map[string]bool{}
 		for j, m := range t.Messages {
+			for _, tc := range m.ToolCalls {
+				callIDs[tc.ID] = true
+			}
+			if m.Role == trace.RoleTool && m.ToolCallID != "" && !callIDs[m.ToolCallID] {
+				w.add("answer_to_unknown_call", fmt.Sprintf("%s messages[%d].tool_call_id=%q", t.ID, j, m.ToolCallID))
+			}
 			switch m.Role {
 			case trace.RoleSystem, trace.RoleUser, trace.RoleAssistant, trace.RoleTool:
 			default:

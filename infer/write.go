@@ -286,7 +286,7 @@ func (m *model) writeExamples(ti *toolInfo) []wex {
 // after each recorded call, and its refusals from the recorded error answers.
 func (m *model) synthWrite(ti *toolInfo) {
 	ti.kind = twin.KindWrite
-	if m.synthTemplate(ti) || m.synthConstant(ti) {
+	if m.synthTemplate(ti) || m.synthConstant(ti) || (ti.table == "" && m.synthPure(ti)) {
 		return
 	}
 	ti.kind = twin.KindWrite

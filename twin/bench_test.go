@@ -1,0 +1,174 @@
+package twin_test
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+var (
+	retailOnce   sync.Once
+	retailBundle *twin.Bundle
+	retailCalls  [][]trace.Call
+	retailErr    error
+)
+
+// retail builds the tau-retail bundle once per test binary.
+func retail(b testing.TB) (*twin.Bundle, [][]trace.Call) {
+	b.Helper()
+	retailOnce.Do(func() {
+		f, err := os.Open(filepath.Join("..", "infer", "testdata", "tau-retail-dev.json.gz"))
+		if err != nil {
+			retailErr = err
+			return
+		}
+		defer f.Close()
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			retailErr = err
+			return
+		}
+		data, err := io.ReadAll(zr)
+		if err != nil {
+			retailErr = err
+			return
+		}
+		var batch trace.Batch
+		if retailErr = json.Unmarshal(data, &batch); retailErr != nil {
+			return
+		}
+		retailBundle, _, retailErr = infer.Build(batch.Traces, infer.Options{})
+		for _, t := range batch.Traces {
+			retailCalls = append(retailCalls, trace.Calls(t))
+		}
+	})
+	if retailErr != nil {
+		b.Fatal(retailErr)
+	}
+	return retailBundle, retailCalls
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(p*float64(len(s)-1))]
+}
+
+// BenchmarkCall replays the retail traces' calls, each trace in a fresh session,
+// and reports per-call latency percentiles (in-process, no transport).
+func BenchmarkCall(b *testing.B) {
+	bundle, calls := retail(b)
+	rt, err := twin.NewRuntime(bundle, twin.RuntimeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	var s *twin.Session
+	ti, ci := 0, 0
+	for i := 0; i < b.N; i++ {
+		if s == nil || ci >= len(calls[ti]) {
+			if s != nil {
+				ti = (ti + 1) % len(calls)
+			}
+			ci = 0
+			s, _, _ = rt.Open(twin.SessionSpec{})
+			for len(calls[ti]) == 0 {
+				ti = (ti + 1) % len(calls)
+			}
+		}
+		c := calls[ti][ci]
+		ci++
+		start := time.Now()
+		_, err := s.Call(ctx, c.Tool, json.RawMessage(c.RawArgs))
+		lat = append(lat, time.Since(start))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(lat, 0.50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "p99-µs")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+// BenchmarkOpen opens sessions on the retail bundle: unseeded, and seeded with
+// plain instructions (new rows, a PRNG per seed, the world hash computed).
+func BenchmarkOpen(b *testing.B) {
+	bundle, _ := retail(b)
+	rt, err := twin.NewRuntime(bundle, twin.RuntimeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct{ name, instr string }{
+		{"unseeded", ""},
+		{"seeded", "3 orders for user liam_thomas_7882 with status pending"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				_, rc, err := rt.Open(twin.SessionSpec{Seed: int64(i), SeedInstructions: bc.instr})
+				lat = append(lat, time.Since(start))
+				if err != nil || (bc.instr != "" && !rc.Seeded) {
+					b.Fatalf("open: %+v, %v", rc, err)
+				}
+			}
+			b.ReportMetric(float64(percentile(lat, 0.50).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "p99-µs")
+		})
+	}
+}
+
+func heapBytes() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkSessionsMemory holds 1,000 sessions open on the retail bundle, each
+// seeded with a few rows and after a write, and reports the heap they add over
+// the base world (goal: 50 MB).
+func BenchmarkSessionsMemory(b *testing.B) {
+	bundle, _ := retail(b)
+	rt, err := twin.NewRuntime(bundle, twin.RuntimeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < b.N; i++ {
+		before := heapBytes()
+		sessions := make([]*twin.Session, 1000)
+		for j := range sessions {
+			s, _, err := rt.Open(twin.SessionSpec{Seed: int64(j), SeedInstructions: "2 orders for user liam_thomas_7882 with status pending"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Call(ctx, "cancel_pending_order", json.RawMessage(`{"order_id": "#W3295833", "reason": "no longer needed"}`)); err != nil {
+				b.Fatal(err)
+			}
+			sessions[j] = s
+		}
+		after := heapBytes()
+		b.ReportMetric(float64(after-before)/(1<<20), "MB/1000-sessions")
+		runtime.KeepAlive(sessions)
+	}
+}
