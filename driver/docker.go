@@ -90,6 +90,8 @@ type DockerOptions struct {
 	PublishIP string
 	// MemoryBytes limits each twin container's memory (zero: no limit).
 	MemoryBytes int64
+	// Env is the twin containers' environment ("KEY=value"), e.g. the DOPPEL_MODEL_* settings of the simulate rung.
+	Env []string
 	// APITimeout bounds each engine call (default 10s); PingTimeout the first reachability check (default 3s).
 	APITimeout  time.Duration
 	PingTimeout time.Duration
@@ -195,6 +197,7 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Handle, error) {
 		Image:        d.opts.Image,
 		Cmd:          []string{"twin", "--listen", "0.0.0.0:" + strconv.Itoa(TwinPort), "--bundle", BundleInContainer},
 		User:         "65534:65534",
+		Env:          d.opts.Env,
 		Labels:       map[string]string{LabelEnv: spec.EnvID, LabelBuild: spec.BuildID, LabelOwner: d.opts.Owner},
 		ExposedPorts: network.PortSet{port: {}},
 	}

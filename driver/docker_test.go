@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -120,7 +121,10 @@ func TestDockerLifecycle(t *testing.T) {
 	cli := dockerClient(t)
 	owner := testOwner(t)
 	t.Cleanup(func() { reapOwner(t, cli, owner) })
-	d := newDocker(t, cli, owner)
+	d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Env: []string{"DOPPEL_LOG_LEVEL=debug"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	start := time.Now()
 	h, err := d.Start(ctx, bankSpec("env_d1"))
@@ -141,6 +145,9 @@ func TestDockerLifecycle(t *testing.T) {
 	labels := raw.Container.Config.Labels
 	if labels[LabelEnv] != "env_d1" || labels[LabelBuild] != "bld_1" || labels[LabelOwner] != owner {
 		t.Fatalf("labels = %v", labels)
+	}
+	if !slices.Contains(raw.Container.Config.Env, "DOPPEL_LOG_LEVEL=debug") {
+		t.Fatalf("container env = %v, want the configured variable", raw.Container.Config.Env)
 	}
 	hs, err := d.List(ctx)
 	if err != nil || len(hs) != 1 || hs[0].ID != h.ID || hs[0].Addr != h.Addr || hs[0].EnvID != "env_d1" {
