@@ -74,7 +74,22 @@ func buildTestImage(cli *client.Client) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res, err := cli.ImageBuild(ctx, &ctxTar, client.ImageBuildOptions{Tags: []string{testImage}, Dockerfile: "twin.Dockerfile", Remove: true, ForceRemove: true})
+	// The image this build replaces is removed afterwards, so test runs leave no dangling images.
+	var previous string
+	if old, err := cli.ImageInspect(ctx, testImage); err == nil {
+		previous = old.ID
+	}
+	if err := imageBuild(ctx, cli, &ctxTar); err != nil {
+		return err
+	}
+	if cur, err := cli.ImageInspect(ctx, testImage); err == nil && previous != "" && cur.ID != previous {
+		_, _ = cli.ImageRemove(ctx, previous, client.ImageRemoveOptions{PruneChildren: true})
+	}
+	return nil
+}
+
+func imageBuild(ctx context.Context, cli *client.Client, ctxTar io.Reader) error {
+	res, err := cli.ImageBuild(ctx, ctxTar, client.ImageBuildOptions{Tags: []string{testImage}, Dockerfile: "twin.Dockerfile", Remove: true, ForceRemove: true})
 	if err != nil {
 		return err
 	}
