@@ -506,7 +506,7 @@ func (m *model) buildBase() {
 		canon string
 		votes int
 		first int
-		prio  int // 0: clean sighting; 1: after a write that mentioned it
+		prio  int // 0: clean sighting; 1: after a write that mentioned it; 2: after a write that changed it
 	}
 	cands := map[string]map[string][]*cand{}
 	m.sightings = map[string]map[string][]*twin.Object{}
@@ -551,11 +551,14 @@ func (m *model) buildBase() {
 				continue
 			}
 			id := tn + "\x00" + k
-			if targeted[id] || seenHere[id] {
+			if seenHere[id] {
 				continue
 			}
 			prio := 0
-			if cut && touched[k] {
+			switch {
+			case targeted[id]:
+				prio = 2 // after a write that changed it: a last resort
+			case cut && touched[k]:
 				prio = 1
 			}
 			seenHere[id] = true

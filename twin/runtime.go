@@ -606,10 +606,11 @@ func jsonKind(v any) string {
 
 // answer is what one rung produced.
 type answer struct {
-	content string
-	isErr   bool
-	env     *callEnv
-	apply   *Object // a replayed write's row to store
+	content  string
+	isErr    bool
+	env      *callEnv
+	apply    *Object // a replayed write's row to store, under applyKey
+	applyKey string
 }
 
 func (s *Session) call(ctx context.Context, t *rtTool, args *Object, journaled *string) (Result, error) {
@@ -675,11 +676,9 @@ func (s *Session) commit(t *rtTool, args *Object, a *answer) bool {
 		}
 		changed = true
 	}
-	if a.apply != nil && t.def.Table != "" {
-		if k, ok := keyArg(t.def, args); ok {
-			s.put(t.def.Table, k, a.apply)
-			changed = true
-		}
+	if a.apply != nil && t.def.Table != "" && a.applyKey != "" {
+		s.put(t.def.Table, a.applyKey, a.apply)
+		changed = true
 	}
 	if changed {
 		s.dirty = true
@@ -784,13 +783,14 @@ func (s *Session) replay(t *rtTool, args *Object) (*answer, string) {
 			if r.state == state {
 				a := &answer{content: r.answer, isErr: r.isErr}
 				if t.def.Kind == KindWrite && !r.isErr {
-					a.apply = s.rt.rowFromAnswer(t, args, r.answer)
+					a.applyKey, a.apply = s.rt.rowFromAnswer(t, args, r.answer)
 				}
 				return a, ""
 			}
 		}
 	}
-	// No recording from this state: the most common recorded answer, which changes nothing.
+	// No recording from this state: the most common recorded answer, which changes nothing,
+	// unless the write creates rows (it has no target whose state could differ).
 	best, n := recs[0], 0
 	count := map[string]int{}
 	for _, r := range recs {
@@ -799,34 +799,47 @@ func (s *Session) replay(t *rtTool, args *Object) (*answer, string) {
 			best, n = r, count[r.answer]
 		}
 	}
-	return &answer{content: best.answer, isErr: best.isErr}, ""
+	a := &answer{content: best.answer, isErr: best.isErr}
+	if t.def.Kind == KindWrite && t.def.KeyArg == "" && t.def.Table != "" && !best.isErr {
+		a.applyKey, a.apply = s.rt.rowFromAnswer(t, args, best.answer)
+	}
+	return a, ""
 }
 
-// rowFromAnswer answers the row a write's recorded answer holds, when it is the target row.
-func (rt *Runtime) rowFromAnswer(t *rtTool, args *Object, text string) *Object {
+// rowFromAnswer answers the row (and its key) a write's recorded answer holds, when it is
+// the target row, or for a write that creates rows (no key argument) any row of its table.
+func (rt *Runtime) rowFromAnswer(t *rtTool, args *Object, text string) (string, *Object) {
 	bt := rt.tables[t.def.Table]
 	if bt == nil || !LooksJSON(text) {
-		return nil
+		return "", nil
 	}
 	v, err := ParseJSONString(text)
 	if err != nil {
-		return nil
+		return "", nil
 	}
 	o, ok := v.(*Object)
 	if !ok {
-		return nil
+		return "", nil
 	}
-	k, ok := keyArg(t.def, args)
-	if !ok {
-		return nil
-	}
+	var rowKey string
 	if bt.def.KeyInRow {
 		kv, ok := o.Get(bt.def.Key)
-		if !ok || TextOf(kv, rt.style) != k {
-			return nil
+		if !ok {
+			return "", nil
 		}
+		rowKey = TextOf(kv, rt.style)
 	}
-	return o
+	if t.def.KeyArg == "" {
+		if !bt.def.KeyInRow || rowKey == "" {
+			return "", nil
+		}
+		return rowKey, o
+	}
+	k, ok := keyArg(t.def, args)
+	if !ok || (bt.def.KeyInRow && rowKey != k) {
+		return "", nil
+	}
+	return k, o
 }
 
 func (s *Session) infer(t *rtTool, args *Object) (*answer, string) {
