@@ -373,3 +373,114 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkExternal drives a running doppel over HTTP (DOPPEL_BENCH_URL, DOPPEL_BENCH_KEY, DOPPEL_BENCH_ENV:
+// e.g. `doppel dev` with tau-retail-dev collected and built): warm seeded opens through its Temporal, then
+// tool calls from the recorded traces at 1,000/s and at peak over 64 sessions. Skipped without a target.
+func BenchmarkExternal(b *testing.B) {
+	base, key, env := os.Getenv("DOPPEL_BENCH_URL"), os.Getenv("DOPPEL_BENCH_KEY"), os.Getenv("DOPPEL_BENCH_ENV")
+	if base == "" || key == "" || env == "" {
+		b.Skip("DOPPEL_BENCH_URL, DOPPEL_BENCH_KEY and DOPPEL_BENCH_ENV name no running doppel")
+	}
+	_, traces := retailBundle(b)
+	work := workload(traces)
+	hc := loadClient()
+	raw := rawServer(b)
+	openURL := base + "/v1/envs/" + env + "/sessions"
+	openOne := func(body map[string]any) (*loadTarget, time.Duration) {
+		data, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, openURL, bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		d := time.Since(t0)
+		var out struct {
+			SessionID string `json:"sessionId"`
+			Token     string `json:"token"`
+		}
+		if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&out) != nil {
+			b.Fatalf("open: %d", resp.StatusCode)
+		}
+		return &loadTarget{url: base + "/v1/sessions/" + out.SessionID + "/call", token: out.Token}, d
+	}
+	b.Run("open", func(b *testing.B) {
+		n := max(b.N, 200)
+		var lat []time.Duration
+		for i := range n {
+			_, d := openOne(map[string]any{"seedInstructions": "2 orders with status pending", "seed": i})
+			lat = append(lat, d)
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+		b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+		b.ReportMetric(0, "ns/op")
+	})
+	targets := make([]*loadTarget, 64)
+	for i := range targets {
+		targets[i], _ = openOne(map[string]any{"seed": i})
+		targets[i].calls = work[i%len(work)]
+	}
+	send := func(i int) (int, error) {
+		t := targets[i%len(targets)]
+		return post(hc, t.url, t.token, t.body())
+	}
+	for _, rate := range []int{1000, 250} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
+			n := max(b.N, 5*rate)
+			_, _, _ = openLoop(rate/2, rate, send)
+			lat, bad, errs := openLoop(n, rate, send)
+			rawLat, _, _ := openLoop(n, rate, func(i int) (int, error) { return post(hc, raw.URL, "", targets[0].calls[0]) })
+			if bad > 0 {
+				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
+			}
+			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(ms(pct(rawLat, 99)), "raw-p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+	b.Run("peak", func(b *testing.B) {
+		n := max(b.N, 20000)
+		var next, bad atomic.Int64
+		var fe firstErrors
+		lats := make([][]time.Duration, len(targets))
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g, t := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for next.Add(1) <= int64(n) {
+					t0 := time.Now()
+					if code, err := post(hc, t.url, t.token, t.body()); err != nil || code != 200 {
+						bad.Add(1)
+						if err != nil {
+							fe.add(err)
+						}
+					}
+					lats[g] = append(lats[g], time.Since(t0))
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		var all []time.Duration
+		for _, l := range lats {
+			all = append(all, l...)
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+		if bad.Load() > 0 {
+			b.Errorf("%d of %d calls did not answer 200, first: %q", bad.Load(), n, fe.errs)
+		}
+		b.ReportMetric(float64(len(all))/elapsed.Seconds(), "calls/s")
+		b.ReportMetric(ms(pct(all, 50)), "p50-ms")
+		b.ReportMetric(ms(pct(all, 99)), "p99-ms")
+		b.ReportMetric(0, "ns/op")
+	})
+}
