@@ -40,6 +40,8 @@ type ToolReport struct {
 	Attention []string `json:"attention,omitempty"`
 	// Misses are a few recorded calls the handler answered differently.
 	Misses []Miss `json:"misses,omitempty"`
+	// SelfCheckPct is the tool's self-check agreement, once AddSelfCheck has merged one in.
+	SelfCheckPct *float64 `json:"self_check_pct,omitempty"`
 }
 
 // Miss is one recorded call a synthesized handler answered differently.
@@ -395,3 +397,18 @@ func round4(f float64) float64 {
 
 // MarshalReport is the report as JSON (for storing next to the bundle).
 func (r *Report) MarshalReport() ([]byte, error) { return json.Marshal(r) }
+
+// AddSelfCheck merges a self-check's per-tool agreement into the report and its headline.
+func (r *Report) AddSelfCheck(sc *SelfCheckReport) {
+	by := map[string]ToolCheck{}
+	for _, t := range sc.Tools {
+		by[t.Name] = t
+	}
+	for i := range r.Tools {
+		if t, ok := by[r.Tools[i].Name]; ok && t.Calls > 0 {
+			pct := t.AgreementPct
+			r.Tools[i].SelfCheckPct = &pct
+		}
+	}
+	r.Headline += fmt.Sprintf("; self-check (%s) %.1f%% of %d calls exact", sc.Mode, sc.AgreementPct, sc.Calls)
+}

@@ -290,3 +290,30 @@ func TestLearners(t *testing.T) {
 		}
 	}
 }
+
+func TestSelfCheckFolds(t *testing.T) {
+	tr := loadTraces(t, "tau-airline-dev.json")
+	opts := Options{Folds: 4}
+	sc, err := SelfCheck(tr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Mode != "4-fold" || sc.Calls < 900 || sc.AgreementPct < 50 {
+		t.Fatalf("4-fold self-check: mode %s, %d calls, %.2f%%", sc.Mode, sc.Calls, sc.AgreementPct)
+	}
+	sc2, _ := SelfCheck(tr, opts)
+	if sc2.Agree != sc.Agree || sc2.Covered != sc.Covered {
+		t.Fatalf("self-check not deterministic: %d/%d vs %d/%d", sc.Agree, sc.Covered, sc2.Agree, sc2.Covered)
+	}
+	_, rep, _ := Build(tr, opts)
+	rep.AddSelfCheck(sc)
+	n := 0
+	for _, tl := range rep.Tools {
+		if tl.SelfCheckPct != nil {
+			n++
+		}
+	}
+	if n < 10 || !strings.Contains(rep.Headline, "4-fold") {
+		t.Fatalf("report after AddSelfCheck: %d tools with agreement, headline %q", n, rep.Headline)
+	}
+}

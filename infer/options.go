@@ -20,6 +20,9 @@ type Options struct {
 	Code map[string]string
 	// Config is the environment's build config.
 	Config Config
+	// Folds is for SelfCheck only: check in this many folds instead of leave-one-out
+	// (0: leave-one-out up to MaxLeaveOneOut traces, else 10 folds).
+	Folds int
 }
 
 // ToolDef is one provided tool definition in the native shape.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
@@ -71,8 +73,10 @@ type CheckMiss struct {
 const maxCheckMisses = 20
 
 // SelfCheck replays every trace's calls, in order, in a fresh session of a twin
-// built from the other traces (leave-one-out), and scores agreement with the
-// recorded answers per tool.
+// built without that trace, and scores agreement with the recorded answers per
+// tool. Up to MaxLeaveOneOut traces it is leave-one-out (one build per trace);
+// beyond, or when opts.Folds is set, traces are split into that many folds (10 by
+// default) and each fold is checked against a build from the others.
 func SelfCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
 	return check(traces, opts, true)
 }
@@ -83,7 +87,23 @@ func ReplayCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
 	return check(traces, opts, false)
 }
 
-func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, error) {
+// MaxLeaveOneOut is the most traces SelfCheck checks one by one.
+const MaxLeaveOneOut = 300
+
+// callCheck is one scored call.
+type callCheck struct {
+	tool      string
+	scored    bool // answered in the recording: compared
+	fidelity  string
+	agree     bool
+	covered   bool
+	known     bool
+	knownTwin bool
+	noAnswer  bool
+	miss      CheckMiss
+}
+
+func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -94,112 +114,92 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 		return nil, err
 	}
 	rep := &SelfCheckReport{Mode: "replay", Traces: len(pts), Fidelity: map[string]int{}}
-	if loo {
+	folds := 1
+	if holdOut {
+		folds = len(pts)
 		rep.Mode = "leave-one-out"
+		if opts.Folds > 0 && opts.Folds < len(pts) || len(pts) > MaxLeaveOneOut {
+			folds = opts.Folds
+			if folds <= 0 {
+				folds = 10
+			}
+			folds = min(folds, len(pts))
+			rep.Mode = fmt.Sprintf("%d-fold", folds)
+		}
+	}
+	results := make([][]callCheck, len(pts))
+	errs := make([]error, folds)
+	var fullRT *twin.Runtime
+	if !holdOut {
+		if fullRT, err = twin.NewRuntime(full, twin.RuntimeOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0), folds)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range jobs {
+				errs[f] = checkFold(pts, &opts, f, folds, holdOut, fullRT, results)
+			}
+		}()
+	}
+	for f := 0; f < folds; f++ {
+		jobs <- f
+	}
+	close(jobs)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
 	}
 	tools := map[string]*ToolCheck{}
 	for _, t := range full.Tools {
 		tools[t.Name] = &ToolCheck{Name: t.Name, Binding: t.Binding, Rung: t.Rung, Kind: t.Kind,
 			Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
 	}
-	var fullRT *twin.Runtime
-	if !loo {
-		if fullRT, err = twin.NewRuntime(full, twin.RuntimeOptions{}); err != nil {
-			return nil, err
-		}
-	}
-	ctx := context.Background()
-	for i, pt := range pts {
-		rt := fullRT
-		if loo {
-			others := make([]*ptrace, 0, len(pts)-1)
-			others = append(others, pts[:i]...)
-			others = append(others, pts[i+1:]...)
-			b, _, err := buildPrepared(others, &opts, &warnings{})
-			if err != nil {
-				return nil, fmt.Errorf("self-check without trace %s: %w", pt.id, err)
-			}
-			if rt, err = twin.NewRuntime(b, twin.RuntimeOptions{}); err != nil {
-				return nil, fmt.Errorf("self-check without trace %s: %w", pt.id, err)
-			}
-		}
-		s, _, err := rt.Open(twin.SessionSpec{})
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range pt.calls {
-			if c.args == nil {
-				continue
-			}
-			tc := tools[c.tool]
+	for _, rs := range results {
+		for _, r := range rs {
+			tc := tools[r.tool]
 			if tc == nil {
-				tc = &ToolCheck{Name: c.tool, Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
-				tools[c.tool] = tc
+				tc = &ToolCheck{Name: r.tool, Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
+				tools[r.tool] = tc
 			}
-			known, covered := false, c.isErr
-			if def, ok := rt.Bundle().ToolByName(c.tool); ok {
-				switch {
-				case def.Table != "" && def.KeyArg != "":
-					if kv, ok := c.args.Get(def.KeyArg); ok {
-						if k, ok := scalarText(kv); ok {
-							_, known = s.Row(def.Table, k)
-						}
-					}
-					covered = covered || known
-					known = known && def.Kind == twin.KindRead
-				case def.Kind == twin.KindLookup && def.Table != "":
-					if k, ok := lookupKey(c); ok {
-						_, found := s.Row(def.Table, k)
-						covered = covered || found
-					}
-				default:
-					covered = true
-				}
-			}
-			res, err := s.Call(ctx, c.tool, []byte(c.canon))
-			if !c.answer {
+			if !r.scored {
 				continue
-			}
-			if known {
-				tc.Known++
-				if err == nil && res.Rung == twin.RungTwin {
-					tc.KnownTwin++
-				}
 			}
 			tc.Calls++
 			rep.Calls++
-			if err != nil {
-				if !errors.Is(err, twin.ErrUnknownTool) && !errors.Is(err, twin.ErrNoAnswer) {
-					return nil, fmt.Errorf("self-check %s call %d (%s): %w", pt.id, c.idx, c.tool, err)
+			if r.known {
+				tc.Known++
+				if r.knownTwin {
+					tc.KnownTwin++
 				}
-				tc.Unanswered++
-				rep.Unanswered++
-				if covered {
-					tc.Covered++
-					rep.Covered++
-				}
-				if len(tc.Misses) < maxCheckMisses {
-					tc.Misses = append(tc.Misses, CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()})
-				}
-				continue
 			}
-			tc.Fidelity[res.Fidelity]++
-			rep.Fidelity[res.Fidelity]++
-			agree := twin.AnswersAgree(res.Content, c.text)
-			if covered {
+			if r.covered {
 				tc.Covered++
 				rep.Covered++
-				if agree {
+			}
+			if r.noAnswer {
+				tc.Unanswered++
+				rep.Unanswered++
+			} else {
+				tc.Fidelity[r.fidelity]++
+				rep.Fidelity[r.fidelity]++
+			}
+			if r.agree {
+				tc.Agree++
+				rep.Agree++
+				tc.AgreeByFidelity[r.fidelity]++
+				if r.covered {
 					tc.CoveredAgree++
 					rep.CoveredAgree++
 				}
-			}
-			if agree {
-				tc.Agree++
-				rep.Agree++
-				tc.AgreeByFidelity[res.Fidelity]++
 			} else if len(tc.Misses) < maxCheckMisses {
-				tc.Misses = append(tc.Misses, CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content})
+				tc.Misses = append(tc.Misses, r.miss)
 			}
 		}
 	}
@@ -209,8 +209,7 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 	if rep.Covered > 0 {
 		rep.CoveredAgreePct = round4(100 * float64(rep.CoveredAgree) / float64(rep.Covered))
 	}
-	names := sortedKeys(tools)
-	for _, n := range names {
+	for _, n := range sortedKeys(tools) {
 		tc := tools[n]
 		if tc.Calls > 0 {
 			tc.AgreementPct = round4(100 * float64(tc.Agree) / float64(tc.Calls))
@@ -221,6 +220,78 @@ func check(traces []trace.Trace, opts Options, loo bool) (*SelfCheckReport, erro
 	return rep, nil
 }
 
+// checkFold builds a twin without fold f's traces (or uses the full one) and replays each of them.
+func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT *twin.Runtime, results [][]callCheck) error {
+	rt := fullRT
+	if holdOut {
+		var others []*ptrace
+		for i, pt := range pts {
+			if i%folds != f {
+				others = append(others, pt)
+			}
+		}
+		b, _, err := buildPrepared(others, opts, &warnings{})
+		if err != nil {
+			return fmt.Errorf("self-check fold %d: %w", f, err)
+		}
+		if rt, err = twin.NewRuntime(b, twin.RuntimeOptions{}); err != nil {
+			return fmt.Errorf("self-check fold %d: %w", f, err)
+		}
+	}
+	ctx := context.Background()
+	for i, pt := range pts {
+		if i%folds != f {
+			continue
+		}
+		s, _, err := rt.Open(twin.SessionSpec{})
+		if err != nil {
+			return err
+		}
+		for _, c := range pt.calls {
+			if c.args == nil {
+				continue
+			}
+			r := callCheck{tool: c.tool, scored: c.answer, covered: c.isErr}
+			if def, ok := rt.Bundle().ToolByName(c.tool); ok {
+				switch {
+				case def.Table != "" && def.KeyArg != "":
+					if kv, ok := c.args.Get(def.KeyArg); ok {
+						if k, ok := scalarText(kv); ok {
+							_, r.known = s.Row(def.Table, k)
+						}
+					}
+					r.covered = r.covered || r.known
+					r.known = r.known && def.Kind == twin.KindRead
+				case def.Kind == twin.KindLookup && def.Table != "":
+					if k, ok := lookupKey(c); ok {
+						_, found := s.Row(def.Table, k)
+						r.covered = r.covered || found
+					}
+				default:
+					r.covered = true
+				}
+			}
+			res, err := s.Call(ctx, c.tool, []byte(c.canon))
+			if err != nil {
+				if !errors.Is(err, twin.ErrUnknownTool) && !errors.Is(err, twin.ErrNoAnswer) {
+					return fmt.Errorf("self-check %s call %d (%s): %w", pt.id, c.idx, c.tool, err)
+				}
+				r.noAnswer = true
+				r.miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()}
+			} else {
+				r.fidelity = res.Fidelity
+				r.knownTwin = res.Rung == twin.RungTwin
+				r.agree = twin.AnswersAgree(res.Content, c.text)
+				if !r.agree {
+					r.miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
+				}
+			}
+			results[i] = append(results[i], r)
+		}
+	}
+	return nil
+}
+
 // lookupKey is the key a lookup's recorded answer names (a bare or quoted string).
 func lookupKey(c *call) (string, bool) {
 	if !c.success {
@@ -228,10 +299,6 @@ func lookupKey(c *call) (string, bool) {
 	}
 	if s, ok := c.val.(string); ok && c.isJSON {
 		return s, true
-	}
-	if o, ok := c.val.(*twin.Object); ok && c.isJSON {
-		_ = o
-		return "", false
 	}
 	if !c.isJSON {
 		return c.text, true
