@@ -38,13 +38,8 @@ func writeLit(b *strings.Builder, v any, indent string, multi bool) {
 		case "-Infinity":
 			b.WriteString(`float("-inf")`)
 		default:
-			s := string(x)
-			if x.IsFloat() && !strings.ContainsAny(s, ".") {
-				// 1e5 is a float in JSON and in Starlark alike; keep it.
-				b.WriteString(s)
-			} else {
-				b.WriteString(s)
-			}
+			// JSON number spellings are Starlark literals of the same type (1200.0 and 1e5 are floats).
+			b.WriteString(string(x))
 		}
 	case []any:
 		if len(x) == 0 {

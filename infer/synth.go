@@ -3,7 +3,6 @@ package infer
 import (
 	"fmt"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -539,14 +538,4 @@ func (m *model) synthPure(ti *toolInfo) bool {
 		return true
 	}
 	return false
-}
-
-// sortCalls orders calls by trace then position.
-func sortCalls(cs []*call) {
-	sort.SliceStable(cs, func(i, j int) bool {
-		if cs[i].trace != cs[j].trace {
-			return cs[i].trace < cs[j].trace
-		}
-		return cs[i].idx < cs[j].idx
-	})
 }

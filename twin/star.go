@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -731,11 +730,4 @@ func (c *calcParser) atom() (starlark.Value, error) {
 		return nil, fmt.Errorf("bad number %q", lit)
 	}
 	return starlark.Float(f), nil
-}
-
-// sortedStrings returns the sorted copy of keys.
-func sortedStrings(keys []string) []string {
-	out := append([]string(nil), keys...)
-	sort.Strings(out)
-	return out
 }
