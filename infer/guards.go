@@ -185,6 +185,9 @@ func (p loopSub) code() string {
 	return cond
 }
 
+// maxGuardCandidates bounds the conditions tried per kind of error answer.
+const maxGuardCandidates = 2000
+
 type guard struct {
 	pred pexpr
 	text []part
@@ -341,7 +344,11 @@ func (m *model) learnGuards(ti *toolInfo, succ, fails []wex, ctxFn func(wex) *ec
 		var best pexpr
 		bestScore := -1
 		words := textWords(g[0].c.text)
-		for _, p := range m.guardCandidates(gctx[0], sctx) {
+		cands := m.guardCandidates(gctx[0], sctx)
+		if len(cands) > maxGuardCandidates {
+			cands = cands[:maxGuardCandidates]
+		}
+		for _, p := range cands {
 			if holds(p, gctx, true) && holds(p, sctx, false) {
 				if sc := overlap(words, predWords(p)); sc > bestScore {
 					best, bestScore = p, sc

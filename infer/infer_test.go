@@ -317,3 +317,24 @@ func TestSelfCheckFolds(t *testing.T) {
 		t.Fatalf("report after AddSelfCheck: %d tools with agreement, headline %q", n, rep.Headline)
 	}
 }
+
+func TestBuildEmpty(t *testing.T) {
+	b, rep, err := Build(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Tools) != 0 || rep.NCalls != 0 {
+		t.Fatalf("empty build: %d tools, %d calls", len(b.Tools), rep.NCalls)
+	}
+	rt, err := twin.NewRuntime(b, twin.RuntimeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, rc, err := rt.Open(twin.SessionSpec{SeedInstructions: "2 orders"})
+	if err != nil || rc.Seeded || rc.Note == nil {
+		t.Fatalf("seeding an empty world: %+v, %v", rc, err)
+	}
+	if _, err := s.Call(context.Background(), "anything", json.RawMessage(`{}`)); !errors.Is(err, twin.ErrUnknownTool) {
+		t.Fatalf("call on an empty twin: %v", err)
+	}
+}

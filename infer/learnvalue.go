@@ -288,6 +288,9 @@ func (m *model) subKeyExprs(c *ectx) []vexpr {
 func (m *model) numeric(targets []any, ctxs []*ectx) (vexpr, bool) {
 	c0 := ctxs[0]
 	atoms := m.numericAtoms(c0)
+	if len(atoms) > maxAtoms {
+		atoms = atoms[:maxAtoms]
+	}
 	tryForms := func(x vexpr) (vexpr, bool) {
 		for _, e := range []vexpr{x, numE{op: "neg", a: x}, numE{op: "abs", a: x}, numE{op: "round2", a: x},
 			numE{op: "abs", a: numE{op: "round2", a: x}}} {
@@ -316,6 +319,10 @@ func (m *model) numeric(targets []any, ctxs []*ectx) (vexpr, bool) {
 	}
 	return nil, false
 }
+
+// maxAtoms bounds the numbers arithmetic is searched over (pairs are tried, so the
+// search grows with its square).
+const maxAtoms = 64
 
 // numericAtoms lists number-valued expressions in a context.
 func (m *model) numericAtoms(c *ectx) []vexpr {
