@@ -311,6 +311,11 @@ func TestSeeding(t *testing.T) {
 	if err != nil || rc4.Seeded || rc4.Note == nil || rc4.WorldHash != rt.BaseHash() {
 		t.Fatalf("bad instructions: %+v, %v", rc4, err)
 	}
+	// "for <key>" names the one table an account refers to.
+	_, rc6, err := rt.Open(SessionSpec{Seed: 2, SeedInstructions: "an account for Ann with balance 3"})
+	if err != nil || !rc6.Seeded || len(rc6.Pinned["accounts"]) != 1 || rc6.Pinned["users"][0] != "Ann" {
+		t.Fatalf("for <key>: %+v, %v", rc6, err)
+	}
 	// A scenario is named instructions.
 	s5, rc5, err := rt.Open(SessionSpec{Scenario: "rich"})
 	if err != nil || !rc5.Seeded || rc5.Scenario == nil || *rc5.Scenario != "rich" || rc5.SeedInstructions != "account acc_01 with balance 1000000" {

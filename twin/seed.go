@@ -158,15 +158,26 @@ func (sd *seeder) clause(c string) error {
 			if i < len(toks) && strings.EqualFold(toks[i], "to") {
 				i++
 			}
-			if i+1 >= len(toks) {
+			if i >= len(toks) {
 				return fmt.Errorf("'for' needs an entity and a key")
 			}
-			pt, ok := sd.tableFor(toks[i])
-			if !ok {
+			if pt, ok := sd.tableFor(toks[i]); ok && i+1 < len(toks) {
+				parent, parentKey = pt, unquote(toks[i+1])
+				i += 2
+				break
+			}
+			// "for <key>": the one table this entity refers to.
+			var refs []Ref
+			for _, r := range t.def.Refs {
+				if !r.Many {
+					refs = append(refs, r)
+				}
+			}
+			if len(refs) != 1 {
 				return fmt.Errorf("%q is not an entity of this environment", toks[i])
 			}
-			parent, parentKey = pt, unquote(toks[i+1])
-			i += 2
+			parent, parentKey = sd.s.rt.tables[refs[0].Table], unquote(toks[i])
+			i++
 		case "with", "and", "where":
 			i++
 			var err error
