@@ -1,3 +1,4 @@
+// Package twin runs a bundle: the immutable base world, copy-on-write sessions, seeding, hashing and the rung ladder.
 package twin
 
 import (
