@@ -96,6 +96,7 @@ type Twin struct {
 	Binary     string        `koanf:"binary"`
 	Owner      string        `koanf:"owner"`
 	DockerHost string        `koanf:"docker_host"`
+	Network    string        `koanf:"docker_network"`
 	Wait       time.Duration `koanf:"wait"`
 }
 
@@ -163,6 +164,7 @@ func Keys() []Key {
 		{"twin.binary", "", "doppel binary the process driver launches; empty: this executable"},
 		{"twin.owner", "doppel", "names this deployment's twins (container label dev.doppel.owner); the reaper removes only its own"},
 		{"twin.docker_host", "", "Docker engine address for twin.driver=docker; empty: DOCKER_HOST or the local socket"},
+		{"twin.docker_network", "", "Docker network twins join, for a worker that itself runs in a container on it; empty: ports published on loopback"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},

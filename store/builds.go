@@ -86,3 +86,17 @@ func UpdateBuild(ctx context.Context, db bun.IDB, b *schema.Build, columns ...st
 	}
 	return nil
 }
+
+// EnvsNeedingBuild returns the ids of environments holding a batch of new traces that no build was queued after:
+// traces whose rebuild was never scheduled (a process that died between the batch's commit and the scheduling).
+func EnvsNeedingBuild(ctx context.Context, db bun.IDB) ([]string, error) {
+	var ids []string
+	err := db.NewSelect().Model((*schema.Environment)(nil)).Column("id").
+		Where("EXISTS (SELECT 1 FROM trace_batches AS tb WHERE tb.env_id = environment.id AND tb.n_traces > 0 "+
+			"AND NOT EXISTS (SELECT 1 FROM builds AS b WHERE b.env_id = environment.id AND b.created_at >= tb.created_at))").
+		Order("id").Scan(ctx, &ids)
+	if err != nil {
+		return nil, wrap(err, "environments needing a build")
+	}
+	return ids, nil
+}

@@ -72,6 +72,9 @@ func runDev(ctx context.Context, e env) error {
 	if err := startReaper(ctx, st); err != nil {
 		return err
 	}
+	if err := scheduleMissedBuilds(ctx, st); err != nil {
+		return fmt.Errorf("schedule missed rebuilds: %w", err)
+	}
 
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
@@ -169,6 +172,9 @@ func runWorker(ctx context.Context, e env) error {
 	if err := startReaper(ctx, st); err != nil {
 		return err
 	}
+	if err := scheduleMissedBuilds(ctx, st); err != nil {
+		return fmt.Errorf("schedule missed rebuilds: %w", err)
+	}
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
 	<-ctx.Done()
 	return nil
@@ -205,6 +211,23 @@ func twinDirectory(st *stack) *workflows.TwinDirectory {
 // sessionWorkflows starts session opens and the reaper.
 func sessionWorkflows(st *stack) *workflows.Sessions {
 	return &workflows.Sessions{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, TwinWait: st.cfg.Twin.Wait}
+}
+
+// scheduleMissedBuilds schedules the rebuild of every environment holding traces no build was queued after: a
+// process that died between committing a batch and scheduling its rebuild leaves such traces behind.
+func scheduleMissedBuilds(ctx context.Context, st *stack) error {
+	ids, err := store.EnvsNeedingBuild(ctx, st.db)
+	if err != nil {
+		return err
+	}
+	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	for _, id := range ids {
+		if err := starter.ScheduleBuild(ctx, id); err != nil {
+			return err
+		}
+		st.log.Info("scheduled a rebuild missed before a restart", "env", id)
+	}
+	return nil
 }
 
 // startReaper makes sure the idle-session reaper runs (one per namespace; starting it again is a no-op).

@@ -141,7 +141,7 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 		}
 		st.onClose(c.Close)
 		d, err := driver.NewDocker(driver.DockerOptions{Client: c, Host: cfg.Twin.DockerHost, Image: cfg.Twin.Image,
-			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger})
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Env: modelEnv(cfg)})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver docker: %w", err)
 		}
@@ -169,10 +169,20 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 			bin = exe
 		}
 		d, err := driver.NewProcess(driver.ProcessOptions{Binary: bin, StateDir: filepath.Join(cfg.DataDir, "twins"),
-			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger})
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Env: append(os.Environ(), modelEnv(cfg)...)})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver process: %w", err)
 		}
 		return d, nil
 	}
+}
+
+// modelEnv passes the model settings to twins (containers inherit nothing; child processes would miss settings
+// given by file or flag), so their simulate rung reaches the same model.
+func modelEnv(cfg *config.Config) []string {
+	if cfg.Model.BaseURL == "" {
+		return nil
+	}
+	return []string{"DOPPEL_MODEL_BASE_URL=" + cfg.Model.BaseURL, "DOPPEL_MODEL_API_KEY=" + cfg.Model.APIKey,
+		"DOPPEL_MODEL_NAME=" + cfg.Model.Name, "DOPPEL_MODEL_TIMEOUT=" + cfg.Model.Timeout.String()}
 }

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/trace"
+)
+
+// seedUnscheduledBatch stores tau-retail's traces in a fresh data dir the way collect does, but without scheduling
+// a rebuild: the state a process leaves when it dies between the batch's commit and the scheduling.
+func seedUnscheduledBatch(t *testing.T, dir, key string) trace.Batch {
+	t.Helper()
+	ctx := context.Background()
+	data, err := os.ReadFile("../../../shared/data/tau-retail-dev.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := ingest.Decode(data, ingest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := schema.Open(ctx, schema.Options{Driver: schema.DriverSQLite, DSN: "file:" + filepath.Join(dir, "doppel.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := store.Bootstrap(ctx, db, store.BootstrapOptions{Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := blob.NewLocal(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := ingest.EncodeBlob(&parsed.Batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bkey := blob.ContentKey("batches/"+ws.ID, enc)
+	if err := blobs.Put(ctx, bkey, bytes.NewReader(enc), int64(len(enc)), "application/gzip"); err != nil {
+		t.Fatal(err)
+	}
+	env, err := store.UpsertEnvByProject(ctx, db, ws.ID, parsed.Batch.Project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.InsertTraceBatch(ctx, db, &schema.TraceBatch{EnvID: env.ID, BlobKey: bkey, Bytes: int64(len(data))}, parsed.TraceIDs()); err != nil {
+		t.Fatal(err)
+	}
+	return parsed.Batch
+}
+
+// TestE2ESessions: a batch whose rebuild was never scheduled is built once the stack starts; then the tool plane
+// works end to end on a real process-driver twin: wake, open, calls that replay a real trace, the session read
+// and transcript, close with the token revoked at once.
+func TestE2ESessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: starts the whole dev stack")
+	}
+	dir := t.TempDir()
+	m, err := cred.Mint(cred.KindWorkspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := seedUnscheduledBatch(t, dir, m.Plaintext)
+	s := startE2EStack(t, dir, m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), e2eFreeAddr(t))
+	const slug = "tau2-retail"
+
+	e2ePoll(t, 10*time.Minute, time.Second, "the missed rebuild", func() (bool, string) {
+		var env struct {
+			Status string `json:"status"`
+		}
+		s.call(t, http.MethodGet, "/v1/envs/"+slug, nil, "", http.StatusOK, &env)
+		return env.Status == "ready", env.Status + " " + s.e2eBuildsState(slug)
+	})
+
+	e2ePoll(t, 2*time.Minute, 100*time.Millisecond, "wake", func() (bool, string) {
+		st, body := s.try(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, "")
+		if st != http.StatusOK && st != http.StatusAccepted {
+			t.Fatalf("wake: %d %s", st, body)
+		}
+		return st == http.StatusOK, string(body)
+	})
+	var env struct {
+		TwinState string `json:"twin_state"`
+	}
+	s.call(t, http.MethodGet, "/v1/envs/"+slug, nil, "", http.StatusOK, &env)
+	if env.TwinState != "ready" {
+		t.Errorf("twin_state after wake = %q, want ready", env.TwinState)
+	}
+
+	type opened struct {
+		SessionToken string `json:"session_token"`
+		WorldHash    string `json:"world_hash"`
+		SessionID    string `json:"sessionId"`
+		Token        string `json:"token"`
+		Receipts     struct {
+			Seed      int64  `json:"seed"`
+			WorldHash string `json:"worldHash"`
+		} `json:"receipts"`
+	}
+	open := func() opened {
+		var o opened
+		s.call(t, http.MethodPost, "/v1/envs/"+slug+"/sessions", strings.NewReader(`{"seed": 7, "recordOutputs": true}`),
+			"application/json", http.StatusCreated, &o)
+		if !strings.HasPrefix(o.Token, "ms_") || o.Token != o.SessionToken || o.WorldHash != o.Receipts.WorldHash || o.Receipts.Seed != 7 {
+			t.Fatalf("open answer = %+v", o)
+		}
+		return o
+	}
+	a, b := open(), open()
+	if a.WorldHash != b.WorldHash {
+		t.Errorf("same seed, different worlds: %s vs %s", a.WorldHash, b.WorldHash)
+	}
+
+	// Replay the first trace's calls in session a and compare with the recorded answers.
+	var calls []trace.Call
+	for _, tr := range batch.Traces {
+		if calls = trace.Calls(tr); len(calls) >= 4 {
+			break
+		}
+	}
+	agree := 0
+	for _, c := range calls {
+		body, _ := json.Marshal(map[string]any{"name": c.Tool, "arguments": json.RawMessage(c.RawArgs), "requestor": "assistant"})
+		st, data := s.try(http.MethodPost, "/v1/sessions/"+a.SessionID+"/call", a.Token, bytes.NewReader(body), "application/json")
+		if st != http.StatusOK {
+			t.Fatalf("call %s: %d %s", c.Tool, st, data)
+		}
+		var res struct {
+			Content, Fidelity, Rung, CallID string
+			Error                           bool
+		}
+		if err := json.Unmarshal(data, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.Fidelity == "" || res.Rung == "" {
+			t.Errorf("call %s: no fidelity or rung: %s", c.Tool, data)
+		}
+		if sameAnswer(res.Content, c.Result) {
+			agree++
+		}
+	}
+	t.Logf("replayed %d calls of one trace in a session: %d answered exactly as recorded", len(calls), agree)
+	if agree == 0 {
+		t.Errorf("none of %d replayed calls matched its recording", len(calls))
+	}
+
+	// Session b is isolated: a's token cannot reach it.
+	if st, body := s.try(http.MethodGet, "/v1/sessions/"+b.SessionID, a.Token, nil, ""); st != http.StatusNotFound {
+		t.Errorf("a's token on b: %d %s, want 404", st, body)
+	}
+	var read struct {
+		NCalls    int            `json:"n_calls"`
+		StateHash string         `json:"state_hash"`
+		Fidelity  map[string]int `json:"fidelity"`
+	}
+	s.call(t, http.MethodGet, "/v1/sessions/"+a.SessionID, nil, "", http.StatusOK, &read)
+	if read.NCalls != len(calls) || !strings.HasPrefix(read.StateHash, "sha256:") {
+		t.Errorf("session read = %+v, want %d calls", read, len(calls))
+	}
+	transcript := s.call(t, http.MethodGet, "/v1/sessions/"+a.SessionID+"/transcript", nil, "", http.StatusOK, nil)
+	if !strings.Contains(string(transcript), calls[0].Tool) {
+		t.Errorf("transcript lacks %s: %s", calls[0].Tool, transcript)
+	}
+
+	var del struct {
+		Existed bool `json:"existed"`
+	}
+	st, data := s.try(http.MethodDelete, "/v1/sessions/"+a.SessionID, a.Token, nil, "")
+	if st != http.StatusOK || json.Unmarshal(data, &del) != nil || !del.Existed {
+		t.Fatalf("delete: %d %s", st, data)
+	}
+	if st, body := s.try(http.MethodPost, "/v1/sessions/"+a.SessionID+"/call", a.Token, strings.NewReader(`{"name":"x","arguments":{}}`), "application/json"); st != http.StatusUnauthorized {
+		t.Errorf("closed session's token: %d %s, want 401", st, body)
+	}
+}
+
+// sameAnswer is the fidelity comparison: JSON-equal when both parse as JSON, else text-equal.
+func sameAnswer(got, want string) bool {
+	var g, w any
+	if json.Unmarshal([]byte(got), &g) == nil && json.Unmarshal([]byte(want), &w) == nil {
+		gb, _ := json.Marshal(g)
+		wb, _ := json.Marshal(w)
+		return bytes.Equal(gb, wb)
+	}
+	return got == want
+}
