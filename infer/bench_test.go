@@ -104,21 +104,25 @@ func benchBuild(b *testing.B, n int) {
 	}
 	b.ResetTimer()
 	var peak uint64
+	size := 0
 	for i := 0; i < b.N; i++ {
 		p := peakHeap(func() {
 			bundle, _, err := Build(traces, Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := bundle.Marshal(); err != nil {
+			data, err := bundle.Marshal()
+			if err != nil {
 				b.Fatal(err)
 			}
+			size = len(data)
 		})
 		peak = max(peak, p)
 	}
 	b.ReportMetric(float64(b.Elapsed().Seconds())/float64(b.N), "s/build")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 	b.ReportMetric(float64(calls), "calls")
+	b.ReportMetric(float64(size)/(1<<20), "bundle-MB")
 }
 
 // BenchmarkBuild1k and BenchmarkBuild10k build (and marshal) bundles from 1,000
