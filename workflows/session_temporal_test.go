@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
@@ -28,10 +28,7 @@ import (
 // session and twin activities over the inproc driver: the open wakes a cold twin through TwinDirectory, a second
 // open is warm, RunningTwins lists the twin, and an open after the twin died finds it restarted.
 func TestSessionOpenOnRealTemporal(t *testing.T) {
-	addr := os.Getenv("DOPPEL_TEST_TEMPORAL")
-	if addr == "" {
-		t.Skip("DOPPEL_TEST_TEMPORAL not set: no Temporal frontend")
-	}
+	addr := testenv.Temporal(t)
 	ctx := context.Background()
 	db := schematest.Open(t, schema.DriverSQLite)
 	blobs, err := blob.NewLocal(t.TempDir())

@@ -31,3 +31,7 @@ func S3(t testing.TB) string { return lookup(t, "DOPPEL_TEST_S3", "MinIO/S3") }
 
 // Docker returns the Docker host to use (DOPPEL_TEST_DOCKER, e.g. unix:///var/run/docker.sock), or skips.
 func Docker(t testing.TB) string { return lookup(t, "DOPPEL_TEST_DOCKER", "Docker") }
+
+// Temporal returns the host:port of a real Temporal frontend (DOPPEL_TEST_TEMPORAL, e.g. the dev server of a
+// running `doppel dev`), or skips. Tests must use task queues and workflow ids of their own.
+func Temporal(t testing.TB) string { return lookup(t, "DOPPEL_TEST_TEMPORAL", "Temporal") }
