@@ -87,7 +87,32 @@ func (s *shape) add(v any) {
 }
 
 // schema renders the accumulated shape as a JSON Schema (as an ordered object).
-func (s *shape) schema() *twin.Object {
+func (s *shape) schema() *twin.Object { return s.schemaNamed("") }
+
+// enumNameStop are words in a property name that say its values are open-ended.
+var enumNameStop = []string{"id", "name", "email", "phone", "address", "zip", "code", "number", "date", "time", "summary", "thought", "description", "text", "note", "comment"}
+
+// enumWorthy reports whether the values seen look like a small closed set.
+func (s *shape) enumWorthy(name string, vals []string) bool {
+	if len(vals) < 2 || len(vals) > 4 || s.n < 5*len(vals) || idLike(vals) {
+		return false
+	}
+	for _, v := range vals {
+		if s.strs[v] < 2 || len(v) > 32 {
+			return false
+		}
+	}
+	for _, w := range nameWords(name) {
+		for _, stop := range enumNameStop {
+			if w == stop {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *shape) schemaNamed(name string) *twin.Object {
 	o := twin.NewObject(6)
 	var types []string
 	for t := range s.types {
@@ -113,7 +138,7 @@ func (s *shape) schema() *twin.Object {
 		props := twin.NewObject(len(s.order))
 		var req []any
 		for _, k := range s.order {
-			props.Set(k, s.props[k].schema())
+			props.Set(k, s.props[k].schemaNamed(k))
 			if s.present[k] == s.types["object"] {
 				req = append(req, k)
 			}
@@ -126,7 +151,7 @@ func (s *shape) schema() *twin.Object {
 		o.Set("properties", twin.NewObject(0))
 	}
 	if s.items != nil {
-		o.Set("items", s.items.schema())
+		o.Set("items", s.items.schemaNamed(name))
 	}
 	if s.types["string"] > 0 && s.types["string"] == s.n && !s.strOver {
 		vals := make([]string, 0, len(s.strs))
@@ -134,7 +159,7 @@ func (s *shape) schema() *twin.Object {
 			vals = append(vals, v)
 		}
 		sort.Strings(vals)
-		if len(vals) >= 2 && len(vals) <= 6 && s.n >= 2*len(vals) && s.n >= 4 && !idLike(vals) {
+		if s.enumWorthy(name, vals) {
 			l := make([]any, len(vals))
 			for i, v := range vals {
 				l[i] = v
@@ -256,7 +281,7 @@ func patternOf(vals []string) string {
 			default:
 				re = `[A-Za-z0-9]`
 			}
-			if len(toks) > 0 && toks[len(toks)-1].re == re && len(re) > 2 {
+			if len(toks) > 0 && toks[len(toks)-1].re == re && (re == `\d` || strings.HasPrefix(re, "[")) {
 				toks[len(toks)-1].cnt++
 			} else {
 				toks = append(toks, tok{re, 1})
