@@ -75,6 +75,36 @@ func SessionGone(s *schema.Session) error {
 // Authenticator resolves bearer credentials against the metadata database.
 type Authenticator struct {
 	DB *bun.DB
+	// Tokens, when set, resolves session tokens (a short-lived cache in front of the database on the call hot
+	// path: SessionTokens). Without it every session route reads the session and its workspace.
+	Tokens TokenResolver
+}
+
+// TokenResolver answers the session and workspace of a session token, whatever the session's status; an unknown
+// token is store.ErrNotFound. The returned values are shared: callers must not change them.
+type TokenResolver interface {
+	Resolve(ctx context.Context, token string) (*schema.Session, *schema.Workspace, error)
+}
+
+// resolveToken reads a session token through Tokens when set, else from the database; the session is a copy.
+func (a *Authenticator) resolveToken(ctx context.Context, db *bun.DB, tok string) (*schema.Session, *schema.Workspace, error) {
+	if a.Tokens != nil {
+		s, ws, err := a.Tokens.Resolve(ctx, tok)
+		if err != nil {
+			return nil, nil, err
+		}
+		sc := *s
+		return &sc, ws, nil
+	}
+	s, err := store.SessionByToken(ctx, db, tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := store.GetWorkspace(ctx, db, s.WorkspaceID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, ws, nil
 }
 
 func credential(authorization string) (string, error) {
@@ -151,7 +181,7 @@ func (a *Authenticator) Session(ctx context.Context, authorization, sessionID st
 	}
 	switch cred.KindOf(tok) {
 	case cred.KindSession:
-		s, err := store.SessionByToken(ctx, db, tok)
+		s, ws, err := a.resolveToken(ctx, db, tok)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, Unauthorized("invalid session token")
 		}
@@ -166,10 +196,6 @@ func (a *Authenticator) Session(ctx context.Context, authorization, sessionID st
 		}
 		if s.Status == schema.SessionExpired {
 			return nil, NotFound("session %s expired", sessionID)
-		}
-		ws, err := store.GetWorkspace(ctx, db, s.WorkspaceID)
-		if err != nil {
-			return nil, err
 		}
 		if err := checkAccess(ws); err != nil {
 			return nil, err

@@ -91,6 +91,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 	if sr.Tokens == nil {
 		sr.Tokens = &SessionTokens{DB: d.DB}
 	}
+	d.Auth.Tokens = sr.Tokens
 	registerTools(a, d.DB, sr.Bundles)
 
 	huma.Register(a, huma.Operation{
