@@ -329,3 +329,22 @@ func header(lines ...string) string {
 	}
 	return b.String()
 }
+
+// starKeywords are Starlark's keywords and reserved words.
+var starKeywords = set("and", "break", "continue", "def", "elif", "else", "for", "if", "in", "lambda", "load", "not",
+	"or", "pass", "return", "while", "as", "assert", "async", "await", "class", "del", "except", "finally", "from",
+	"global", "import", "is", "nonlocal", "raise", "try", "with", "yield", "True", "False", "None")
+
+// funcName is the name a handler's function gets: the tool's own when it is a plain
+// identifier that shadows nothing the handler uses, else "handle".
+func funcName(tool string) string {
+	if tool == "" || starKeywords[tool] || twin.IsPredeclared(tool) || tool == "args" {
+		return "handle"
+	}
+	for i, r := range tool {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return "handle"
+		}
+	}
+	return tool
+}

@@ -338,3 +338,26 @@ func TestBuildEmpty(t *testing.T) {
 		t.Fatalf("call on an empty twin: %v", err)
 	}
 }
+
+// TestOddToolNames: tools named like keywords, builtins or with punctuation still get handlers.
+func TestOddToolNames(t *testing.T) {
+	var calls [][3]string
+	for _, n := range []string{"get-item", "round", "pass", "orders.list", "error", "2fa"} {
+		calls = append(calls, [3]string{n, `{"x": 1}`, `fixed`}, [3]string{n, `{"x": 2}`, `fixed`})
+	}
+	b, _, err := Build([]trace.Trace{fakeTrace("t", calls...)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := twin.NewRuntime(b, twin.RuntimeOptions{})
+	if err != nil {
+		t.Fatalf("handlers for odd names do not load: %v", err)
+	}
+	s, _, _ := rt.Open(twin.SessionSpec{})
+	for _, tl := range b.Tools {
+		res, err := s.Call(context.Background(), tl.Name, json.RawMessage(`{"x": 3}`))
+		if err != nil || res.Content != "fixed" || res.Rung != twin.RungTwin {
+			t.Errorf("%s: %+v, %v", tl.Name, res, err)
+		}
+	}
+}

@@ -108,7 +108,7 @@ func (m *model) synthRead(ti *toolInfo) {
 	b.WriteString(header(
 		fmt.Sprintf("%s answers one %s row by its key %q.", ti.name, t.name, t.keyField),
 		fmt.Sprintf("Learned from %d recorded answers.", len(successes(ti)))))
-	fmt.Fprintf(&b, "def %s(args):\n", ti.name)
+	fmt.Fprintf(&b, "def %s(args):\n", funcName(ti.name))
 	fmt.Fprintf(&b, "    key = args.get(%q)\n", ti.keyArg)
 	fmt.Fprintf(&b, "    row = world.get(%q, key)\n", t.name)
 	b.WriteString("    if row == None:\n")
@@ -307,7 +307,7 @@ func (m *model) synthLookup(ti *toolInfo) bool {
 	b.WriteString(header(
 		fmt.Sprintf("%s finds a %s row by %s.", ti.name, tableName, strings.Join(argNames, ", ")),
 		fmt.Sprintf("Learned from %d recorded answers.", len(succ))))
-	fmt.Fprintf(&b, "def %s(args):\n", ti.name)
+	fmt.Fprintf(&b, "def %s(args):\n", funcName(ti.name))
 	b.WriteString("    criteria = {\n")
 	var folds []string
 	for _, a := range argNames {
@@ -400,7 +400,7 @@ func (m *model) synthConstant(ti *toolInfo) bool {
 	}
 	var b strings.Builder
 	b.WriteString(header(fmt.Sprintf("%s always answered the same in %d recorded calls.", ti.name, len(answered))))
-	fmt.Fprintf(&b, "def %s(args):\n    return %s\n", ti.name, ret)
+	fmt.Fprintf(&b, "def %s(args):\n    return %s\n", funcName(ti.name), ret)
 	ti.source = b.String()
 	return true
 }
@@ -445,7 +445,7 @@ func (m *model) synthTemplate(ti *toolInfo) bool {
 		b.WriteString(header("It is a write, but the recordings do not show what it changes; this handler changes nothing."))
 		ti.notes = append(ti.notes, "write whose effect on the world the recordings do not show: the twin answers but changes nothing")
 	}
-	fmt.Fprintf(&b, "def %s(args):\n    return %s\n", ti.name, templateExpr(ps))
+	fmt.Fprintf(&b, "def %s(args):\n    return %s\n", funcName(ti.name), templateExpr(ps))
 	ti.source = b.String()
 	return true
 }
@@ -530,7 +530,7 @@ func (m *model) synthPure(ti *toolInfo) bool {
 		ti.kind = twin.KindPure
 		var b strings.Builder
 		b.WriteString(header(fmt.Sprintf("%s is arithmetic over its %q argument (%d recorded answers agree).", ti.name, arg, len(succ))))
-		fmt.Fprintf(&b, "def %s(args):\n", ti.name)
+		fmt.Fprintf(&b, "def %s(args):\n", funcName(ti.name))
 		fmt.Fprintf(&b, "    v = calc(args.get(%q, \"\"))\n", arg)
 		b.WriteString("    if type(v) not in (\"int\", \"float\"):\n        return decline(\"not an arithmetic expression\")\n")
 		fmt.Fprintf(&b, "    return %s\n", fm.code)

@@ -352,7 +352,7 @@ func (m *model) synthWrite(ti *toolInfo) {
 	b.WriteString(header(
 		fmt.Sprintf("%s changes one %s row, named by argument %q.", ti.name, t.name, ti.keyArg),
 		fmt.Sprintf("Learned from %d successful calls and %d error answers (rows before and after each).", len(succ), len(fails))))
-	fmt.Fprintf(&b, "def %s(args):\n", ti.name)
+	fmt.Fprintf(&b, "def %s(args):\n", funcName(ti.name))
 	fmt.Fprintf(&b, "    key = args.get(%q)\n", ti.keyArg)
 	fmt.Fprintf(&b, "    row = world.get(%q, key)\n", t.name)
 	b.WriteString("    if row == None:\n")

@@ -199,6 +199,16 @@ func predeclared() starlark.StringDict {
 	}
 }
 
+// IsPredeclared reports whether a name is one handlers see predeclared (world, error,
+// round, ...) or a Starlark built-in (len, sorted, ...): a handler named so would shadow it.
+func IsPredeclared(name string) bool {
+	if _, ok := starlark.Universe[name]; ok {
+		return true
+	}
+	_, ok := predeclared()[name]
+	return ok
+}
+
 // HandlerAPI documents what a handler (synthesized or provided) may call. A
 // handler is a Starlark function named after its tool (or handle) taking the
 // arguments dict and returning the answer: a dict, list, string or number
