@@ -345,6 +345,9 @@ func pathsWithValue(row *twin.Object, s string) (map[string]bool, map[string]boo
 	var walk func(prefix string, o *twin.Object)
 	walk = func(prefix string, o *twin.Object) {
 		for i, k := range o.Keys {
+			if strings.Contains(k, ".") {
+				continue // a dotted path cannot name this field
+			}
 			p := k
 			if prefix != "" {
 				p = prefix + "." + k
