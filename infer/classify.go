@@ -66,7 +66,8 @@ var writeVerbs = set("cancel", "modify", "update", "book", "create", "add", "del
 	"reserve", "purchase", "buy", "make", "mark", "save", "store", "write", "append", "archive", "restore",
 	"confirm", "claim", "redeem", "activate", "deactivate", "toggle", "start", "stop", "complete", "finish",
 	"open", "accept", "decline", "withdraw", "deposit", "link", "unlink", "upsert", "replace", "swap", "merge",
-	"split", "void", "credit", "debit", "ship", "deliver", "dispatch", "order", "subscribe", "unsubscribe")
+	"split", "void", "credit", "debit", "ship", "deliver", "dispatch", "order", "subscribe", "unsubscribe",
+	"restock", "refill", "topup", "enroll", "invite", "block", "unblock", "pause", "resume", "rebook", "upgrade")
 
 func set(xs ...string) map[string]bool {
 	m := map[string]bool{}

@@ -203,7 +203,7 @@ func TestBuildOptions(t *testing.T) {
 	if gi.Description != "Get an item." || !strings.Contains(string(gi.InputSchema), "the id") || gi.Binding != twin.BindingSimulated || gi.Rung != twin.RungReplay {
 		t.Fatalf("get_item = %+v", gi)
 	}
-	if rs, ok := b.ToolByName("restock"); !ok || rs.Kind != twin.KindUnknown || rs.Rung != twin.RungSimulate {
+	if rs, ok := b.ToolByName("restock"); !ok || rs.Kind != twin.KindWrite || rs.Rung != twin.RungSimulate {
 		t.Fatalf("restock = %+v", rs)
 	}
 	rt, _ := twin.NewRuntime(b, twin.RuntimeOptions{})

@@ -48,6 +48,10 @@ func (m *model) synthesize() {
 		switch {
 		case len(ti.calls) == 0:
 			ti.kind = twin.KindUnknown
+			if ti.write {
+				ti.kind = twin.KindWrite
+				ti.notes = append(ti.notes, "a write never seen in a trace: only a model can answer it, and its answers never change the world")
+			}
 		case ti.write:
 			m.synthWrite(ti)
 		case ti.table != "":

@@ -653,6 +653,11 @@ func (s *Session) call(ctx context.Context, t *rtTool, args *Object, journaled *
 			continue
 		}
 		res := Result{Content: a.content, Error: a.isErr, Rung: rung, Fidelity: FidelityOf(rung), Downgraded: r > start}
+		if rung == RungSimulate && t.def.Kind == KindWrite {
+			// A model never changes the world: a write it answered is always marked.
+			res.Downgraded = true
+			notes = append(notes, "simulate: a write answered by the model does not change the world")
+		}
 		if len(notes) > 0 {
 			res.Note = strings.Join(notes, "; ")
 		}

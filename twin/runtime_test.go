@@ -62,6 +62,7 @@ func bankBundle() *Bundle {
 			{Name: "close_account", InputSchema: schema, Binding: BindingSimulated, Rung: RungReplay, Kind: KindWrite, Table: "accounts", KeyArg: "id"},
 			{Name: "nowhere", InputSchema: schema, Binding: BindingSimulated, Rung: RungSimulate, Kind: KindUnknown,
 				OutputSchema: json.RawMessage(`{"type":"object"}`)},
+			{Name: "wire_money", InputSchema: schema, Binding: BindingSimulated, Rung: RungSimulate, Kind: KindWrite},
 		},
 		Tables: []Table{
 			{Name: "accounts", Key: "id", KeyInRow: true, KeyShape: `\a\c\c_99`, Rows: []Row{
@@ -240,6 +241,11 @@ func TestSimulate(t *testing.T) {
 	res, err := s.Call(ctx, "deposit", json.RawMessage(`{"id": "ghost", "amount": 1}`))
 	if err != nil || res.Rung != RungSimulate || !res.Downgraded || res.Changed || s.StateHash() != h {
 		t.Fatalf("simulated write = %+v, %v", res, err)
+	}
+	// A write bound to the model starts at simulate, and is still marked.
+	res, err = s.Call(ctx, "wire_money", json.RawMessage(`{"to": "x"}`))
+	if err != nil || !res.Downgraded || res.Changed {
+		t.Fatalf("write bound to simulate = %+v, %v", res, err)
 	}
 	// An answer of the wrong type is rejected.
 	sim.reply = `[1, 2]`
