@@ -233,7 +233,7 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 	if err != nil {
 		return SelfChecked{}, err
 	}
-	stop := heartbeatEvery(ctx, 10*time.Second, "self-checking")
+	stop := heartbeat(ctx, 10*time.Second)
 	rep, err := infer.SelfCheck(traces, opts)
 	stop()
 	if err != nil {
@@ -247,26 +247,6 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 		ReportKey: key, Agreement: rep.AgreementPct, Calls: rep.Calls,
 		Headline: fmt.Sprintf("%s; self-check (leave-one-out) agreement %.1f%% of %d calls", inf.Headline, rep.AgreementPct, rep.Calls),
 	}, nil
-}
-
-// heartbeatEvery heartbeats with details until the returned stop is called, for work that reports no progress.
-func heartbeatEvery(ctx context.Context, every time.Duration, details string) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx, details)
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // ActivateBuild marks the build succeeded and makes it the environment's active build, in one transaction.

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/doppel-dev/doppel/internal/atomicfile"
 	"github.com/doppel-dev/doppel/twinrpc"
 )
 
@@ -213,7 +214,7 @@ func (p *Process) bundleFile(ctx context.Context, spec Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := writeFileAtomic(path, data); err != nil {
+	if err := atomicfile.Write(path, data); err != nil {
 		return "", fmt.Errorf("%w: cache %s: %w", ErrBundle, spec.BundleKey, err)
 	}
 	return path, nil
@@ -445,7 +446,7 @@ func (p *Process) writeRecord(r procRecord) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(p.recordPath(r.Handle.ID), b); err != nil {
+	if err := atomicfile.Write(p.recordPath(r.Handle.ID), b); err != nil {
 		return fmt.Errorf("driver: process: record %s: %w", r.Handle.ID, err)
 	}
 	return nil
@@ -495,25 +496,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	return nil
 }

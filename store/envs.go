@@ -9,39 +9,19 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/schema"
 )
 
-// maxSlug is the longest slug Slugify returns.
-const maxSlug = 63
-
-// Slugify turns a project name into its environment slug: lowercase ASCII letters and digits
-// joined by single hyphens, at most 63 characters. Names with nothing slug-able, and names
-// cut to fit, get a short hash of the full name so distinct projects keep distinct slugs.
+// Slugify turns a project name into its environment slug by ingest.Slug's rule (lowercase ASCII letters and
+// digits joined by single hyphens, at most 63 characters, a hash suffix when cut). A name with nothing slug-able
+// gets "p-" and a short hash of the name, so distinct projects keep distinct slugs.
 func Slugify(project string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(project) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			if dash && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			b.WriteRune(r)
-			dash = false
-		} else {
-			dash = true
-		}
-	}
-	s := b.String()
-	if s != "" && len(s) <= maxSlug {
+	if s := ingest.Slug(project); s != "" {
 		return s
 	}
 	sum := sha256.Sum256([]byte(project))
-	h := hex.EncodeToString(sum[:])[:10]
-	if s == "" {
-		return "p-" + h
-	}
-	return strings.TrimRight(s[:maxSlug-11], "-") + "-" + h
+	return "p-" + hex.EncodeToString(sum[:])[:10]
 }
 
 // UpsertEnvByProject returns the workspace's environment for a project, creating it

@@ -8,9 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/doppel-dev/doppel/internal/atomicfile"
 )
 
 // Loader loads the runtime a twin hosts (reads and parses its bundle).
@@ -120,7 +120,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 
 func announce(opts ServeOptions, addr string) error {
 	if opts.AddrFile != "" {
-		if err := writeFileAtomic(opts.AddrFile, []byte(addr+"\n")); err != nil {
+		if err := atomicfile.Write(opts.AddrFile, []byte(addr+"\n")); err != nil {
 			return fmt.Errorf("twinrpc: write addr file: %w", err)
 		}
 	}
@@ -131,27 +131,6 @@ func announce(opts ServeOptions, addr string) error {
 	}
 	if opts.OnListen != nil {
 		opts.OnListen(addr)
-	}
-	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
 	}
 	return nil
 }

@@ -116,23 +116,34 @@ func publicURL(cfg *config.Config, bound string) string {
 	return "http://" + bound
 }
 
+// openServer starts what `serve` and `worker` run on: the configured database (already migrated), blob store and
+// Temporal frontend. --help answers errHelp.
+func openServer(ctx context.Context, e env, name string) (*stack, error) {
+	cfg, _, err := parseConfig(e, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	st, err := startStack(ctx, cfg, newLogger(cfg, os.Stderr), false, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, st.db); err != nil {
+		_ = st.close()
+		return nil, err
+	}
+	return st, nil
+}
+
 func runServe(ctx context.Context, e env) error {
-	cfg, _, err := parseConfig(e, "serve", nil)
+	st, err := openServer(ctx, e, "serve")
 	if errors.Is(err, errHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, os.Stderr)
-	st, err := startStack(ctx, cfg, logger, false, false)
-	if err != nil {
-		return err
-	}
 	defer st.close()
-	if err := checkSchema(ctx, st.db); err != nil {
-		return err
-	}
+	cfg, logger := st.cfg, st.log
 	if cfg.BootstrapKey != "" {
 		if _, _, err := store.Bootstrap(ctx, st.db, store.BootstrapOptions{Key: cfg.BootstrapKey}); err != nil {
 			return fmt.Errorf("bootstrap workspace key: %w", err)
@@ -144,22 +155,15 @@ func runServe(ctx context.Context, e env) error {
 }
 
 func runWorker(ctx context.Context, e env) error {
-	cfg, _, err := parseConfig(e, "worker", nil)
+	st, err := openServer(ctx, e, "worker")
 	if errors.Is(err, errHelp) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	logger := newLogger(cfg, os.Stderr)
-	st, err := startStack(ctx, cfg, logger, false, false)
-	if err != nil {
-		return err
-	}
 	defer st.close()
-	if err := checkSchema(ctx, st.db); err != nil {
-		return err
-	}
+	cfg, logger := st.cfg, st.log
 	drv, err := openDriver(ctx, st)
 	if err != nil {
 		return err
