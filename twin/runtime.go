@@ -262,6 +262,9 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 	s := &Session{rt: rt, spec: spec, clock: clock, over: map[string]map[string]*Object{}}
 	rc := Receipts{Seed: spec.Seed, Pinned: map[string][]string{}, Clock: clock}
 	instr := spec.SeedInstructions
+	if spec.Scenario != "" && strings.TrimSpace(spec.SeedInstructions) != "" {
+		return nil, Receipts{}, fmt.Errorf("%w: scenario: a scenario is used instead of seed instructions, not with them", ErrBadSpec)
+	}
 	if spec.Scenario != "" {
 		sc, ok := rt.b.Scenarios[spec.Scenario]
 		if !ok {

@@ -330,6 +330,9 @@ func TestSeeding(t *testing.T) {
 	if r, _ := s5.Row("accounts", "acc_01"); !strings.Contains(string(r), `"balance":1000000`) {
 		t.Fatalf("scenario row = %s", r)
 	}
+	if _, _, err := rt.Open(SessionSpec{Scenario: "rich", SeedInstructions: "user Cy"}); !errors.Is(err, ErrBadSpec) {
+		t.Fatalf("scenario with instructions: %v", err)
+	}
 	if _, _, err := rt.Open(SessionSpec{Scenario: "poor"}); !errors.Is(err, ErrBadSpec) {
 		t.Fatalf("unknown scenario: %v", err)
 	}
