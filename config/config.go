@@ -17,6 +17,8 @@ import (
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/v2"
 	"github.com/spf13/pflag"
+
+	"github.com/doppel-dev/doppel/cred"
 )
 
 // Config is the whole of doppel's configuration, read once at start and passed down.
@@ -332,8 +334,12 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
 	}
-	if c.BootstrapKey != "" && (!strings.HasPrefix(c.BootstrapKey, "mk_live_") || len(c.BootstrapKey) < len("mk_live_")+16) {
-		bad("bootstrap_key", "must start with mk_live_ and carry at least 16 more characters")
+	if c.BootstrapKey != "" {
+		if k, err := cred.Parse(c.BootstrapKey); err != nil {
+			bad("bootstrap_key", "%v", err)
+		} else if k != cred.KindWorkspace {
+			bad("bootstrap_key", "must be a workspace key (mk_live_…), not a %s credential", k)
+		}
 	}
 	oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	oneOf("log.format", c.Log.Format, "text", "json")
