@@ -324,6 +324,9 @@ func (m *model) decide(b *twin.Bundle, fits map[string]*toolFit) *Report {
 			t.Binding, t.Rung = twin.BindingProvided, twin.RungProvided
 		case t.Source != "" && (f == nil || f.tried == 0 || t.Scores.Fit >= minFit):
 			t.Binding, t.Rung = twin.BindingSynthesized, twin.RungTwin
+			if t.Kind == twin.KindWrite && f != nil && f.agreed < f.tried+f.declined {
+				t.PreferRecorded = true
+			}
 		default:
 			t.Binding, t.Rung = twin.BindingSimulated, twin.RungReplay
 			if t.Source != "" {

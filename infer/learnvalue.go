@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -286,6 +287,14 @@ func (m *model) subKeyExprs(c *ectx) []vexpr {
 // numeric searches arithmetic over numbers the context holds: sums over argument
 // lists of values found by id, differences, negation, absolute value, rounding.
 func (m *model) numeric(targets []any, ctxs []*ectx) (vexpr, bool) {
+	return m.numericWhere(targets, ctxs, nil)
+}
+
+// numericWhere is numeric keeping only expressions accept allows (nil: all).
+func (m *model) numericWhere(targets []any, ctxs []*ectx, accept func(vexpr) bool) (vexpr, bool) {
+	fits := func(e vexpr, targets []any, ctxs []*ectx) bool {
+		return fits(e, targets, ctxs) && (accept == nil || accept(e))
+	}
 	c0 := ctxs[0]
 	atoms := m.numericAtoms(c0)
 	if len(atoms) > maxAtoms {
@@ -314,6 +323,36 @@ func (m *model) numeric(targets []any, ctxs []*ectx) (vexpr, bool) {
 				if e, ok := tryForms(numE{op: op, a: a, b: b}); ok {
 					return e, true
 				}
+			}
+		}
+	}
+	// A whole-number rate times a number or a difference (a fee per unit added).
+	t0, _ := targets[0].(twin.Number)
+	scaled := func(x vexpr) (vexpr, bool) {
+		v, ok := x.eval(c0)
+		n, isNum := v.(twin.Number)
+		if !ok || !isNum || n.IsFloat() || t0.IsFloat() || n == "0" {
+			return nil, false
+		}
+		rate, ok := numDivExact(t0, n)
+		if !ok {
+			return nil, false
+		}
+		e := numE{op: "*", a: constE{v: rate}, b: x}
+		return e, fits(e, targets, ctxs)
+	}
+	for _, a := range atoms {
+		if e, ok := scaled(a); ok {
+			return e, true
+		}
+	}
+	for _, a := range atoms {
+		for _, b := range atoms {
+			if a.code() == b.code() {
+				continue
+			}
+			if e, ok := scaled(numE{op: "-", a: a, b: b}); ok {
+				return e, true
 			}
 		}
 	}
@@ -516,4 +555,18 @@ func (m *model) signChoice(targets []any, ctxs []*ectx, numeric []vexpr) (vexpr,
 		}
 	}
 	return nil, false
+}
+
+// numDivExact answers a/b when both are integers and b divides a.
+func numDivExact(a, b twin.Number) (twin.Number, bool) {
+	x, ok1 := new(big.Int).SetString(string(a), 10)
+	y, ok2 := new(big.Int).SetString(string(b), 10)
+	if !ok1 || !ok2 || y.Sign() == 0 {
+		return "", false
+	}
+	q, r := new(big.Int).QuoRem(x, y, new(big.Int))
+	if r.Sign() != 0 {
+		return "", false
+	}
+	return twin.Number(q.String()), true
 }

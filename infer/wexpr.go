@@ -255,6 +255,8 @@ func (e numE) eval(c *ectx) (any, bool) {
 
 func (e numE) code() string {
 	switch e.op {
+	case "*":
+		return paren(e.a.code()) + " * " + paren(e.b.code())
 	case "neg":
 		return "-" + paren(e.a.code())
 	case "abs":

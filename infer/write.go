@@ -164,6 +164,96 @@ func (s appendS) code(b *strings.Builder, ind string) {
 	}
 }
 
+// appendIfS appends an element when a number of it is not zero.
+type appendIfS struct {
+	path []string
+	val  objE
+	cond int // the index in val of the number that must not be zero
+}
+
+func (s appendIfS) apply(c *ectx, row *twin.Object) bool {
+	v, ok := s.val.vals[s.cond].eval(c)
+	if !ok {
+		return false
+	}
+	if n, ok := v.(twin.Number); !ok || n.Float64() == 0 {
+		return ok
+	}
+	return appendS{path: s.path, vals: []vexpr{s.val}}.apply(c, row)
+}
+
+func (s appendIfS) code(b *strings.Builder, ind string) {
+	fmt.Fprintf(b, "%sif %s != 0:\n", ind, paren(s.val.vals[s.cond].code()))
+	fmt.Fprintf(b, "%s    %s.append(%s)\n", ind, pathCode("row", s.path), s.val.code())
+}
+
+// learnAppendIf explains a list that gains one element in some calls and none in others.
+func (m *model) learnAppendIf(path []string, before, after [][]any, ctxs []*ectx) (stmt, bool) {
+	var ts []any
+	var with, without []*ectx
+	for i := range before {
+		switch len(after[i]) - len(before[i]) {
+		case 1:
+			ts = append(ts, after[i][len(before[i])])
+			with = append(with, ctxs[i])
+		case 0:
+			without = append(without, ctxs[i])
+		default:
+			return nil, false
+		}
+	}
+	if len(with) == 0 || len(without) == 0 {
+		return nil, false
+	}
+	e, ok := m.learnValue("", ts, with)
+	if !ok {
+		return nil, false
+	}
+	obj, ok := e.(objE)
+	if !ok {
+		return nil, false
+	}
+	zeroWithout := func(e vexpr) bool {
+		for _, c := range without {
+			x, ok := e.eval(c)
+			if n, isNum := x.(twin.Number); !ok || !isNum || n.Float64() != 0 {
+				return false
+			}
+		}
+		return true
+	}
+	nonzeroWith := func(e vexpr) bool {
+		for _, c := range with {
+			x, ok := e.eval(c)
+			if n, isNum := x.(twin.Number); !ok || !isNum || n.Float64() == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for k, v := range obj.vals {
+		fts := make([]any, len(ts))
+		for i, t := range ts {
+			fts[i], _ = t.(*twin.Object).Get(obj.keys[k])
+		}
+		if _, isNum := fts[0].(twin.Number); !isNum {
+			continue
+		}
+		if _, isConst := v.(constE); isConst || !zeroWithout(v) || !nonzeroWith(v) {
+			// The amount must also be zero exactly when nothing was appended (a fee per unit added).
+			nv, ok := m.numericWhere(fts, with, func(e vexpr) bool { return zeroWithout(e) && nonzeroWith(e) })
+			if !ok {
+				continue
+			}
+			vals := append([]vexpr(nil), obj.vals...)
+			vals[k] = nv
+			obj = objE{keys: obj.keys, vals: vals}
+		}
+		return appendIfS{path: path, val: obj, cond: k}, true
+	}
+	return nil, false
+}
+
 // updateS changes, for each element of an argument list, the first list element whose id field equals it.
 type updateS struct {
 	path  []string // the list in the row
@@ -615,6 +705,12 @@ func (m *model) learnList(path []string, pres []*twin.Object, targets []any, ctx
 			// One new element per old one is the rule only if each new element is made from its old one.
 			if e, ok := m.learnValue("", ts, cs); ok && strings.Contains(e.code(), "old[") {
 				return []stmt{appendEachS{path: path, val: e}}, true
+			}
+		}
+		// One element appended in some calls and none in others: appended when its amount is not zero.
+		if fixed < 0 && !each {
+			if st, ok := m.learnAppendIf(path, before, after, ctxs); ok {
+				return []stmt{st}, true
 			}
 		}
 		if fixed > 0 {

@@ -126,6 +126,10 @@ type Tool struct {
 	// key, so replay can tell recordings made from different states apart.
 	Table  string `json:"table,omitempty"`
 	KeyArg string `json:"key_arg,omitempty"`
+	// PreferRecorded: the handler does not reproduce every recording, so a recorded answer
+	// made from the very same state (same arguments, same target row) is used first; it is
+	// labelled replay.
+	PreferRecorded bool `json:"prefer_recorded,omitempty"`
 	// StringsAsJSON: string answers are JSON-quoted ("\"x\"") rather than bare text.
 	StringsAsJSON bool `json:"strings_as_json,omitempty"`
 	// Attention lists what a user should know about this tool's twin.

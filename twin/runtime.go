@@ -619,6 +619,15 @@ type answer struct {
 func (s *Session) call(ctx context.Context, t *rtTool, args *Object, journaled *string) (Result, error) {
 	var notes []string
 	start := t.start
+	if t.def.PreferRecorded && start <= rungIndex(RungTwin) {
+		if a := s.replaySameState(t, args); a != nil {
+			res := Result{Content: a.content, Error: a.isErr, Rung: RungReplay, Fidelity: FidelityReplayed,
+				Note: "a recording from this very state answered before the imperfect handler"}
+			res.Changed = s.commit(t, args, a)
+			res.StateHash = s.currentHash()
+			return res, nil
+		}
+	}
 	for r := start; r < len(Rungs()); r++ {
 		rung := Rungs()[r]
 		var a *answer
@@ -780,22 +789,31 @@ func (s *Session) targetState(t *rtTool, args *Object) string {
 	return fingerprint(r)
 }
 
+// replaySameState answers the recording made with these arguments from this very target state, if any.
+func (s *Session) replaySameState(t *rtTool, args *Object) *answer {
+	state := s.targetState(t, args)
+	if state == "" {
+		return nil
+	}
+	for _, r := range t.byArgs[string(Canonical(args))] {
+		if r.state == state {
+			a := &answer{content: r.answer, isErr: r.isErr}
+			if t.def.Kind == KindWrite && !r.isErr {
+				a.applyKey, a.apply = s.rt.rowFromAnswer(t, args, r.answer)
+			}
+			return a
+		}
+	}
+	return nil
+}
+
 func (s *Session) replay(t *rtTool, args *Object) (*answer, string) {
 	recs := t.byArgs[string(Canonical(args))]
 	if len(recs) == 0 {
 		return nil, "no recording with these arguments"
 	}
-	state := s.targetState(t, args)
-	if state != "" {
-		for _, r := range recs {
-			if r.state == state {
-				a := &answer{content: r.answer, isErr: r.isErr}
-				if t.def.Kind == KindWrite && !r.isErr {
-					a.applyKey, a.apply = s.rt.rowFromAnswer(t, args, r.answer)
-				}
-				return a, ""
-			}
-		}
+	if a := s.replaySameState(t, args); a != nil {
+		return a, ""
 	}
 	// No recording from this state: the most common recorded answer, which changes nothing,
 	// unless the write creates rows (it has no target whose state could differ).

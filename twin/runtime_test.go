@@ -463,3 +463,31 @@ func TestConcurrentSessions(t *testing.T) {
 		}
 	}
 }
+
+func TestPreferRecorded(t *testing.T) {
+	b := bankBundle()
+	row, _ := ParseJSONString(b.Tables[0].Rows[0].JSON)
+	b.Answers = append(b.Answers, `Error: deposits paused`)
+	b.Recordings = append(b.Recordings, Recording{Tool: "deposit", Args: `{"amount":1,"id":"acc_01"}`, Answer: len(b.Answers) - 1,
+		Error: true, State: Fingerprint(row.(*Object)), Trace: "t3"})
+	b.Tools[1].PreferRecorded = true
+	rt, err := NewRuntime(b, RuntimeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, rt, SessionSpec{})
+	ctx := context.Background()
+	res, err := s.Call(ctx, "deposit", json.RawMessage(`{"id": "acc_01", "amount": 1}`))
+	if err != nil || res.Rung != RungReplay || res.Content != "Error: deposits paused" || !res.Error || res.Downgraded {
+		t.Fatalf("recorded answer from the same state: %+v, %v", res, err)
+	}
+	// Other arguments (or another state) go to the handler.
+	res, err = s.Call(ctx, "deposit", json.RawMessage(`{"id": "acc_01", "amount": 2}`))
+	if err != nil || res.Rung != RungTwin || !res.Changed {
+		t.Fatalf("deposit of 2: %+v, %v", res, err)
+	}
+	res, err = s.Call(ctx, "deposit", json.RawMessage(`{"id": "acc_01", "amount": 1}`))
+	if err != nil || res.Rung != RungTwin {
+		t.Fatalf("deposit of 1 from a changed state: %+v, %v", res, err)
+	}
+}
