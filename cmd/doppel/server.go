@@ -75,6 +75,7 @@ func runDev(ctx context.Context, e env) error {
 	if err := scheduleMissedBuilds(ctx, st); err != nil {
 		return fmt.Errorf("schedule missed rebuilds: %w", err)
 	}
+	reconcileTwins(ctx, st, drv)
 
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
@@ -179,6 +180,7 @@ func runWorker(ctx context.Context, e env) error {
 	if err := scheduleMissedBuilds(ctx, st); err != nil {
 		return fmt.Errorf("schedule missed rebuilds: %w", err)
 	}
+	reconcileTwins(ctx, st, drv)
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
 	<-ctx.Done()
 	return nil
@@ -232,6 +234,21 @@ func scheduleMissedBuilds(ctx context.Context, st *stack) error {
 		st.log.Info("scheduled a rebuild missed before a restart", "env", id)
 	}
 	return nil
+}
+
+// twinStartGrace keeps twins a start in flight may still be returning from the start-up reconcile.
+const twinStartGrace = 4 * time.Minute
+
+// reconcileTwins removes twins of this deployment no TwinWorkflow holds (left by a crashed worker). Start-up goes
+// on when it fails: the TwinWorkflows reap their own environments' strays as they run.
+func reconcileTwins(ctx context.Context, st *stack, drv driver.Driver) {
+	removed, err := workflows.ReconcileTwins(ctx, st.temporal, drv, twinStartGrace)
+	if err != nil {
+		st.log.Warn("reconcile twins at start", "error", err)
+	}
+	for _, h := range removed {
+		st.log.Info("removed a twin no environment holds", "twin", h.ID, "env", h.EnvID, "build", h.BuildID)
+	}
 }
 
 // startReaper makes sure the idle-session reaper runs (one per namespace; starting it again is a no-op).
