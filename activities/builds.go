@@ -226,7 +226,8 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 	}, nil
 }
 
-// SelfCheck replays every trace against a world built without it (leave-one-out) and stores the report.
+// SelfCheck replays every trace against a world built without it (leave-one-out, or k-fold for large sets) and
+// stores the report.
 func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (SelfChecked, error) {
 	b.stage(ctx, plan.BuildID, "self-checking", 0.6)
 	traces, opts, err := b.loadInputs(ctx, plan)
@@ -245,7 +246,7 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 	}
 	return SelfChecked{
 		ReportKey: key, Agreement: rep.AgreementPct, Calls: rep.Calls,
-		Headline: fmt.Sprintf("%s; self-check (leave-one-out) agreement %.1f%% of %d calls", inf.Headline, rep.AgreementPct, rep.Calls),
+		Headline: fmt.Sprintf("%s; self-check (%s) agreement %.1f%% of %d calls", inf.Headline, rep.Mode, rep.AgreementPct, rep.Calls),
 	}, nil
 }
 

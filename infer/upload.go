@@ -22,9 +22,9 @@ type Upload struct {
 func (u *Upload) Options() (Options, error) {
 	var o Options
 	if len(u.Tools) > 0 {
-		defs, err := ParseToolDefs(u.Tools)
+		defs, err := ParseToolDefs(u.Tools) // its errors wrap ErrBadInput and name the field
 		if err != nil {
-			return o, fmt.Errorf("%w: tools: %w", ErrBadInput, err)
+			return o, err
 		}
 		o.Tools = defs
 	}
