@@ -60,22 +60,11 @@ func runDev(ctx context.Context, e env) error {
 		return fmt.Errorf("bootstrap workspace key: %w", err)
 	}
 
-	drv, err := openDriver(ctx, st)
+	w, err := startWorker(ctx, st)
 	if err != nil {
 		return err
 	}
-	w := newWorker(st, drv)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("temporal worker: %w", err)
-	}
 	defer w.Stop()
-	if err := startReaper(ctx, st); err != nil {
-		return err
-	}
-	if err := scheduleMissedBuilds(ctx, st); err != nil {
-		return fmt.Errorf("schedule missed rebuilds: %w", err)
-	}
-	reconcileTwins(ctx, st, drv)
 
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
@@ -165,22 +154,11 @@ func runWorker(ctx context.Context, e env) error {
 	}
 	defer st.close()
 	cfg, logger := st.cfg, st.log
-	drv, err := openDriver(ctx, st)
+	w, err := startWorker(ctx, st)
 	if err != nil {
 		return err
 	}
-	w := newWorker(st, drv)
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("temporal worker: %w", err)
-	}
 	defer w.Stop()
-	if err := startReaper(ctx, st); err != nil {
-		return err
-	}
-	if err := scheduleMissedBuilds(ctx, st); err != nil {
-		return fmt.Errorf("schedule missed rebuilds: %w", err)
-	}
-	reconcileTwins(ctx, st, drv)
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
 	<-ctx.Done()
 	return nil
@@ -198,6 +176,29 @@ func runOpenAPI(_ context.Context, e env) error {
 	}
 	_, err = fmt.Fprintln(e.stdout, string(data))
 	return err
+}
+
+// startWorker starts the Temporal worker with the twin driver, then the duties of a starting worker: the idle
+// session reaper, rebuilds a crash left unscheduled, and removing twins nobody holds. The caller stops it.
+func startWorker(ctx context.Context, st *stack) (sdkworker.Worker, error) {
+	drv, err := openDriver(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	w := newWorker(st, drv)
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("temporal worker: %w", err)
+	}
+	if err := startReaper(ctx, st); err != nil {
+		w.Stop()
+		return nil, err
+	}
+	if err := scheduleMissedBuilds(ctx, st); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("schedule missed rebuilds: %w", err)
+	}
+	reconcileTwins(ctx, st, drv)
+	return w, nil
 }
 
 func newWorker(st *stack, drv driver.Driver) sdkworker.Worker {
