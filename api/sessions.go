@@ -693,8 +693,16 @@ func (sr *SessionRoutes) resync(ctx context.Context, tc *twinrpc.Client, s *sche
 	return sr.rebuild(ctx, tc, s, l)
 }
 
+// specOf is the spec that rebuilds a session's world: its open's inputs, plus the rows a Seeder made then (kept in
+// its receipts), so the rebuild never asks the model again. Receipts that do not decode give no rows; a world that
+// needed them then diverges, and the session is marked broken rather than served a different world.
 func specOf(s *schema.Session) twinrpc.SessionSpec {
-	return twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
+	spec := twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
+	var rc twinrpc.Receipts
+	if len(s.Receipts) > 0 && json.Unmarshal(s.Receipts, &rc) == nil {
+		spec.SeedRows = rc.SeedRows
+	}
+	return spec
 }
 
 // twin returns the ready twin of the session's build: as last found, or from the directory, which wakes it when it

@@ -65,6 +65,10 @@ type RuntimeOptions struct {
 	CallBudget time.Duration
 	// Simulator answers what nothing else can; nil stops the ladder at infer.
 	Simulator Simulator
+	// Seeder turns instructions the built-in parser cannot read into rows; nil leaves them unseeded with a note.
+	Seeder Seeder
+	// SeedBudget bounds one Seeder request (default 60s).
+	SeedBudget time.Duration
 	// SimCacheSize bounds the simulate cache (default 10,000 answers).
 	SimCacheSize int
 }
@@ -120,6 +124,9 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 	}
 	if opts.CallBudget <= 0 {
 		opts.CallBudget = 2 * time.Second
+	}
+	if opts.SeedBudget <= 0 {
+		opts.SeedBudget = defaultSeedBudget
 	}
 	if opts.SimCacheSize <= 0 {
 		opts.SimCacheSize = 10_000
@@ -212,6 +219,9 @@ type SessionSpec struct {
 	Scenario string `json:"scenario,omitempty"`
 	// Clock is RFC 3339; empty means the bundle's default clock.
 	Clock string `json:"clock,omitempty"`
+	// SeedRows, when set, are the rows a Seeder made for this session's instructions (from its receipts): they are
+	// applied as they are, so a rebuilt session gets its world without asking the Seeder again.
+	SeedRows []SeedRow `json:"seed_rows,omitempty"`
 }
 
 // Receipts tell how a session's world was made (spec §2.3).
@@ -224,6 +234,9 @@ type Receipts struct {
 	Pinned           map[string][]string `json:"pinned"`
 	SeedInstructions string              `json:"seed_instructions"`
 	Clock            string              `json:"clock"`
+	// SeedRows are the rows the Seeder made (only when it seeded): give them back in SessionSpec.SeedRows to
+	// rebuild the same world.
+	SeedRows []SeedRow `json:"seed_rows,omitempty"`
 }
 
 // Session is one isolated world: a copy-on-write overlay over the base world.
@@ -275,14 +288,25 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 		instr = sc
 	}
 	rc.SeedInstructions = instr
-	if strings.TrimSpace(instr) != "" {
+	switch {
+	case len(spec.SeedRows) > 0:
+		pinned, err := s.applySeedRows(spec.SeedRows)
+		if err != nil {
+			return nil, Receipts{}, fmt.Errorf("%w: %w", ErrBadSpec, err)
+		}
+		rc.Seeded, rc.Pinned, rc.SeedRows = true, pinned, spec.SeedRows
+	case strings.TrimSpace(instr) != "":
 		pinned, note := s.seed(instr)
+		var rows []SeedRow
+		if note != "" && rt.opts.Seeder != nil {
+			s.over = map[string]map[string]*Object{}
+			rows, pinned, note = s.seedByModel(instr)
+		}
 		if note != "" {
 			rc.Note = &note
 			s.over = map[string]map[string]*Object{}
 		} else {
-			rc.Seeded = true
-			rc.Pinned = pinned
+			rc.Seeded, rc.Pinned, rc.SeedRows = true, pinned, rows
 		}
 	}
 	if len(s.over) == 0 {

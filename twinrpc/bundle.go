@@ -73,11 +73,11 @@ type twinSession struct{ s *twin.Session }
 func (r *twinRuntime) BundleHash() string { return r.hash }
 
 func (r *twinRuntime) Open(spec SessionSpec) (Session, Receipts, error) {
-	s, rc, err := r.rt.Open(toTwinSpec(spec))
+	s, rc, err := r.rt.Open(spec)
 	if err != nil {
 		return nil, Receipts{}, mapTwinErr(err)
 	}
-	return twinSession{s}, fromTwinReceipts(rc), nil
+	return twinSession{s}, rc, nil
 }
 
 func (r *twinRuntime) Rebuild(ctx context.Context, spec SessionSpec, journal []JournalEntry) (Session, Receipts, error) {
@@ -85,11 +85,11 @@ func (r *twinRuntime) Rebuild(ctx context.Context, spec SessionSpec, journal []J
 	for i, e := range journal {
 		j[i] = twin.JournalEntry{Tool: e.Tool, Args: e.Arguments, Content: e.Content, Rung: e.Rung, StateHash: e.StateHash}
 	}
-	s, rc, err := r.rt.Rebuild(ctx, toTwinSpec(spec), j)
+	s, rc, err := r.rt.Rebuild(ctx, spec, j)
 	if err != nil {
 		return nil, Receipts{}, mapTwinErr(err)
 	}
-	return twinSession{s}, fromTwinReceipts(rc), nil
+	return twinSession{s}, rc, nil
 }
 
 func (s twinSession) Call(ctx context.Context, tool string, args json.RawMessage) (CallResult, error) {
@@ -103,15 +103,6 @@ func (s twinSession) Call(ctx context.Context, tool string, args json.RawMessage
 
 func (s twinSession) StateHash() string { return s.s.StateHash() }
 func (s twinSession) Close()            { s.s.Close() }
-
-func toTwinSpec(s SessionSpec) twin.SessionSpec {
-	return twin.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
-}
-
-func fromTwinReceipts(r twin.Receipts) Receipts {
-	return Receipts{Seeded: r.Seeded, Seed: r.Seed, Scenario: r.Scenario, WorldHash: r.WorldHash, Note: r.Note,
-		Pinned: r.Pinned, SeedInstructions: r.SeedInstructions, Clock: r.Clock}
-}
 
 // mapTwinErr wraps a twin error with the sentinel the server answers it by. Divergence is checked first: a rebuild
 // that diverges because a journaled tool is now unknown is a divergence, not an unknown tool.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/doppel-dev/doppel/twin"
 )
 
 // Routes of the twin RPC.
@@ -17,13 +19,9 @@ const (
 )
 
 // SessionSpec is what a session's world is a pure function of (with the bundle): seed, instructions or scenario,
-// and clock. The same spec on the same bundle gives the same world_hash in any twin process.
-type SessionSpec struct {
-	Seed             int64  `json:"seed"`
-	SeedInstructions string `json:"seed_instructions,omitempty"`
-	Scenario         string `json:"scenario,omitempty"`
-	Clock            string `json:"clock,omitempty"`
-}
+// clock, and the rows a Seeder made for its instructions. The same spec on the same bundle gives the same
+// world_hash in any twin process.
+type SessionSpec = twin.SessionSpec
 
 // JournalEntry is one committed call of a session, as the API's journal holds it; replaying a journal rebuilds the
 // session in a fresh twin. StateHash is the session's state_hash after the call.
@@ -38,16 +36,7 @@ type JournalEntry struct {
 }
 
 // Receipts are a session's reproducibility receipts (spec §2.2, §2.3).
-type Receipts struct {
-	Seeded           bool                `json:"seeded"`
-	Seed             int64               `json:"seed"`
-	Scenario         *string             `json:"scenario"`
-	WorldHash        string              `json:"world_hash"`
-	Note             *string             `json:"note"`
-	Pinned           map[string][]string `json:"pinned"`
-	SeedInstructions string              `json:"seed_instructions"`
-	Clock            string              `json:"clock"`
-}
+type Receipts = twin.Receipts
 
 // OpenRequest is the body of POST /sessions. ID is chosen by the caller. A non-empty Journal rebuilds the session:
 // the twin replays it and fails with code "diverged" unless the final state_hash equals the journal's last one.

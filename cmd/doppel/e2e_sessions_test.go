@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,4 +203,98 @@ func sameAnswer(got, want string) bool {
 		return bytes.Equal(gb, wb)
 	}
 	return got == want
+}
+
+// chatServer speaks the OpenAI chat-completions protocol on loopback: the stand-in for the paid model API a
+// deployment configures. It answers every request with answer().
+func chatServer(t *testing.T, answer func() string) *httptest.Server {
+	t.Helper()
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+			http.Error(w, `{"error":{"message":"no such route"}}`, http.StatusNotFound)
+			return
+		}
+		mu.Lock()
+		content := answer()
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"id": "chatcmpl-e2e", "object": "chat.completion", "model": "e2e-model",
+			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+				"message": map[string]any{"role": "assistant", "content": content}}},
+		})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestE2EModelSeeding: with a model configured, seed instructions the twin's parser cannot read become rows made
+// by the model, in a real child-process twin; the receipts say seeded and the rows are in the session's world.
+func TestE2EModelSeeding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: starts the whole dev stack")
+	}
+	userTable := ""
+	model := chatServer(t, func() string {
+		return `{"rows":{"` + userTable + `":[{"user_id":"ada_lovelace_1815","email":"ada@analytical.example"}]},"note":""}`
+	})
+	dir := t.TempDir()
+	m, err := cred.Mint(cred.KindWorkspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedUnscheduledBatch(t, dir, m.Plaintext)
+	s := startE2EStack(t, dir, m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), e2eFreeAddr(t),
+		"--model-base-url", model.URL+"/v1", "--model-name", "e2e-model", "--model-api-key", "not-a-real-key")
+	const slug = "tau2-retail"
+	var build string
+	e2ePoll(t, 10*time.Minute, time.Second, "the build", func() (bool, string) {
+		var env struct {
+			Status      string `json:"status"`
+			ActiveBuild *struct {
+				ID string `json:"id"`
+			} `json:"active_build"`
+		}
+		s.call(t, http.MethodGet, "/v1/envs/"+slug, nil, "", http.StatusOK, &env)
+		if env.ActiveBuild != nil {
+			build = env.ActiveBuild.ID
+		}
+		return env.Status == "ready", env.Status
+	})
+	var report struct {
+		Build struct {
+			Tables []struct{ Name, Key string } `json:"tables"`
+		} `json:"build"`
+	}
+	s.call(t, http.MethodGet, "/v1/envs/"+slug+"/builds/"+build+"/report", nil, "", http.StatusOK, &report)
+	for _, tb := range report.Build.Tables {
+		if tb.Key == "user_id" {
+			userTable = tb.Name
+		}
+	}
+	if userTable == "" {
+		t.Fatalf("no table keyed by user_id in %+v", report.Build.Tables)
+	}
+
+	var o struct {
+		SessionID string `json:"sessionId"`
+		Token     string `json:"token"`
+		Receipts  struct {
+			Seeded bool    `json:"seeded"`
+			Note   *string `json:"note"`
+		} `json:"receipts"`
+		Pinned map[string][]string `json:"pinned"`
+	}
+	s.call(t, http.MethodPost, "/v1/envs/"+slug+"/sessions",
+		strings.NewReader(`{"seedInstructions": "a customer called Ada Lovelace who writes programs for engines", "seed": 1815}`),
+		"application/json", http.StatusCreated, &o)
+	if !o.Receipts.Seeded || o.Receipts.Note != nil || len(o.Pinned[userTable]) != 1 || o.Pinned[userTable][0] != "ada_lovelace_1815" {
+		t.Fatalf("open answer: %+v", o)
+	}
+	st, data := s.try(http.MethodPost, "/v1/sessions/"+o.SessionID+"/call", o.Token,
+		strings.NewReader(`{"name": "get_user_details", "arguments": {"user_id": "ada_lovelace_1815"}}`), "application/json")
+	if st != http.StatusOK || !strings.Contains(string(data), "ada@analytical.example") {
+		t.Fatalf("call on the model-seeded user: %d %s", st, data)
+	}
 }

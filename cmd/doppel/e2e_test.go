@@ -91,13 +91,15 @@ func e2eFreeAddr(t testing.TB) string {
 }
 
 // startE2EStack runs `doppel dev` on dir in a goroutine and waits until /readyz answers 200.
-func startE2EStack(t *testing.T, dir, key, apiAddr, tempAddr, uiAddr string) *e2eStack {
+// startE2EStack runs `doppel dev` in process on dir; extra flags are appended to the command line.
+func startE2EStack(t *testing.T, dir, key, apiAddr, tempAddr, uiAddr string, extra ...string) *e2eStack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &e2eStack{dir: dir, key: key, apiAddr: apiAddr, tempAddr: tempAddr, uiAddr: uiAddr, apiURL: "http://" + apiAddr,
 		cancel: cancel, done: make(chan error, 1), stdout: &e2eBuffer{}, http: &http.Client{Timeout: 2 * time.Minute}}
 	args := []string{"dev", "--data-dir", dir, "--api-addr", apiAddr, "--temporal-dev-addr", tempAddr,
 		"--temporal-ui-addr", uiAddr, "--collect-rebuild-debounce", "1s", "--log-level", "warn"}
+	args = append(args, extra...)
 	environ := []string{"DOPPEL_BOOTSTRAP_KEY=" + key}
 	started := time.Now()
 	go func() { s.done <- run(ctx, args, environ, s.stdout, io.Discard) }()

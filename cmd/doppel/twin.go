@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -50,7 +51,11 @@ func runTwin(ctx context.Context, e env) error {
 	})
 }
 
-// twinRuntimeOptions gives the twin its simulate rung when a model is configured; without one the ladder stops at infer.
+// seedBudget bounds a model seeding request inside the session-open workflow's 30 s twin call.
+const seedBudget = 25 * time.Second
+
+// twinRuntimeOptions gives the twin its simulate rung and model seeding when a model is configured; without one the
+// ladder stops at infer and seed instructions go through the twin's own parser only.
 func twinRuntimeOptions(cfg *config.Config) (twin.RuntimeOptions, error) {
 	var opts twin.RuntimeOptions
 	if cfg.Model.BaseURL == "" {
@@ -61,5 +66,7 @@ func twinRuntimeOptions(cfg *config.Config) (twin.RuntimeOptions, error) {
 		return opts, fmt.Errorf("model: %w", err)
 	}
 	opts.Simulator = model.TwinSimulator{S: model.NewSimulator(c, nil)}
+	opts.Seeder = model.TwinSeeder{S: model.NewSeeder(c, nil)}
+	opts.SeedBudget = seedBudget
 	return opts, nil
 }
