@@ -25,6 +25,7 @@ import (
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/cli"
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/workflows"
@@ -142,7 +143,31 @@ func (s *e2eStack) stop(t *testing.T) {
 		case <-time.After(e2eStopTimeout):
 			t.Errorf("doppel dev did not stop within %s of its context ending", e2eStopTimeout)
 		}
+		stopProcessTwins(t, s.dir)
 	})
+}
+
+// stopProcessTwins stops the twin processes a dev stack on dir started. They outlive the stack on purpose (a
+// restarted worker finds them again), but not the test.
+func stopProcessTwins(t *testing.T, dir string) {
+	t.Helper()
+	d, err := driver.NewProcess(driver.ProcessOptions{Binary: os.Args[0], StateDir: filepath.Join(dir, "twins")})
+	if err != nil {
+		t.Errorf("stop twins: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	handles, err := d.List(ctx)
+	if err != nil {
+		t.Errorf("stop twins: %v", err)
+		return
+	}
+	for _, h := range handles {
+		if err := d.Stop(ctx, h); err != nil {
+			t.Errorf("stop twin %s: %v", h.ID, err)
+		}
+	}
 }
 
 // try sends one request; status 0 means the request itself failed.
