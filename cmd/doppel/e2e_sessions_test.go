@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -181,6 +182,21 @@ func TestE2ESessions(t *testing.T) {
 	if !strings.Contains(string(transcript), calls[0].Tool) {
 		t.Errorf("transcript lacks %s: %s", calls[0].Tool, transcript)
 	}
+
+	// doppel bench against this stack: sessions, replayed calls, the raw round trip beside them.
+	var bench bytes.Buffer
+	err = run(context.Background(), []string{"bench", "--url", s.apiURL, "--key", s.key, "--env", slug,
+		"--traces", "../../../shared/data/tau-retail-dev.json", "--sessions", "2", "--rate", "50", "--duration", "1s"},
+		nil, &bench, io.Discard)
+	if err != nil {
+		t.Fatalf("doppel bench: %v\n%s", err, bench.String())
+	}
+	for _, want := range []string{"raw GET /healthz", "session open (2,", " 0 failed", "B_twin"} {
+		if !strings.Contains(bench.String(), want) {
+			t.Errorf("bench output lacks %q:\n%s", want, bench.String())
+		}
+	}
+	t.Logf("doppel bench:\n%s", bench.String())
 
 	var del struct {
 		Existed bool `json:"existed"`

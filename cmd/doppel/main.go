@@ -56,6 +56,7 @@ func commands() map[string]command {
 		"openapi": {"print the OpenAPI 3.1 document", runOpenAPI},
 		"keys":    {"manage workspace keys: keys create|list|revoke", runKeys},
 		"collect": {"send trace files (JSON or JSONL) to /api/collect", runCollect},
+		"bench":   {"measure the tool plane of a running doppel: session opens and replayed calls, p50/p99 and calls/s", runBench},
 		"config":  {"print the configuration reference (keys, env vars, flags, defaults)", runConfig},
 		"version": {"print the version", runVersion},
 	}
