@@ -99,6 +99,7 @@ type Twin struct {
 	Owner      string        `koanf:"owner"`
 	DockerHost string        `koanf:"docker_host"`
 	Network    string        `koanf:"docker_network"`
+	Memory     int64         `koanf:"memory_bytes"`
 	Wait       time.Duration `koanf:"wait"`
 }
 
@@ -167,6 +168,7 @@ func Keys() []Key {
 		{"twin.owner", "doppel", "names this deployment's twins (container label dev.doppel.owner); the reaper removes only its own"},
 		{"twin.docker_host", "", "Docker engine address for twin.driver=docker; empty: DOCKER_HOST or the local socket"},
 		{"twin.docker_network", "", "Docker network twins join, for a worker that itself runs in a container on it; empty: ports published on loopback"},
+		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, GOMEMLIMIT for process twins; 0: none"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
@@ -400,6 +402,9 @@ func (c *Config) Validate() error {
 		bad("twin.owner", "must not be empty")
 	}
 	positive("twin.wait", c.Twin.Wait)
+	if c.Twin.Memory < 0 {
+		bad("twin.memory_bytes", "must not be negative")
+	}
 	positive("session.idle", c.Session.Idle)
 	if c.Model.BaseURL != "" {
 		if u, err := url.Parse(c.Model.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {

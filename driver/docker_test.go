@@ -136,7 +136,8 @@ func TestDockerLifecycle(t *testing.T) {
 	cli := dockerClient(t)
 	owner := testOwner(t)
 	t.Cleanup(func() { reapOwner(t, cli, owner) })
-	d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Env: []string{"DOPPEL_LOG_LEVEL=debug"}})
+	const memory = 256 << 20
+	d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Env: []string{"DOPPEL_LOG_LEVEL=debug"}, MemoryBytes: memory})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +157,9 @@ func TestDockerLifecycle(t *testing.T) {
 	raw, err := cli.ContainerInspect(ctx, h.ID, client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := raw.Container.HostConfig.Memory; got != memory {
+		t.Errorf("container memory limit = %d, want %d", got, memory)
 	}
 	labels := raw.Container.Config.Labels
 	if labels[LabelEnv] != "env_d1" || labels[LabelBuild] != "bld_1" || labels[LabelOwner] != owner {

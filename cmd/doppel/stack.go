@@ -141,7 +141,8 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 		}
 		st.onClose(c.Close)
 		d, err := driver.NewDocker(driver.DockerOptions{Client: c, Host: cfg.Twin.DockerHost, Image: cfg.Twin.Image,
-			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Env: modelEnv(cfg)})
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Env: modelEnv(cfg),
+			MemoryBytes: cfg.Twin.Memory})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver docker: %w", err)
 		}
@@ -169,7 +170,7 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 			bin = exe
 		}
 		d, err := driver.NewProcess(driver.ProcessOptions{Binary: bin, StateDir: filepath.Join(cfg.DataDir, "twins"),
-			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Env: append(os.Environ(), modelEnv(cfg)...)})
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Env: append(os.Environ(), twinProcessEnv(cfg)...)})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver process: %w", err)
 		}
@@ -185,4 +186,14 @@ func modelEnv(cfg *config.Config) []string {
 	}
 	return []string{"DOPPEL_MODEL_BASE_URL=" + cfg.Model.BaseURL, "DOPPEL_MODEL_API_KEY=" + cfg.Model.APIKey,
 		"DOPPEL_MODEL_NAME=" + cfg.Model.Name, "DOPPEL_MODEL_TIMEOUT=" + cfg.Model.Timeout.String()}
+}
+
+// twinProcessEnv is what a process twin gets beyond this process's environment: the model settings and its memory
+// limit (GOMEMLIMIT: the Go runtime collects harder as the twin nears it).
+func twinProcessEnv(cfg *config.Config) []string {
+	env := modelEnv(cfg)
+	if cfg.Twin.Memory > 0 {
+		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", cfg.Twin.Memory))
+	}
+	return env
 }
