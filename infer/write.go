@@ -37,6 +37,17 @@ func objAt(row *twin.Object, path []string) (*twin.Object, bool) {
 	return cur, true
 }
 
+// listAt returns the list at path in row and the object holding it.
+func listAt(row *twin.Object, path []string) (*twin.Object, []any, bool) {
+	parent, ok := objAt(row, path[:len(path)-1])
+	if !ok {
+		return nil, nil, false
+	}
+	cur, _ := parent.Get(path[len(path)-1])
+	l, ok := cur.([]any)
+	return parent, l, ok
+}
+
 func pathCode(root string, path []string) string {
 	var b strings.Builder
 	b.WriteString(root)
@@ -104,12 +115,7 @@ func (s appendEachS) apply(c *ectx, row *twin.Object) bool {
 	if !ok {
 		return false
 	}
-	parent, ok := objAt(row, s.path[:len(s.path)-1])
-	if !ok {
-		return false
-	}
-	cur, _ := parent.Get(s.path[len(s.path)-1])
-	l, ok := cur.([]any)
+	parent, l, ok := listAt(row, s.path)
 	if !ok {
 		return false
 	}
@@ -138,12 +144,7 @@ type appendS struct {
 }
 
 func (s appendS) apply(c *ectx, row *twin.Object) bool {
-	parent, ok := objAt(row, s.path[:len(s.path)-1])
-	if !ok {
-		return false
-	}
-	cur, _ := parent.Get(s.path[len(s.path)-1])
-	l, ok := cur.([]any)
+	parent, l, ok := listAt(row, s.path)
 	if !ok {
 		return false
 	}
@@ -272,12 +273,7 @@ func (s updateS) apply(c *ectx, row *twin.Object) bool {
 	if !ok {
 		return false
 	}
-	parent, ok := objAt(row, s.path[:len(s.path)-1])
-	if !ok {
-		return false
-	}
-	cur, _ := parent.Get(s.path[len(s.path)-1])
-	l, ok := cur.([]any)
+	_, l, ok := listAt(row, s.path)
 	if !ok {
 		return false
 	}
