@@ -36,6 +36,7 @@ import (
 	"github.com/doppel-dev/doppel/collector"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
@@ -848,9 +849,7 @@ func BenchmarkCollect(b *testing.B) {
 				return
 			}
 			slices.Sort(lat)
-			pct := func(p float64) float64 {
-				return float64(lat[min(len(lat)-1, int(p/100*float64(len(lat))))].Microseconds()) / 1000
-			}
+			pct := func(p float64) float64 { return ms(latency.Percentile(lat, p)) }
 			b.ReportMetric(float64(bodyBytes)/1e6/elapsed.Seconds(), "body_MB/s")
 			b.ReportMetric(float64(len(lat)*perBatch)/elapsed.Seconds(), "traces/s")
 			b.ReportMetric(pct(50), "p50_ms")

@@ -22,6 +22,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
@@ -34,14 +35,6 @@ import (
 // transcript group-committed to SQLite or the real PostgreSQL. Each also measures, in the same run and at the
 // same rate, a bare loopback HTTP round trip (a handler that answers a fixed JSON body): the floor no route can
 // beat on this machine.
-
-func pct(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	k := int(p/100*float64(len(sorted)) + 0.5)
-	return sorted[max(1, min(k, len(sorted)))-1]
-}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -204,10 +197,10 @@ func BenchmarkCallRate(b *testing.B) {
 				if bad > 0 {
 					b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
 				}
-				b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-				b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
-				b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
-				b.ReportMetric(ms(pct(rawLat, 99)), "raw-p99-ms")
+				b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+				b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+				b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
+				b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
@@ -269,11 +262,11 @@ func BenchmarkCallPeak(b *testing.B) {
 			// CPU of this process (client, API, in-process twin; not PostgreSQL) per call: with the wall-clock
 			// rate it shows how much of the machine the run had.
 			b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/call")
-			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
 			b.ReportMetric(float64(st.Items-before.Items)/float64(max(st.Batches-before.Batches, 1)), "calls/commit")
 			b.ReportMetric(float64(len(rawLat))/rawElapsed.Seconds(), "raw-req/s")
-			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -309,9 +302,9 @@ func BenchmarkOpenWarm(b *testing.B) {
 			}
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 			sort.Slice(rawLat, func(i, j int) bool { return rawLat[i] < rawLat[j] })
-			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
-			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -358,8 +351,8 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 			}
 			b.StopTimer()
 			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -416,8 +409,8 @@ func BenchmarkExternal(b *testing.B) {
 			lat = append(lat, d)
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-		b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
+		b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+		b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
 		b.ReportMetric(0, "ns/op")
 	})
 	targets := make([]*loadTarget, 64)
@@ -438,10 +431,10 @@ func BenchmarkExternal(b *testing.B) {
 			if bad > 0 {
 				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
 			}
-			b.ReportMetric(ms(pct(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(pct(lat, 99)), "p99-ms")
-			b.ReportMetric(ms(pct(rawLat, 50)), "raw-p50-ms")
-			b.ReportMetric(ms(pct(rawLat, 99)), "raw-p99-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
+			b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
@@ -479,8 +472,8 @@ func BenchmarkExternal(b *testing.B) {
 			b.Errorf("%d of %d calls did not answer 200, first: %q", bad.Load(), n, fe.errs)
 		}
 		b.ReportMetric(float64(len(all))/elapsed.Seconds(), "calls/s")
-		b.ReportMetric(ms(pct(all, 50)), "p50-ms")
-		b.ReportMetric(ms(pct(all, 99)), "p99-ms")
+		b.ReportMetric(ms(latency.Percentile(all, 50)), "p50-ms")
+		b.ReportMetric(ms(latency.Percentile(all, 99)), "p99-ms")
 		b.ReportMetric(0, "ns/op")
 	})
 }

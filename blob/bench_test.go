@@ -140,22 +140,3 @@ func TestMeasurePut(t *testing.T) {
 		t.Fatalf("MeasurePut with n=0 succeeded")
 	}
 }
-
-func TestPercentile(t *testing.T) {
-	var d []time.Duration
-	for i := 1; i <= 100; i++ {
-		d = append(d, time.Duration(i)*time.Millisecond)
-	}
-	tests := []struct {
-		p    float64
-		want time.Duration
-	}{{50, 50 * time.Millisecond}, {99, 99 * time.Millisecond}, {100, 100 * time.Millisecond}, {1, time.Millisecond}}
-	for _, tc := range tests {
-		if got := blobtest.Percentile(d, tc.p); got != tc.want {
-			t.Errorf("Percentile(%v) = %v, want %v", tc.p, got, tc.want)
-		}
-	}
-	if got := blobtest.Percentile(d[:1], 99); got != time.Millisecond {
-		t.Errorf("Percentile of one = %v", got)
-	}
-}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/devserver"
+	"github.com/doppel-dev/doppel/internal/latency"
 )
 
 const (
@@ -344,10 +344,7 @@ func reportPercentiles(b *testing.B, durs []time.Duration) {
 		return
 	}
 	slices.Sort(durs)
-	pct := func(p float64) time.Duration {
-		i := int(math.Ceil(p/100*float64(len(durs)))) - 1
-		return durs[min(max(i, 0), len(durs)-1)]
-	}
+	pct := func(p float64) time.Duration { return latency.Percentile(durs, p) }
 	b.ReportMetric(float64(pct(50).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(pct(99).Microseconds())/1000, "p99-ms")
 }

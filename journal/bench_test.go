@@ -11,25 +11,17 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
 )
 
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	k := int(p/100*float64(len(sorted)) + 0.5)
-	k = max(1, min(k, len(sorted)))
-	return sorted[k-1]
-}
-
 func report(b *testing.B, lat []time.Duration, elapsed time.Duration, st Stats) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "commits/s")
-	b.ReportMetric(float64(percentile(lat, 50).Microseconds()), "p50-µs")
-	b.ReportMetric(float64(percentile(lat, 99).Microseconds()), "p99-µs")
+	b.ReportMetric(float64(latency.Percentile(lat, 50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(latency.Percentile(lat, 99).Microseconds()), "p99-µs")
 	if st.Batches > 0 {
 		b.ReportMetric(float64(st.Items)/float64(st.Batches), "calls/batch")
 	}

@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -60,15 +60,6 @@ func retail(b testing.TB) (*twin.Bundle, [][]trace.Call) {
 	return retailBundle, retailCalls
 }
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[int(p*float64(len(s)-1))]
-}
-
 // BenchmarkCall replays the retail traces' calls, each trace in a fresh session,
 // and reports per-call latency percentiles (in-process, no transport).
 func BenchmarkCall(b *testing.B) {
@@ -103,8 +94,8 @@ func BenchmarkCall(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(percentile(lat, 0.50).Microseconds()), "p50-µs")
-	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "p99-µs")
+	b.ReportMetric(float64(latency.Percentile(latency.Sorted(lat), 50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(latency.Percentile(latency.Sorted(lat), 99).Microseconds()), "p99-µs")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
 }
 
@@ -130,8 +121,8 @@ func BenchmarkOpen(b *testing.B) {
 					b.Fatalf("open: %+v, %v", rc, err)
 				}
 			}
-			b.ReportMetric(float64(percentile(lat, 0.50).Microseconds()), "p50-µs")
-			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "p99-µs")
+			b.ReportMetric(float64(latency.Percentile(latency.Sorted(lat), 50).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(latency.Percentile(latency.Sorted(lat), 99).Microseconds()), "p99-µs")
 		})
 	}
 }

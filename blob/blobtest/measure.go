@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/internal/latency"
 )
 
 // PutStats summarises a series of sequential PUTs of one size.
@@ -56,22 +56,12 @@ func Summarize(size int, durs []time.Duration, total time.Duration) PutStats {
 	st := PutStats{
 		N:    len(sorted),
 		Size: size,
-		P50:  Percentile(sorted, 50),
-		P99:  Percentile(sorted, 99),
+		P50:  latency.Percentile(sorted, 50),
+		P99:  latency.Percentile(sorted, 99),
 		Mean: total / time.Duration(len(sorted)),
 	}
 	if total > 0 {
 		st.MBps = float64(size) * float64(len(sorted)) / 1e6 / total.Seconds()
 	}
 	return st
-}
-
-// Percentile returns the p-th percentile (nearest rank) of sorted durations.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -227,15 +228,6 @@ func benchRaw(ctx context.Context, c *apiClient, conc, n int) []time.Duration {
 }
 
 // pct is the p-th percentile of ds (100: the maximum), rounded for printing.
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	i := (len(s)*p+99)/100 - 1
-	if i < 0 {
-		i = 0
-	}
-	return s[i].Round(10 * time.Microsecond)
+func pct(ds []time.Duration, p float64) time.Duration {
+	return latency.Percentile(latency.Sorted(ds), p).Round(10 * time.Microsecond)
 }
