@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,8 +184,8 @@ func (b *Builds) putJSON(ctx context.Context, prefix string, v any) (string, err
 }
 
 func (b *Builds) put(ctx context.Context, prefix string, data []byte, contentType string) (string, error) {
-	key := blob.ContentKey(prefix, data)
-	if err := b.Blobs.Put(ctx, key, bytes.NewReader(data), int64(len(data)), contentType); err != nil {
+	key, err := blob.PutContent(ctx, b.Blobs, prefix, data, contentType)
+	if err != nil {
 		return "", fmt.Errorf("store %s: %w", key, err)
 	}
 	return key, nil

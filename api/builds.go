@@ -163,8 +163,8 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			if err != nil {
 				return nil, err
 			}
-			key := blob.ContentKey("uploads/", data)
-			if err := br.Blobs.Put(ctx, key, bytes.NewReader(data), int64(len(data)), "application/json"); err != nil {
+			key, err := blob.PutContent(ctx, br.Blobs, "uploads/", data, "application/json")
+			if err != nil {
 				return nil, Unavailable("blob store: %v", err)
 			}
 			b.UploadKey = key

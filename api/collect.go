@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -315,8 +314,8 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if err != nil {
 		return nil, err
 	}
-	key := blob.ContentKey(c.opts.BlobPrefix+"/"+ws, data)
-	if err := c.opts.Blobs.Put(ctx, key, bytes.NewReader(data), int64(len(data)), "application/gzip"); err != nil {
+	key, err := blob.PutContent(ctx, c.opts.Blobs, c.opts.BlobPrefix+"/"+ws, data, "application/gzip")
+	if err != nil {
 		return nil, c.unavailable(ctx, "blob store", err)
 	}
 

@@ -2,6 +2,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -64,6 +65,21 @@ func ContentKey(prefix string, data []byte) string {
 		return h
 	}
 	return prefix + "/" + h
+}
+
+// Putter is the part of a Store that writes.
+type Putter interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
+}
+
+// PutContent stores data under its content address ContentKey(prefix, data) and returns the key. Storing the same
+// bytes again writes the same key, so a retry never makes a second copy.
+func PutContent(ctx context.Context, s Putter, prefix string, data []byte, contentType string) (string, error) {
+	key := ContentKey(prefix, data)
+	if err := s.Put(ctx, key, bytes.NewReader(data), int64(len(data)), contentType); err != nil {
+		return key, err
+	}
+	return key, nil
 }
 
 // ValidateKey reports why key is not acceptable, wrapping ErrInvalidKey, or nil.
