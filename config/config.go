@@ -213,7 +213,7 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 		return nil, fmt.Errorf("config: defaults: %w", err)
 	}
 
-	path := lookupEnv(environ, "DOPPEL_CONFIG")
+	path := Lookup(environ, "DOPPEL_CONFIG")
 	if fs != nil {
 		if f := fs.Lookup("config"); f != nil && f.Changed {
 			path = f.Value.String()
@@ -269,7 +269,8 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 	return &c, nil
 }
 
-func lookupEnv(environ []string, name string) string {
+// Lookup returns the value of the variable name in environ (os.Environ's form), "" when it is not set.
+func Lookup(environ []string, name string) string {
 	for _, kv := range environ {
 		if v, ok := strings.CutPrefix(kv, name+"="); ok {
 			return v

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/doppel-dev/doppel/config"
 )
 
 // apiClient talks to a running doppel API with a workspace key.
@@ -25,7 +27,7 @@ type apiClient struct {
 func clientFlags(fs *pflag.FlagSet, e env) (url, key *string) {
 	get := func(names ...string) string {
 		for _, n := range names {
-			if v := lookup(e.environ, n); v != "" {
+			if v := config.Lookup(e.environ, n); v != "" {
 				return v
 			}
 		}
@@ -38,15 +40,6 @@ func clientFlags(fs *pflag.FlagSet, e env) (url, key *string) {
 	url = fs.String("url", defURL, "doppel API URL (DOPPEL_URL)")
 	key = fs.String("key", get("DOPPEL_KEY", "DOPPEL_BOOTSTRAP_KEY"), "workspace key mk_live_… (DOPPEL_KEY)")
 	return url, key
-}
-
-func lookup(environ []string, name string) string {
-	for _, kv := range environ {
-		if v, ok := strings.CutPrefix(kv, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func newAPIClient(url, key string) (*apiClient, error) {
