@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -111,4 +110,3 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-var errNoSubcommand = errors.New("missing subcommand")
