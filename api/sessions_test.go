@@ -954,8 +954,8 @@ func TestToolListingFormats(t *testing.T) {
 // once; a change means the determinism contract broke, or the hashing changed on purpose).
 func TestWorldHashGolden(t *testing.T) {
 	const (
-		goldenUnseeded = "sha256:364ad322c015a37577ce2f2a825d904f8ed68dc7ee5f3a534ff90f9bcca48966"
-		goldenSeeded   = "sha256:e207e648213574e7336f9d9a7accac7f9415704afc3ae866596d4515c1d78f66"
+		goldenUnseeded = "sha256:be0a7e5eb6c87b18c5e1074f28b953a30cebed5d9d313079dd8211b12b26f3ac"
+		goldenSeeded   = "sha256:6074eb5313c6b09f203b9b37e3a22c7d6fcc16f09c95ac53d59347f58b6b650d"
 	)
 	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 	body := map[string]any{"seedInstructions": "2 orders with status pending", "seed": 42, "clock": "2025-06-01T12:00:00Z"}

@@ -134,7 +134,7 @@ func TestGoldenRetailWorldHash(t *testing.T) {
 			t.Fatalf("user's orders lack %s: %s", k, user.Content)
 		}
 	}
-	const golden = "sha256:4f633db9f9ecb8644d706f4272830b3b1600b63cf7f5d43b8e180df19976d3e4"
+	const golden = "sha256:d849668136f633c4db6f66b3caf7dbd617a3e1c2daa68d4c897b09a67eab7abb"
 	if rc.WorldHash != golden {
 		t.Fatalf("world hash = %s, want %s", rc.WorldHash, golden)
 	}

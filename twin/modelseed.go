@@ -79,7 +79,7 @@ func (s *Session) seedByModel(instr string) ([]SeedRow, map[string][]string, str
 	}
 	pinned, err := s.applySeedRows(rows)
 	if err != nil {
-		s.over = map[string]map[string]*Object{}
+		s.clearOverlay()
 		return nil, nil, fmt.Sprintf("the model's rows for %q do not fit the world: %v", instr, err)
 	}
 	return rows, pinned, ""

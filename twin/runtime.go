@@ -178,7 +178,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
 	}
-	rt.baseHash = rt.hashWorld(nil)
+	rt.baseHash = rt.baseWorldHash()
 	return rt, nil
 }
 
@@ -247,6 +247,7 @@ type Session struct {
 	clock  string
 	mu     sync.Mutex
 	over   map[string]map[string]*Object // table → key → row; nil row = deleted
+	hashes map[string]*tableHash         // per changed table: what the next hash must redo (hash.go)
 	hash   string
 	dirty  bool // hash is stale
 	closed bool
@@ -299,22 +300,18 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 		pinned, note := s.seed(instr)
 		var rows []SeedRow
 		if note != "" && rt.opts.Seeder != nil {
-			s.over = map[string]map[string]*Object{}
+			s.clearOverlay()
 			rows, pinned, note = s.seedByModel(instr)
 		}
 		if note != "" {
 			rc.Note = &note
-			s.over = map[string]map[string]*Object{}
+			s.clearOverlay()
 		} else {
 			rc.Seeded, rc.Pinned, rc.SeedRows = true, pinned, rows
 		}
 	}
-	if len(s.over) == 0 {
-		s.hash = rt.baseHash
-	} else {
-		s.hash = rt.hashWorld(s.over)
-	}
-	rc.WorldHash = s.hash
+	s.hash = rt.baseHash
+	rc.WorldHash = s.currentHash()
 	return s, rc, nil
 }
 
@@ -336,12 +333,11 @@ func (s *Session) StateHash() string {
 	return s.currentHash()
 }
 
-func (s *Session) currentHash() string {
-	if s.dirty {
-		s.hash = s.rt.hashWorld(s.over)
-		s.dirty = false
-	}
-	return s.hash
+// clearOverlay drops every row the session holds beyond the base world.
+func (s *Session) clearOverlay() {
+	s.over = map[string]map[string]*Object{}
+	s.hashes = nil
+	s.dirty = true
 }
 
 // PutRow stores a row in the session as if a call had written it (builds use it to
@@ -353,7 +349,6 @@ func (s *Session) PutRow(table, key string, row *Object) {
 		return
 	}
 	s.put(table, key, row)
-	s.dirty = true
 }
 
 // Try runs a single rung for a call without falling to the next; answered is false
@@ -409,6 +404,7 @@ func (s *Session) Close() {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.over = nil
+	s.hashes = nil
 }
 
 // OverlayRows counts the rows the session holds beyond the base world.
@@ -589,7 +585,9 @@ func (s *Session) put(table, key string, row *Object) {
 		t = map[string]*Object{}
 		s.over[table] = t
 	}
+	_, had := t[key]
 	t[key] = row
+	s.touch(table, key, !had)
 }
 
 // Call answers one tool call from the highest rung that can, starting at the
@@ -720,9 +718,6 @@ func (s *Session) commit(t *rtTool, args *Object, a *answer) bool {
 	if a.apply != nil && t.def.Table != "" && a.applyKey != "" {
 		s.put(t.def.Table, a.applyKey, a.apply)
 		changed = true
-	}
-	if changed {
-		s.dirty = true
 	}
 	return changed
 }

@@ -349,7 +349,7 @@ func TestGoldenWorldHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const golden = "sha256:67e12eace8862fd0492cbfc4d4927aba9dedfc32af4bb6d9e9dc2f31bf749f94"
+	const golden = "sha256:98ce091f13c980a7ca904f650d8dac094fb60c289587c11c267e30f7f238365c"
 	if rc.WorldHash != golden {
 		t.Fatalf("world hash = %s, want %s", rc.WorldHash, golden)
 	}

@@ -18,6 +18,12 @@ type baseTable struct {
 	// the i-th key's member in it, so a state hash can copy unchanged runs in one write.
 	body []byte
 	off  []int
+	// nb is the table's hash bucket count, bucketRows the row indexes of each bucket (in key order), digests
+	// each bucket's digest and digest the table's (see hash.go).
+	nb         int
+	bucketRows [][]int
+	digests    []digest
+	digest     digest
 	// indexes maps an index id to canonical value → sorted keys.
 	indexes map[string]map[string][]string
 	// subs maps a sub-index name to canonical field value → where the nested object lives.
@@ -142,6 +148,7 @@ func newBaseTable(def *Table) (*baseTable, error) {
 	}
 	t.off[len(t.keys)] = body.Len()
 	t.body = body.Bytes()
+	t.hashBuckets()
 	for _, ix := range def.Indexes {
 		t.addIndex(ix.Path, ix.Fold)
 	}
@@ -207,83 +214,6 @@ func matches(def *Table, key string, row *Object, cs []criterion) bool {
 		}
 	}
 	return true
-}
-
-// hashWorld writes the canonical JSON of the world (base plus overlay) into a SHA-256 and
-// answers "sha256:"+hex. Tables are sorted by name, rows by key.
-func (rt *Runtime) hashWorld(over map[string]map[string]*Object) string {
-	h := sha256.New()
-	var scratch bytes.Buffer
-	h.Write([]byte{'{'})
-	for ti, name := range rt.tableNames {
-		if ti > 0 {
-			h.Write([]byte{','})
-		}
-		scratch.Reset()
-		writeMinimalString(&scratch, name)
-		scratch.WriteString(":{")
-		h.Write(scratch.Bytes())
-		t := rt.tables[name]
-		ov := over[name]
-		if len(ov) == 0 {
-			h.Write(t.body)
-			h.Write([]byte{'}'})
-			continue
-		}
-		// Merge the base keys with the overlay's, in key order.
-		okeys := make([]string, 0, len(ov))
-		for k := range ov {
-			okeys = append(okeys, k)
-		}
-		sort.Strings(okeys)
-		first := true
-		emit := func(k string, row *Object) {
-			scratch.Reset()
-			if !first {
-				scratch.WriteByte(',')
-			}
-			first = false
-			writeMinimalString(&scratch, k)
-			scratch.WriteByte(':')
-			writeCanonical(&scratch, row)
-			h.Write(scratch.Bytes())
-		}
-		bi := 0
-		for _, k := range okeys {
-			j := sort.SearchStrings(t.keys[bi:], k) + bi
-			// Base rows bi..j-1 are unchanged: copy their canonical bytes in one run.
-			if j > bi {
-				start, end := t.off[bi], t.off[j]
-				seg := t.body[start:end]
-				if bi == 0 && !first {
-					h.Write([]byte{','})
-				} else if bi > 0 && first {
-					seg = seg[1:] // drop the leading comma
-				}
-				h.Write(seg)
-				first = false
-			}
-			bi = j
-			if bi < len(t.keys) && t.keys[bi] == k {
-				bi++ // replaced or deleted
-			}
-			if row := ov[k]; row != nil {
-				emit(k, row)
-			}
-		}
-		if bi < len(t.keys) {
-			seg := t.body[t.off[bi]:t.off[len(t.keys)]]
-			if bi == 0 && !first {
-				h.Write([]byte{','})
-			} else if bi > 0 && first {
-				seg = seg[1:]
-			}
-			h.Write(seg)
-		}
-		h.Write([]byte{'}'})
-	}
-	h.Write([]byte{'}'})
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // fingerprint is a short, stable digest of a row (or "-" for no row), used to match recordings to state.
