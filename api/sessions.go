@@ -752,8 +752,12 @@ func (sr *SessionRoutes) twin(ctx context.Context, s *schema.Session, l *liveSes
 
 func (sr *SessionRoutes) dropTwin(buildID string) {
 	sr.mu.Lock()
+	te := sr.twins[buildID]
 	delete(sr.twins, buildID)
 	sr.mu.Unlock()
+	if te != nil {
+		te.c.CloseIdle()
+	}
 }
 
 // dropOnTwin drops a session's world on its build's twin if that twin runs, best effort.

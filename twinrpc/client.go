@@ -35,6 +35,7 @@ func NewHTTPClient() *http.Client {
 type Client struct {
 	base string
 	hc   *http.Client
+	pool *callPool // the tool-call path (callconn.go); nil: calls go through hc
 }
 
 // NewClient returns a Client of the twin at baseURL ("http://127.0.0.1:PORT"). A nil hc gets NewHTTPClient().
@@ -42,7 +43,16 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = NewHTTPClient()
 	}
-	return &Client{base: strings.TrimSuffix(baseURL, "/"), hc: hc}
+	base := strings.TrimSuffix(baseURL, "/")
+	return &Client{base: base, hc: hc, pool: newCallPool(base)}
+}
+
+// CloseIdle closes the connections the Client keeps for tool calls, and those in use once their call ends: for a
+// Client that is being let go.
+func (c *Client) CloseIdle() {
+	if c.pool != nil {
+		c.pool.close()
+	}
 }
 
 // BaseURL is the twin's address this client calls.
@@ -77,11 +87,40 @@ func (c *Client) Open(ctx context.Context, req OpenRequest) (OpenResponse, error
 	return out, err
 }
 
-// Call runs one tool call in session id.
+// Call runs one tool call in session id, on a pooled connection of its own (callconn.go).
 func (c *Client) Call(ctx context.Context, id string, req CallRequest) (CallResult, error) {
 	var out CallResult
-	err := c.do(ctx, http.MethodPost, sessionPath(id)+"/call", req, &out)
-	return out, err
+	path := sessionPath(id) + "/call"
+	if c.pool == nil {
+		err := c.do(ctx, http.MethodPost, path, req, &out)
+		return out, err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return out, fmt.Errorf("twinrpc: encode POST %s: %w", path, err)
+	}
+	for attempt := 0; ; attempt++ {
+		cc, reused, err := c.pool.get(ctx)
+		if err != nil {
+			return out, c.transportError(ctx, http.MethodPost, path, err)
+		}
+		status, data, keep, err := cc.roundTrip(ctx, c.pool.host, path, body)
+		if err != nil {
+			_ = cc.nc.Close()
+			// A pooled connection the twin closed fails before any answer. Sending the call again is safe
+			// when it carries ExpectCalls: a twin that did apply it answers calls_mismatch, not a second run.
+			if reused && attempt == 0 && req.ExpectCalls != nil && errors.Is(err, errCallConnBroken) && ctx.Err() == nil {
+				continue
+			}
+			return out, c.transportError(ctx, http.MethodPost, path, err)
+		}
+		if keep {
+			c.pool.put(cc)
+		} else {
+			_ = cc.nc.Close()
+		}
+		return out, c.answer(http.MethodPost, path, status, data, &out)
+	}
 }
 
 // Session returns session id's state.
@@ -118,29 +157,39 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("twinrpc: %s %s%s: %w", method, c.base, path, ctx.Err())
-		}
-		return fmt.Errorf("%w: %s %s%s: %w", ErrUnreachable, method, c.base, path, err)
+		return c.transportError(ctx, method, path, err)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("twinrpc: %s %s%s: read answer: %w", method, c.base, path, ctx.Err())
-		}
-		return fmt.Errorf("%w: %s %s%s: read answer: %w", ErrUnreachable, method, c.base, path, err)
+		return c.transportError(ctx, method, path, fmt.Errorf("read answer: %w", err))
 	}
-	if resp.StatusCode >= 300 {
+	return c.answer(method, path, resp.StatusCode, data, out)
+}
+
+// maxAnswer bounds an answer the client reads.
+const maxAnswer = 256 << 20
+
+// transportError reports a request that got no answer: the caller's ctx ending, or else the twin unreachable.
+func (c *Client) transportError(ctx context.Context, method, path string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("twinrpc: %s %s%s: %w", method, c.base, path, ctx.Err())
+	}
+	return fmt.Errorf("%w: %s %s%s: %w", ErrUnreachable, method, c.base, path, err)
+}
+
+// answer decodes an answer: an error body into *Error, a success into out.
+func (c *Client) answer(method, path string, status int, data []byte, out any) error {
+	if status >= 300 {
 		var eb ErrorBody
 		if json.Unmarshal(data, &eb) != nil || eb.Code == "" {
 			eb = ErrorBody{Code: CodeInternal, Detail: strings.TrimSpace(string(data))}
-			if resp.StatusCode == http.StatusNotFound {
+			if status == http.StatusNotFound {
 				// Something that is not a twin answers at this address.
-				return fmt.Errorf("%w: %s %s%s answered %d: %s", ErrUnreachable, method, c.base, path, resp.StatusCode, eb.Detail)
+				return fmt.Errorf("%w: %s %s%s answered %d: %s", ErrUnreachable, method, c.base, path, status, eb.Detail)
 			}
 		}
-		return &Error{Status: resp.StatusCode, Code: eb.Code, Detail: eb.Detail}
+		return &Error{Status: status, Code: eb.Code, Detail: eb.Detail}
 	}
 	if out == nil {
 		return nil
