@@ -30,26 +30,35 @@ type Options[T any] struct {
 	Direct bool
 	// MaxBatch closes a batch at this many records (default 256).
 	MaxBatch int
-	// Linger is how long a batch waits for more records after the queue runs empty. 0 (the default)
-	// commits as soon as nothing more is queued: batches then grow on their own while a commit is in
-	// flight, which gives the lowest latency at low load and full batches under load.
+	// Linger is how long a batch that is not full waits, once, for more records before it commits. 0 (the
+	// default) commits what is queued at once: batches then grow on their own while a commit is in flight,
+	// which gives the lowest latency at low load and full batches under load.
 	Linger time.Duration
 	// Workers is how many batches may commit at once (default 1; keep 1 on SQLite, a single writer).
 	Workers int
 	// CommitTimeout bounds one batch's transaction (default 10s).
 	CommitTimeout time.Duration
-	// Queue is the submit queue's capacity (default 4×MaxBatch).
+	// Queue is how many records may wait at once (default 4×MaxBatch); Submit waits for room beyond it.
 	Queue int
 }
 
 // Writer group-commits records. Submit blocks until the record's batch has committed (or failed: every
 // waiter of a failed batch gets the error). It is safe for concurrent use.
+//
+// There is no committer goroutine to hand records to. A Submit that finds fewer than Workers batches
+// committing leads: it takes what is queued (its own record included) and commits it. When the Submit's
+// context cannot end (context.WithoutCancel, Background) it commits on its own goroutine, which at low load
+// saves two goroutine hand-offs per record; otherwise a goroutine commits for it, so the Submit can return
+// when its context ends. Once a leader's own record has committed, what queued behind it is committed by a
+// goroutine, and the leader's caller goes on.
 type Writer[T any] struct {
-	o      Options[T]
-	in     chan *waiter[T]
-	mu     sync.RWMutex // guards closed against sends on in
-	closed bool
-	wg     sync.WaitGroup
+	o       Options[T]
+	mu      sync.RWMutex // guards queue, leaders and closed
+	queue   []*waiter[T]
+	leaders int
+	closed  bool
+	slots   chan struct{}  // one per record from Submit until its batch ends: the Queue bound
+	wg      sync.WaitGroup // one per leader
 
 	batches, items, failed atomic.Int64
 	maxSeen                atomic.Int64
@@ -57,10 +66,11 @@ type Writer[T any] struct {
 
 type waiter[T any] struct {
 	item T
-	done chan error
+	err  error
+	done chan struct{} // closed once err is set
 }
 
-// New starts a Writer's committers.
+// New returns a Writer.
 func New[T any](o Options[T]) (*Writer[T], error) {
 	if o.DB == nil {
 		return nil, errors.New("journal: Options.DB is nil")
@@ -83,116 +93,108 @@ func New[T any](o Options[T]) (*Writer[T], error) {
 	if o.Queue == 0 {
 		o.Queue = 4 * o.MaxBatch
 	}
-	w := &Writer[T]{o: o, in: make(chan *waiter[T], o.Queue)}
-	w.wg.Add(o.Workers)
-	for range o.Workers {
-		go w.run()
-	}
-	return w, nil
+	return &Writer[T]{o: o, slots: make(chan struct{}, o.Queue)}, nil
 }
 
 // Submit queues item and waits until it is durably committed. If ctx ends first, Submit returns ctx's
 // error; the record may still commit with its batch.
 func (w *Writer[T]) Submit(ctx context.Context, item T) error {
-	wt := &waiter[T]{item: item, done: make(chan error, 1)}
-	w.mu.RLock()
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	wt := &waiter[T]{item: item, done: make(chan struct{})}
+	w.mu.Lock()
 	if w.closed {
-		w.mu.RUnlock()
+		w.mu.Unlock()
+		<-w.slots
 		return ErrClosed
 	}
-	select {
-	case w.in <- wt:
-	case <-ctx.Done():
-		w.mu.RUnlock()
-		return ctx.Err()
+	w.queue = append(w.queue, wt)
+	lead := w.leaders < w.o.Workers
+	if lead {
+		w.leaders++
+		w.wg.Add(1)
 	}
-	w.mu.RUnlock()
+	w.mu.Unlock()
+	if lead {
+		if ctx.Done() == nil {
+			w.lead(wt)
+		} else {
+			go w.lead(nil)
+		}
+	}
 	select {
-	case err := <-wt.done:
-		return err
+	case <-wt.done:
+		return wt.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// Close stops taking records, commits everything already queued, and waits for the committers.
+// Close stops taking records, commits everything already queued, and waits for the commits to end.
 func (w *Writer[T]) Close() error {
 	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return nil
-	}
 	w.closed = true
-	close(w.in)
 	w.mu.Unlock()
 	w.wg.Wait()
 	return nil
 }
 
-func (w *Writer[T]) run() {
-	defer w.wg.Done()
-	batch := make([]*waiter[T], 0, w.o.MaxBatch)
-	items := make([]T, 0, w.o.MaxBatch)
-	var timer *time.Timer
+// lead commits queued batches. With self set it returns once self's record has committed, leaving what is
+// still queued to a goroutine that goes on leading; it ends its leadership when the queue is empty.
+func (w *Writer[T]) lead(self *waiter[T]) {
+	selfDone := false
 	for {
-		// After Close, receives still yield every queued record before reporting the channel closed,
-		// so this loop drains the queue in full batches and then returns.
-		first, ok := <-w.in
-		if !ok {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.leaders--
+			w.mu.Unlock()
+			w.wg.Done()
 			return
 		}
-		batch = append(batch[:0], first)
-		w.fill(&batch, &timer)
-		items = items[:0]
-		for _, wt := range batch {
-			items = append(items, wt.item)
+		if selfDone {
+			w.mu.Unlock()
+			go w.lead(nil) // the leadership (and its wg count) passes on
+			return
+		}
+		batch := w.take(nil)
+		w.mu.Unlock()
+		if w.o.Linger > 0 && len(batch) < w.o.MaxBatch {
+			time.Sleep(w.o.Linger)
+			w.mu.Lock()
+			batch = w.take(batch)
+			w.mu.Unlock()
+		}
+		items := make([]T, len(batch))
+		for i, wt := range batch {
+			items[i] = wt.item
 		}
 		err := w.commit(items)
 		for _, wt := range batch {
-			wt.done <- err
+			wt.err = err
+			close(wt.done)
+			<-w.slots
+			if wt == self {
+				selfDone = true
+			}
 		}
-		clear(items) // drop references to committed records
-		clear(batch)
 	}
 }
 
-// fill adds queued records to batch until it is full, the queue is empty (Linger 0), Linger has passed
-// since the queue ran empty, or the queue is closed and drained.
-func (w *Writer[T]) fill(batch *[]*waiter[T], timer **time.Timer) {
-	for len(*batch) < w.o.MaxBatch {
-		select {
-		case wt, ok := <-w.in:
-			if !ok {
-				return
-			}
-			*batch = append(*batch, wt)
-			continue
-		default:
-		}
-		if w.o.Linger == 0 {
-			return
-		}
-		if *timer == nil {
-			*timer = time.NewTimer(w.o.Linger)
-		} else {
-			(*timer).Reset(w.o.Linger)
-		}
-		for len(*batch) < w.o.MaxBatch {
-			select {
-			case wt, ok := <-w.in:
-				if !ok {
-					(*timer).Stop()
-					return
-				}
-				*batch = append(*batch, wt)
-				continue
-			case <-(*timer).C:
-				return
-			}
-		}
-		(*timer).Stop()
-		return
-	}
+// take moves queued records onto batch, up to MaxBatch. w.mu is held.
+func (w *Writer[T]) take(batch []*waiter[T]) []*waiter[T] {
+	n := min(len(w.queue), w.o.MaxBatch-len(batch))
+	batch = append(batch, w.queue[:n]...)
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:])
+	w.queue = w.queue[:rest]
+	return batch
 }
 
 func (w *Writer[T]) commit(items []T) error {

@@ -89,9 +89,14 @@ func (g *gate) insert(ctx context.Context, db bun.IDB, calls []schema.Call) erro
 // waitQueued waits until n records sit in w's queue.
 func waitQueued[T any](t *testing.T, w *Writer[T], n int) {
 	t.Helper()
-	for i := 0; len(w.in) < n; i++ {
+	queued := func() int {
+		w.mu.RLock()
+		defer w.mu.RUnlock()
+		return len(w.queue)
+	}
+	for i := 0; queued() < n; i++ {
 		if i > 10000 {
-			t.Fatalf("queue holds %d records, want %d", len(w.in), n)
+			t.Fatalf("queue holds %d records, want %d", queued(), n)
 		}
 		time.Sleep(time.Millisecond)
 	}
