@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
@@ -166,8 +168,25 @@ func rawServer(t testing.TB) *httptest.Server {
 	return srv
 }
 
-// loadPlane serves the tau-retail bundle over loopback HTTP with 64 open sessions.
+// serverGC runs the rest of a benchmark under the GC target doppel's server processes set for themselves
+// (runtime.gc_percent's default), unless GOGC is set.
+func serverGC(b *testing.B) {
+	if os.Getenv("GOGC") != "" {
+		return
+	}
+	for _, k := range config.Keys() {
+		if k.Name == "runtime.gc_percent" {
+			old := debug.SetGCPercent(k.Default.(int))
+			b.Cleanup(func() { debug.SetGCPercent(old) })
+			return
+		}
+	}
+	b.Fatal("no runtime.gc_percent key")
+}
+
+// loadPlane serves the tau-retail bundle over loopback HTTP with 64 open sessions, under the server's GC target.
 func loadPlane(b *testing.B, driver string) (*plane, *httptest.Server, []*loadTarget) {
+	serverGC(b)
 	bundle, traces := retailBundle(b)
 	p := newPlane(b, driver, bundle, planeOptions{journal: journal.CallOptions{}})
 	srv := httptest.NewServer(p.h)

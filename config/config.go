@@ -35,6 +35,12 @@ type Config struct {
 	Twin         Twin     `koanf:"twin"`
 	Session      Session  `koanf:"session"`
 	Model        Model    `koanf:"model"`
+	Runtime      Runtime  `koanf:"runtime"`
+}
+
+// Runtime tunes the Go runtime of doppel's processes.
+type Runtime struct {
+	GCPercent int `koanf:"gc_percent"`
 }
 
 // Log configures logging.
@@ -175,6 +181,7 @@ func Keys() []Key {
 		{"model.api_key", "", "API key for model.base_url"},
 		{"model.name", "", "model name sent to model.base_url"},
 		{"model.timeout", "30s", "time limit of one model request"},
+		{"runtime.gc_percent", 400, "Go GC target (as GOGC) of doppel's processes and the twins they start: above Go's 100 it trades memory for fewer collections, which stall tool calls; GOGC in the environment wins"},
 	}
 }
 
@@ -407,6 +414,9 @@ func (c *Config) Validate() error {
 		bad("twin.memory_bytes", "must not be negative")
 	}
 	positive("session.idle", c.Session.Idle)
+	if c.Runtime.GCPercent < 1 {
+		bad("runtime.gc_percent", "must be at least 1")
+	}
 	if c.Model.BaseURL != "" {
 		if u, err := url.Parse(c.Model.BaseURL); err != nil || u.Scheme == "" || u.Host == "" {
 			bad("model.base_url", "must be an absolute URL (got %q)", c.Model.BaseURL)

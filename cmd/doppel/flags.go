@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -36,7 +37,18 @@ func parseConfig(e env, name string, extra func(*pflag.FlagSet)) (*config.Config
 	if err != nil {
 		return nil, nil, err
 	}
+	applyRuntime(cfg, e.environ)
 	return cfg, fs, nil
+}
+
+// applyRuntime sets the Go GC target from runtime.gc_percent, unless GOGC in the environment set it.
+func applyRuntime(cfg *config.Config, environ []string) {
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GOGC=") {
+			return
+		}
+	}
+	debug.SetGCPercent(cfg.Runtime.GCPercent)
 }
 
 // newLogger builds the process logger from the log.* keys.

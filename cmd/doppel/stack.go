@@ -141,7 +141,7 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 		}
 		st.onClose(c.Close)
 		d, err := driver.NewDocker(driver.DockerOptions{Client: c, Host: cfg.Twin.DockerHost, Image: cfg.Twin.Image,
-			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Env: modelEnv(cfg),
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Env: twinEnv(cfg),
 			MemoryBytes: cfg.Twin.Memory})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver docker: %w", err)
@@ -188,10 +188,15 @@ func modelEnv(cfg *config.Config) []string {
 		"DOPPEL_MODEL_NAME=" + cfg.Model.Name, "DOPPEL_MODEL_TIMEOUT=" + cfg.Model.Timeout.String()}
 }
 
-// twinProcessEnv is what a process twin gets beyond this process's environment: the model settings and its memory
-// limit (GOMEMLIMIT: the Go runtime collects harder as the twin nears it).
+// twinEnv is what a twin gets of this process's configuration: the model settings and the GC target.
+func twinEnv(cfg *config.Config) []string {
+	return append(modelEnv(cfg), fmt.Sprintf("DOPPEL_RUNTIME_GC_PERCENT=%d", cfg.Runtime.GCPercent))
+}
+
+// twinProcessEnv is what a process twin gets beyond this process's environment: twinEnv and its memory limit
+// (GOMEMLIMIT: the Go runtime collects harder as the twin nears it).
 func twinProcessEnv(cfg *config.Config) []string {
-	env := modelEnv(cfg)
+	env := twinEnv(cfg)
 	if cfg.Twin.Memory > 0 {
 		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", cfg.Twin.Memory))
 	}
