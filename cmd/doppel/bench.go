@@ -28,6 +28,7 @@ func runBench(ctx context.Context, e env) error {
 	sessions := fs.Int("sessions", 64, "sessions to open and spread calls over")
 	rate := fs.Int("rate", 1000, "calls per second to offer; 0 sends as fast as the sessions allow (peak)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send calls")
+	seedInstr := fs.String("seed-instructions", "", "seed instructions for every session open (seeded opens); empty: unseeded")
 	if err := parseClient(fs, e.args); err != nil {
 		if errors.Is(err, errHelp) {
 			return nil
@@ -50,8 +51,23 @@ func runBench(ctx context.Context, e env) error {
 		return err
 	}
 
-	raw := benchRaw(ctx, c, *sessions, 2000)
-	fmt.Fprintf(e.stdout, "raw GET /healthz (the limit)  p50 %s  p99 %s\n", pct(raw, 50), pct(raw, 99))
+	var raw []time.Duration
+	if *rate == 0 {
+		raw = benchRaw(ctx, c, *sessions, 2000)
+		fmt.Fprintf(e.stdout, "raw GET /healthz, %d at once (the limit)  p50 %s  p99 %s\n", *sessions, pct(raw, 50), pct(raw, 99))
+	} else {
+		var mu sync.Mutex
+		rawCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		offer(rawCtx, *rate, func(int64) {
+			if d, ok := healthz(ctx, c); ok {
+				mu.Lock()
+				raw = append(raw, d)
+				mu.Unlock()
+			}
+		})
+		cancel()
+		fmt.Fprintf(e.stdout, "raw GET /healthz at %d/s (the limit)  p50 %s  p99 %s\n", *rate, pct(raw, 50), pct(raw, 99))
+	}
 
 	type session struct{ id, token string }
 	var opened []session
@@ -61,14 +77,22 @@ func runBench(ctx context.Context, e env) error {
 			SessionID string `json:"sessionId"`
 			Token     string `json:"token"`
 		}
+		body := map[string]any{"seed": i}
+		if *seedInstr != "" {
+			body["seedInstructions"] = *seedInstr
+		}
 		t0 := time.Now()
-		if err := c.do(ctx, http.MethodPost, "/v1/envs/"+*slug+"/sessions", map[string]any{"seed": i}, &o); err != nil {
+		if err := c.do(ctx, http.MethodPost, "/v1/envs/"+*slug+"/sessions", body, &o); err != nil {
 			return fmt.Errorf("open session %d: %w", i, err)
 		}
 		opens = append(opens, time.Since(t0))
 		opened = append(opened, session{o.SessionID, o.Token})
 	}
-	fmt.Fprintf(e.stdout, "session open (%d, sequential)  p50 %s  p99 %s\n", len(opens), pct(opens, 50), pct(opens, 99))
+	kind := "unseeded"
+	if *seedInstr != "" {
+		kind = "seeded"
+	}
+	fmt.Fprintf(e.stdout, "session open (%d %s, sequential)  p50 %s  p99 %s\n", len(opens), kind, pct(opens, 50), pct(opens, 99))
 	defer func() {
 		for _, s := range opened {
 			_ = c.do(context.WithoutCancel(ctx), http.MethodDelete, "/v1/sessions/"+s.id, nil, nil)
@@ -114,18 +138,7 @@ func runBench(ctx context.Context, e env) error {
 			})
 		}
 	} else {
-		tick := time.NewTicker(time.Second / time.Duration(*rate))
-	offer:
-		for {
-			select {
-			case <-runCtx.Done():
-				break offer
-			case <-tick.C:
-				i := next.Add(1) - 1
-				wg.Go(func() { call(i) })
-			}
-		}
-		tick.Stop()
+		offer(runCtx, *rate, call)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -208,23 +221,51 @@ func benchRaw(ctx context.Context, c *apiClient, conc, n int) []time.Duration {
 	for w := 0; w < conc; w++ {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url+"/healthz", nil)
-				t0 := time.Now()
-				resp, err := c.http.Do(req)
-				if err != nil {
-					continue
+				if d, ok := healthz(ctx, c); ok {
+					mu.Lock()
+					out = append(out, d)
+					mu.Unlock()
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				d := time.Since(t0)
-				mu.Lock()
-				out = append(out, d)
-				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	return out
+}
+
+// healthz times one GET /healthz.
+func healthz(ctx context.Context, c *apiClient) (time.Duration, bool) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url+"/healthz", nil)
+	t0 := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return time.Since(t0), true
+}
+
+// offer calls fn on a fixed schedule, rate times a second until ctx ends, each call from its own goroutine so a
+// slow answer cannot slow the offered load; it returns when every call has returned. Go's timers may wake a
+// millisecond late on an idle machine: the calls then due are all sent at once, so the offered rate holds.
+func offer(ctx context.Context, rate int, fn func(i int64)) {
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := int64(0); ; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() { fn(i) })
+	}
+	wg.Wait()
 }
 
 // pct is the p-th percentile of ds (100: the maximum), rounded for printing.

@@ -186,12 +186,13 @@ func TestE2ESessions(t *testing.T) {
 	// doppel bench against this stack: sessions, replayed calls, the raw round trip beside them.
 	var bench bytes.Buffer
 	err = run(context.Background(), []string{"bench", "--url", s.apiURL, "--key", s.key, "--env", slug,
-		"--traces", "../../../shared/data/tau-retail-dev.json", "--sessions", "2", "--rate", "50", "--duration", "1s"},
+		"--traces", "../../../shared/data/tau-retail-dev.json", "--sessions", "2", "--rate", "50", "--duration", "1s",
+		"--seed-instructions", "2 orders with status pending"},
 		nil, &bench, io.Discard)
 	if err != nil {
 		t.Fatalf("doppel bench: %v\n%s", err, bench.String())
 	}
-	for _, want := range []string{"raw GET /healthz", "session open (2,", " 0 failed", "B_twin"} {
+	for _, want := range []string{"raw GET /healthz at 50/s", "session open (2 seeded,", " 0 failed", "B_twin"} {
 		if !strings.Contains(bench.String(), want) {
 			t.Errorf("bench output lacks %q:\n%s", want, bench.String())
 		}
