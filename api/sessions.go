@@ -53,10 +53,11 @@ type SessionRoutes struct {
 	// for ms_ tokens once wired to it; the routes forget sessions they end.
 	Tokens *SessionTokens
 
-	db    *bun.DB
-	mu    sync.Mutex
-	live  map[string]*liveSession
-	twins map[string]*twinEntry // build id → its ready twin
+	db      *bun.DB
+	mu      sync.Mutex
+	live    map[string]*liveSession
+	twins   map[string]*twinEntry // build id → its ready twin
+	schemas model.SchemaCache     // tools' input schemas, decoded once
 }
 
 // twinEntry is a build's ready twin as last found.
@@ -489,7 +490,7 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 	if !ok {
 		return nil, NotFound("tool %q not found: the twin cannot route it (GET /v1/envs/{slug}/tools lists the tools)", in.Body.Name)
 	}
-	if err := checkArguments(tool, args); err != nil {
+	if err := sr.checkArguments(tool, args); err != nil {
 		return nil, err
 	}
 	if l.calls < 0 {
@@ -531,8 +532,9 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 }
 
 // checkArguments checks argument values against the JSON types of the tool's input schema (see
-// model.CheckTypes); the error names the field, e.g. body.arguments.order_id.
-func checkArguments(tool *twin.Tool, args []byte) error {
+// model.CheckTypes; the schema is decoded once, in sr.schemas); the error names the field, e.g.
+// body.arguments.order_id.
+func (sr *SessionRoutes) checkArguments(tool *twin.Tool, args []byte) error {
 	v, err := model.DecodeJSON(args)
 	if err != nil {
 		return Invalid("body.arguments", "not valid JSON: "+err.Error())
@@ -540,7 +542,11 @@ func checkArguments(tool *twin.Tool, args []byte) error {
 	if _, ok := v.(map[string]any); !ok {
 		return Invalid("body.arguments", "expected a JSON object")
 	}
-	if err := model.CheckTypes(tool.InputSchema, v); err != nil {
+	sch, err := sr.schemas.Get(tool.InputSchema)
+	if err == nil {
+		err = sch.CheckTypes(v)
+	}
+	if err != nil {
 		msg := err.Error()
 		loc, rest, found := strings.Cut(msg, ": ")
 		if !found || !strings.HasPrefix(loc, "$") {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Validate checks a decoded JSON value (from decodeJSON: map[string]any, []any, json.Number, string, bool,
@@ -32,15 +33,79 @@ func CheckTypes(schema json.RawMessage, v any) error {
 func DecodeJSON(b []byte) (any, error) { return decodeJSON(b) }
 
 func run(schema json.RawMessage, v any, typesOnly bool) error {
+	s, err := ParseSchema(schema)
+	if err != nil {
+		return err
+	}
+	if typesOnly {
+		return s.CheckTypes(v)
+	}
+	return s.Validate(v)
+}
+
+// Schema is a JSON Schema decoded once, to check many values against; it is safe for concurrent use.
+type Schema struct {
+	s     any
+	empty bool // no schema: everything passes
+}
+
+// ParseSchema decodes a JSON Schema; empty input is the schema every value passes.
+func ParseSchema(schema json.RawMessage) (*Schema, error) {
 	if len(bytes.TrimSpace(schema)) == 0 {
-		return nil
+		return &Schema{empty: true}, nil
 	}
 	var s any
 	if err := json.Unmarshal(schema, &s); err != nil {
-		return fmt.Errorf("schema is not JSON: %w", err)
+		return nil, fmt.Errorf("schema is not JSON: %w", err)
 	}
-	vd := validator{typesOnly: typesOnly}
-	return vd.validate(s, v, "$")
+	return &Schema{s: s}, nil
+}
+
+// Validate is the package's Validate against s.
+func (s *Schema) Validate(v any) error {
+	if s.empty {
+		return nil
+	}
+	return validator{}.validate(s.s, v, "$")
+}
+
+// CheckTypes is the package's CheckTypes against s.
+func (s *Schema) CheckTypes(v any) error {
+	if s.empty {
+		return nil
+	}
+	return validator{typesOnly: true}.validate(s.s, v, "$")
+}
+
+// SchemaCache keeps decoded schemas by their text, up to a bound (then it starts over), so a schema checked on
+// every call is decoded once. The zero value is ready; it is safe for concurrent use.
+type SchemaCache struct {
+	mu sync.Mutex
+	m  map[string]*Schema
+}
+
+// maxCachedSchemas bounds a SchemaCache.
+const maxCachedSchemas = 4096
+
+// Get returns schema decoded, from the cache when it was decoded before.
+func (c *SchemaCache) Get(schema json.RawMessage) (*Schema, error) {
+	c.mu.Lock()
+	s, ok := c.m[string(schema)]
+	c.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	s, err := ParseSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedSchemas {
+		c.m = map[string]*Schema{}
+	}
+	c.m[string(schema)] = s
+	c.mu.Unlock()
+	return s, nil
 }
 
 type validator struct{ typesOnly bool }

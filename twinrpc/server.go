@@ -334,9 +334,8 @@ func (s *Server) runtimeError(w http.ResponseWriter, what string, err error) {
 }
 
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, s.maxBody)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			writeError(w, CodeTooLarge, fmt.Sprintf("request body is over %d bytes", tooBig.Limit))
@@ -345,8 +344,9 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, CodeBadRequest, "body: "+err.Error())
 		return false
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, CodeBadRequest, "body: trailing data after the JSON value")
+	// One JSON value: Unmarshal refuses trailing data.
+	if err := json.Unmarshal(data, v); err != nil {
+		writeError(w, CodeBadRequest, "body: "+err.Error())
 		return false
 	}
 	return true
