@@ -111,7 +111,13 @@ func (cc *callConn) roundTrip(ctx context.Context, host, path string, body []byt
 	}
 	_ = cc.nc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { _ = cc.nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	defer func() {
+		// When ctx ended during the call, its deadline change may still be on its way: never reuse the
+		// connection then, or the change could land on the next call's.
+		if !stop() {
+			keep = false
+		}
+	}()
 
 	bw := cc.bw
 	bw.WriteString("POST ")
