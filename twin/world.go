@@ -15,7 +15,7 @@ type baseTable struct {
 	rows map[string]*Object
 	keys []string // sorted
 	// body is the canonical JSON of the table's members ("k":row,...) and off[i] the start of
-	// the i-th key's member in it, so a state hash can copy unchanged runs in one write.
+	// the i-th key's member in it (after its comma), so hashing reads a base row's canonical bytes as they are.
 	body []byte
 	off  []int
 	// nb is the table's hash bucket count, bucketRows the row indexes of each bucket (in key order), digests
