@@ -41,6 +41,8 @@ type Options struct {
 // SQLite is opened in WAL mode with a busy timeout, foreign keys on, and every
 // transaction begun IMMEDIATE, so concurrent writers queue for the lock instead
 // of failing; times are stored as fixed-width RFC 3339 UTC text with microseconds.
+// The WAL is checkpointed in the background (see checkpoints), not by the commit
+// that happens to fill it.
 func Open(ctx context.Context, opts Options) (*bun.DB, error) {
 	switch opts.Driver {
 	case DriverSQLite:
@@ -83,7 +85,29 @@ func openSQLite(ctx context.Context, opts Options) (*bun.DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("schema: open sqlite %q: %w", opts.DSN, err)
 	}
+	if !memory {
+		go checkpoints(sqldb, checkpointEvery)
+	}
 	return db, nil
+}
+
+// checkpointEvery is how often the WAL is checkpointed in the background.
+const checkpointEvery = 250 * time.Millisecond
+
+// checkpoints copies the WAL into the database file every period, until db is closed. SQLite's own automatic
+// checkpoint (off: wal_autocheckpoint(0)) runs inside the commit that crosses 1,000 WAL pages, which under a
+// steady stream of tool calls stalled one journal commit every few hundred for milliseconds (p99 at 1,000
+// calls/s: 5.1-6.4 ms with it, 3.0-3.3 ms without). A PASSIVE checkpoint waits for no reader or writer.
+func checkpoints(db *sql.DB, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for range t.C {
+		_, err := db.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		// database/sql does not export its closed-database error; its text has been the same since Go 1.
+		if err != nil && strings.Contains(err.Error(), "database is closed") {
+			return
+		}
+	}
 }
 
 // sqliteDSN turns a path or file: URI into a modernc DSN carrying doppel's pragmas.
@@ -98,6 +122,7 @@ func sqliteDSN(in string, busy time.Duration) (dsn string, memory bool, err erro
 	if !memory {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", "wal_autocheckpoint(0)") // see checkpoints
 	}
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Set("_txlock", "immediate")

@@ -230,6 +230,44 @@ func TestSQLitePragmas(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&busy); err != nil || busy != 10000 {
 		t.Errorf("busy_timeout = %d, %v; want 10000", busy, err)
 	}
+	var auto int
+	if err := db.QueryRowContext(ctx, "PRAGMA wal_autocheckpoint").Scan(&auto); err != nil || auto != 0 {
+		t.Errorf("wal_autocheckpoint = %d, %v; want 0 (checkpoints run in the background)", auto, err)
+	}
+}
+
+// TestSQLiteBackgroundCheckpoint: with SQLite's automatic checkpoint off, what is committed still reaches the
+// database file, by the background checkpointer, without another write or a close.
+func TestSQLiteBackgroundCheckpoint(t *testing.T) {
+	dsn, db := openDSN(t, schema.DriverSQLite)
+	ctx := context.Background()
+	path, _, _ := strings.Cut(strings.TrimPrefix(dsn, "file:"), "?")
+	if _, err := db.ExecContext(ctx, "CREATE TABLE t (v TEXT)"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if _, err := db.ExecContext(ctx, "INSERT INTO t (v) VALUES (?)", strings.Repeat(fmt.Sprint(i), 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 200 rows of ~1 KB are ~50 pages: they sit in the WAL until a checkpoint copies them to the file.
+	for i := 0; ; i++ {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Size() >= before.Size()+100<<10 {
+			break
+		}
+		if i > 400 { // 20 s: the checkpointer runs every 250 ms
+			t.Fatalf("database file still %d bytes (was %d): the WAL was never checkpointed", st.Size(), before.Size())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 var rfc3339Micro = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`)
