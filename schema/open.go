@@ -3,6 +3,7 @@ package schema
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -86,28 +87,70 @@ func openSQLite(ctx context.Context, opts Options) (*bun.DB, error) {
 		return nil, fmt.Errorf("schema: open sqlite %q: %w", opts.DSN, err)
 	}
 	if !memory {
-		go checkpoints(sqldb, checkpointEvery)
+		go checkpoints(sqldb, checkpointEvery, walRestartFrames)
 	}
 	return db, nil
 }
 
-// checkpointEvery is how often the WAL is checkpointed in the background.
-const checkpointEvery = 250 * time.Millisecond
+// checkpointEvery is how often the WAL is checkpointed in the background; walRestartFrames is the WAL length (in
+// pages, 4 KiB each) past which the background checkpoint also restarts the WAL.
+const (
+	checkpointEvery  = 250 * time.Millisecond
+	walRestartFrames = 4096
+)
 
 // checkpoints copies the WAL into the database file every period, until db is closed. SQLite's own automatic
-// checkpoint (off: wal_autocheckpoint(0)) runs inside the commit that crosses 1,000 WAL pages, which under a
-// steady stream of tool calls stalled one journal commit every few hundred for milliseconds (p99 at 1,000
-// calls/s: 5.1-6.4 ms with it, 3.0-3.3 ms without). A PASSIVE checkpoint waits for no reader or writer.
-func checkpoints(db *sql.DB, period time.Duration) {
+// checkpoint (off: wal_autocheckpoint(0)) copies 1,000 pages inside the commit that crosses that mark, which under
+// a steady stream of tool calls stalled one journal commit every few hundred for milliseconds (p99 at 1,000
+// calls/s: 5.1-6.4 ms with it, 2.3-2.5 ms without). A PASSIVE checkpoint waits for no reader or writer, but
+// while writes keep coming it never catches up with the WAL's end, and the WAL only starts over from its
+// beginning once everything in it was copied. So when the WAL passes restartFrames, a RESTART checkpoint
+// follows: it holds writers back while it copies what arrived since the PASSIVE one (little) and makes the next
+// writer start the WAL over, so the file stays near restartFrames pages. It waits at most restartBusy for
+// readers to finish, so a long read cannot hold the journal's writes back.
+func checkpoints(db *sql.DB, period time.Duration, restartFrames int) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for range t.C {
-		_, err := db.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		var busy, log, done int
+		err := db.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done)
+		if err == nil && log >= restartFrames {
+			err = restartWAL(db)
+		}
 		// database/sql does not export its closed-database error; its text has been the same since Go 1.
 		if err != nil && strings.Contains(err.Error(), "database is closed") {
 			return
 		}
 	}
+}
+
+// restartBusy is how long a RESTART checkpoint waits for readers and writers, holding new writers back as it
+// does: it gives up after that, to try again a period later.
+const restartBusy = 5 * time.Millisecond
+
+// restartWAL runs a RESTART checkpoint on a connection whose busy timeout is restartBusy for its duration.
+func restartWAL(db *sql.DB) error {
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var normal int
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&normal); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", restartBusy.Milliseconds())); err != nil {
+		return err
+	}
+	var busy, log, done int
+	err = conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(&busy, &log, &done)
+	if _, rerr := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", normal)); rerr != nil {
+		// A connection left with the short timeout must not go back to the pool.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return rerr
+	}
+	return err
 }
 
 // sqliteDSN turns a path or file: URI into a modernc DSN carrying doppel's pragmas.
