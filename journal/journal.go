@@ -151,6 +151,13 @@ func (w *Writer[T]) Close() error {
 func (w *Writer[T]) lead(self *waiter[T]) {
 	selfDone := false
 	for {
+		if self != nil && !selfDone {
+			select {
+			case <-self.done: // committed by another leader (Workers > 1)
+				selfDone = true
+			default:
+			}
+		}
 		w.mu.Lock()
 		if len(w.queue) == 0 {
 			w.leaders--

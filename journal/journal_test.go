@@ -306,3 +306,40 @@ func TestCallsRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestLeadersCommitEverything: submitters whose contexts cannot end lead the commits themselves, two batches at
+// a time (Workers 2) on PostgreSQL, one on SQLite; every record commits once, in batches no larger than MaxBatch.
+func TestLeadersCommitEverything(t *testing.T) {
+	schematest.Each(t, func(t *testing.T, db *bun.DB) {
+		workers := 2
+		if db.Dialect().Name().String() == "sqlite" {
+			workers = 1
+		}
+		sessions := seedSessions(t, db, 8)
+		w, err := New(Options[schema.Call]{DB: db, Insert: InsertCalls, Direct: true, MaxBatch: 8, Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 400
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				errs <- w.Submit(context.WithoutCancel(context.Background()), call(sessions[i%8], int64(i/8+1)))
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := countCalls(t, db); got != n {
+			t.Fatalf("%d calls committed, want %d", got, n)
+		}
+		if st := w.Stats(); st.Items != n || st.MaxBatch > 8 || st.Failed != 0 {
+			t.Fatalf("stats = %+v, want %d records in batches of at most 8", st, n)
+		}
+	})
+}
