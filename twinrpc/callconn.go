@@ -102,6 +102,16 @@ func (p *callPool) close() {
 
 var errCallConnBroken = errors.New("connection broken before an answer began")
 
+// broken marks an error that ended an exchange before any answer arrived as errCallConnBroken, unless it is a
+// deadline passing: a twin that is slow to answer may be running the call.
+func broken(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errCallConnBroken, err)
+}
+
 // roundTrip sends one POST with a JSON body and reads the answer; keep reports whether the connection can carry
 // another. An error wrapping errCallConnBroken means no byte of an answer arrived.
 func (cc *callConn) roundTrip(ctx context.Context, host, path string, body []byte) (status int, data []byte, keep bool, err error) {
@@ -129,10 +139,10 @@ func (cc *callConn) roundTrip(ctx context.Context, host, path string, body []byt
 	bw.WriteString("\r\n\r\n")
 	bw.Write(body)
 	if err := bw.Flush(); err != nil {
-		return 0, nil, false, fmt.Errorf("%w: %w", errCallConnBroken, err)
+		return 0, nil, false, broken(err)
 	}
 	if _, err := cc.br.Peek(1); err != nil {
-		return 0, nil, false, fmt.Errorf("%w: %w", errCallConnBroken, err)
+		return 0, nil, false, broken(err)
 	}
 	resp, err := http.ReadResponse(cc.br, nil)
 	if err != nil {
