@@ -233,6 +233,39 @@ func BenchmarkCallRate(b *testing.B) {
 	}
 }
 
+// closedLoop sends n requests from one goroutine per target, each sending again as soon as its last request
+// answered, and returns their latencies sorted, the time all took, the count of non-200 answers and the first
+// errors.
+func closedLoop(targets []*loadTarget, n int, send func(t *loadTarget) (int, error)) ([]time.Duration, time.Duration, int, []string) {
+	var next, bad atomic.Int64
+	var fe firstErrors
+	lats := make([][]time.Duration, len(targets))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g, t := range targets {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				t0 := time.Now()
+				code, err := send(t)
+				if err != nil || code != http.StatusOK {
+					bad.Add(1)
+					if err != nil {
+						fe.add(err)
+					}
+				}
+				lats[g] = append(lats[g], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	return latency.Sorted(all), elapsed, int(bad.Load()), fe.errs
+}
+
 // BenchmarkCallPeak: 64 sessions, each calling again as soon as its last call answered; throughput and latency.
 func BenchmarkCallPeak(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
@@ -241,48 +274,16 @@ func BenchmarkCallPeak(b *testing.B) {
 			hc := loadClient()
 			raw := rawServer(b)
 			n := max(b.N, 20000)
-			var fe firstErrors
-			run := func(send func(t *loadTarget) (int, error)) ([]time.Duration, time.Duration, int) {
-				var next, bad atomic.Int64
-				lats := make([][]time.Duration, len(targets))
-				var wg sync.WaitGroup
-				start := time.Now()
-				for g, t := range targets {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for next.Add(1) <= int64(n) {
-							t0 := time.Now()
-							code, err := send(t)
-							if err != nil || code != 200 {
-								bad.Add(1)
-								if err != nil {
-									fe.add(err)
-								}
-							}
-							lats[g] = append(lats[g], time.Since(t0))
-						}
-					}()
-				}
-				wg.Wait()
-				elapsed := time.Since(start)
-				var all []time.Duration
-				for _, l := range lats {
-					all = append(all, l...)
-				}
-				sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-				return all, elapsed, int(bad.Load())
-			}
 			before := p.journal.Stats()
 			cpu0 := cpuTime()
 			b.ResetTimer()
-			lat, elapsed, bad := run(func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
+			lat, elapsed, bad, errs := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
 			b.StopTimer()
 			cpu := cpuTime() - cpu0
 			st := p.journal.Stats()
-			rawLat, rawElapsed, _ := run(func(t *loadTarget) (int, error) { return post(hc, raw.URL, "", t.calls[0]) })
+			rawLat, rawElapsed, _, _ := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, raw.URL, "", t.calls[0]) })
 			if bad > 0 {
-				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, fe.errs)
+				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
 			}
 			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
 			// CPU of this process (client, API, in-process twin; not PostgreSQL) per call: with the wall-clock
@@ -467,36 +468,9 @@ func BenchmarkExternal(b *testing.B) {
 	}
 	b.Run("peak", func(b *testing.B) {
 		n := max(b.N, 20000)
-		var next, bad atomic.Int64
-		var fe firstErrors
-		lats := make([][]time.Duration, len(targets))
-		var wg sync.WaitGroup
-		start := time.Now()
-		for g, t := range targets {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= int64(n) {
-					t0 := time.Now()
-					if code, err := post(hc, t.url, t.token, t.body()); err != nil || code != 200 {
-						bad.Add(1)
-						if err != nil {
-							fe.add(err)
-						}
-					}
-					lats[g] = append(lats[g], time.Since(t0))
-				}
-			}()
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		var all []time.Duration
-		for _, l := range lats {
-			all = append(all, l...)
-		}
-		sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-		if bad.Load() > 0 {
-			b.Errorf("%d of %d calls did not answer 200, first: %q", bad.Load(), n, fe.errs)
+		all, elapsed, bad, errs := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
+		if bad > 0 {
+			b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
 		}
 		b.ReportMetric(float64(len(all))/elapsed.Seconds(), "calls/s")
 		b.ReportMetric(ms(latency.Percentile(all, 50)), "p50-ms")
