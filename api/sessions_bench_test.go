@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -118,41 +119,29 @@ func (f *firstErrors) add(err error) {
 	}
 }
 
-// openLoop sends n requests at rate per second, each from its own goroutine on schedule whether or not earlier
-// ones answered (so a slow server cannot slow the offered load), and returns each one's latency from the moment
-// it was sent, sorted, the count of non-200 answers, and the sends' lag behind schedule, sorted. The lag is the
-// load generator's own: Go's timers wake with about 1 ms granularity here when the process is idle (a 300 µs
-// sleep takes 1.1 ms), so latency from the scheduled time would add up to a millisecond of generator error to
-// every call; the lag is reported beside the latency instead.
+// openLoop sends n requests at rate per second through latency.Offer (each from its own goroutine on schedule,
+// so a slow server cannot slow the offered load) and returns each one's latency from the moment it was sent,
+// sorted, the count of non-200 answers, and the sends' lag behind schedule, sorted. The lag is the load
+// generator's own: Go's timers wake with about 1 ms granularity here when the process is idle (a 300 µs sleep
+// takes 1.1 ms), so latency from the scheduled time would add up to a millisecond of generator error to every
+// call; the lag is reported beside the latency instead.
 func openLoop(n, rate int, send func(i int) (int, error)) (lat []time.Duration, bad int, errs []string, lag []time.Duration) {
 	lat = make([]time.Duration, n)
 	lag = make([]time.Duration, n)
 	var nbad atomic.Int64
 	var fe firstErrors
-	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	for i := range n {
-		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sent := time.Now()
-			lag[i] = sent.Sub(due)
-			code, err := send(i)
-			lat[i] = time.Since(sent)
-			if err != nil || code != http.StatusOK {
-				nbad.Add(1)
-				if err != nil {
-					fe.add(err)
-				}
+	latency.Offer(context.Background(), rate, n, func(i int, due time.Time) {
+		sent := time.Now()
+		lag[i] = sent.Sub(due)
+		code, err := send(i)
+		lat[i] = time.Since(sent)
+		if err != nil || code != http.StatusOK {
+			nbad.Add(1)
+			if err != nil {
+				fe.add(err)
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 	return latency.Sorted(lat), int(nbad.Load()), fe.errs, latency.Sorted(lag)
 }
 

@@ -58,7 +58,7 @@ func runBench(ctx context.Context, e env) error {
 	} else {
 		var mu sync.Mutex
 		rawCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		offer(rawCtx, *rate, func(int64) {
+		latency.Offer(rawCtx, *rate, 0, func(int, time.Time) {
 			if d, ok := healthz(ctx, c); ok {
 				mu.Lock()
 				raw = append(raw, d)
@@ -138,7 +138,7 @@ func runBench(ctx context.Context, e env) error {
 			})
 		}
 	} else {
-		offer(runCtx, *rate, call)
+		latency.Offer(runCtx, *rate, 0, func(i int, _ time.Time) { call(int64(i)) })
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -244,28 +244,6 @@ func healthz(ctx context.Context, c *apiClient) (time.Duration, bool) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return time.Since(t0), true
-}
-
-// offer calls fn on a fixed schedule, rate times a second until ctx ends, each call from its own goroutine so a
-// slow answer cannot slow the offered load; it returns when every call has returned. Go's timers may wake a
-// millisecond late on an idle machine: the calls then due are all sent at once, so the offered rate holds.
-func offer(ctx context.Context, rate int, fn func(i int64)) {
-	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(rate)
-	start := time.Now()
-	for i := int64(0); ; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(d):
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Go(func() { fn(i) })
-	}
-	wg.Wait()
 }
 
 // pct is the p-th percentile of ds (100: the maximum), rounded for printing.
