@@ -509,7 +509,7 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 	}
 	ms := time.Since(started).Milliseconds()
 	c := schema.Call{
-		ID: schema.NewID(schema.PrefixCall), SessionID: s.ID, Seq: l.calls + 1, Tool: req.Tool,
+		ID: schema.NewSortableID(schema.PrefixCall, now), SessionID: s.ID, Seq: l.calls + 1, Tool: req.Tool,
 		Arguments: json.RawMessage(args), Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
 		Downgraded: res.Downgraded, Ms: ms, Requestor: req.Requestor, StateHash: res.StateHash, CreatedAt: now,
 	}

@@ -35,6 +35,14 @@ type benchCase struct {
 	workers int
 	tx      bool // explicit BEGIN … COMMIT around the batch's single INSERT
 	store   bool // store.AppendCalls (INSERT + one counters UPDATE per session in the batch)
+	calls   bool // NewCalls: the journal doppel runs (prepared single-row INSERTs in a transaction on SQLite)
+}
+
+func (bc benchCase) writer(db *bun.DB) (*Writer[schema.Call], error) {
+	if bc.calls {
+		return NewCalls(db, CallOptions{MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers})
+	}
+	return New(bc.options(db))
 }
 
 func (bc benchCase) options(db bun.IDB) Options[schema.Call] {
@@ -49,13 +57,14 @@ func (bc benchCase) options(db bun.IDB) Options[schema.Call] {
 }
 
 var benchCases = []benchCase{
-	{"nogroup", 0, 1, 1, false, false}, // one transaction per call: the baseline group commit beats
-	{"linger=0", 0, 256, 1, false, false},
-	{"linger=0/tx", 0, 256, 1, true, false},
-	{"linger=0/store", 0, 256, 1, false, true},
-	{"linger=1ms", time.Millisecond, 256, 1, false, false},
-	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false},
-	{"linger=0/workers=2", 0, 256, 2, false, false},
+	{"nogroup", 0, 1, 1, false, false, false}, // one transaction per call: the baseline group commit beats
+	{"linger=0", 0, 256, 1, false, false, false},
+	{"linger=0/tx", 0, 256, 1, true, false, false},
+	{"linger=0/store", 0, 256, 1, false, true, false},
+	{"linger=0/calls", 0, 256, 1, false, false, true},
+	{"linger=1ms", time.Millisecond, 256, 1, false, false, false},
+	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false, false},
+	{"linger=0/workers=2", 0, 256, 2, false, false, false},
 }
 
 func benchDB(b *testing.B, driver string) (*bun.DB, []string) {
@@ -73,7 +82,7 @@ func BenchmarkJournalClosedLoop(b *testing.B) {
 			}
 			b.Run(driver+"/"+bc.name, func(b *testing.B) {
 				db, sessions := benchDB(b, driver)
-				w, err := New(bc.options(db))
+				w, err := bc.writer(db)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -120,10 +129,10 @@ func BenchmarkJournalClosedLoop(b *testing.B) {
 func BenchmarkJournalRate(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
 		for _, rate := range []int{1000, 5000} {
-			for _, bc := range benchCases[1:6] {
+			for _, bc := range benchCases[1:7] {
 				b.Run(fmt.Sprintf("%s/rate=%d/%s", driver, rate, bc.name), func(b *testing.B) {
 					db, sessions := benchDB(b, driver)
-					w, err := New(bc.options(db))
+					w, err := bc.writer(db)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -2,10 +2,13 @@ package journal
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 
 	"github.com/doppel-dev/doppel/schema"
 )
@@ -23,6 +26,94 @@ func InsertCalls(ctx context.Context, db bun.IDB, calls []schema.Call) error {
 	return nil
 }
 
+// sqliteCalls writes a batch with one prepared single-row INSERT per call, in one transaction. On SQLite this beats InsertCalls' multi-row INSERT, whose text SQLite parses afresh for every batch
+// into a program as long as the batch (and modernc's allocator maps and unmaps the larger ones): the
+// prepared statement is parsed once per connection and each row only binds and steps it. Rows are written
+// exactly as bun writes them (schema.TimeLayout times, 0/1 booleans), so either path reads back the same.
+type sqliteCalls struct {
+	db *bun.DB
+
+	mu   sync.Mutex
+	stmt *sql.Stmt // prepared on first use
+}
+
+const sqliteInsertCall = `INSERT INTO calls (id, session_id, seq, tool, arguments, content, error, fidelity, rung,
+ downgraded, ms, requestor, state_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func (p *sqliteCalls) prepared(ctx context.Context) (*sql.Stmt, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stmt == nil {
+		st, err := p.db.DB.PrepareContext(ctx, sqliteInsertCall)
+		if err != nil {
+			return nil, fmt.Errorf("prepare the calls insert: %w", err)
+		}
+		p.stmt = st
+	}
+	return p.stmt, nil
+}
+
+// insert writes calls: a single call with the prepared statement alone (its own transaction), more in one
+// transaction (Writer's Direct mode: sqliteCalls opens it, saving BEGIN and COMMIT for a lone call).
+func (p *sqliteCalls) insert(ctx context.Context, _ bun.IDB, calls []schema.Call) error {
+	if len(calls) == 0 {
+		return nil
+	}
+	st, err := p.prepared(ctx)
+	if err != nil {
+		return err
+	}
+	if len(calls) == 1 {
+		return p.exec(ctx, st, calls, 0)
+	}
+	tx, err := p.db.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("insert %d calls: begin: %w", len(calls), err)
+	}
+	txst := tx.StmtContext(ctx, st) // reuses st's statement on the transaction's connection once prepared there
+	for i := range calls {
+		if err := p.exec(ctx, txst, calls, i); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("insert %d calls: commit: %w", len(calls), err)
+	}
+	return nil
+}
+
+func (p *sqliteCalls) exec(ctx context.Context, st *sql.Stmt, calls []schema.Call, i int) error {
+	c := &calls[i]
+	if len(c.Arguments) == 0 {
+		return fmt.Errorf("insert %d calls: calls[%d].arguments is empty", len(calls), i)
+	}
+	if _, err := st.ExecContext(ctx, c.ID, c.SessionID, c.Seq, c.Tool, string(c.Arguments), c.Content,
+		bit(c.Error), c.Fidelity, c.Rung, bit(c.Downgraded), c.Ms, c.Requestor, c.StateHash,
+		c.CreatedAt.UTC().Format(schema.TimeLayout)); err != nil {
+		return fmt.Errorf("insert %d calls: calls[%d]: %w", len(calls), i, err)
+	}
+	return nil
+}
+
+func (p *sqliteCalls) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stmt == nil {
+		return nil
+	}
+	err := p.stmt.Close()
+	p.stmt = nil
+	return err
+}
+
+func bit(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // CallOptions tune a calls journal; zero values take Writer's defaults.
 type CallOptions struct {
 	MaxBatch      int
@@ -31,9 +122,10 @@ type CallOptions struct {
 	CommitTimeout time.Duration
 }
 
-// NewCalls returns a group-commit Writer of transcript entries into db's calls table.
+// NewCalls returns a group-commit Writer of transcript entries into db's calls table: on SQLite a transaction
+// of prepared single-row INSERTs per batch (sqliteCalls), elsewhere one multi-row INSERT (InsertCalls).
 func NewCalls(db bun.IDB, o CallOptions) (*Writer[schema.Call], error) {
-	return New(Options[schema.Call]{
+	opts := Options[schema.Call]{
 		DB:            db,
 		Insert:        InsertCalls,
 		Direct:        true, // InsertCalls is one multi-row INSERT
@@ -41,5 +133,10 @@ func NewCalls(db bun.IDB, o CallOptions) (*Writer[schema.Call], error) {
 		Linger:        o.Linger,
 		Workers:       o.Workers,
 		CommitTimeout: o.CommitTimeout,
-	})
+	}
+	if bdb, ok := db.(*bun.DB); ok && bdb.Dialect().Name() == dialect.SQLite {
+		p := &sqliteCalls{db: bdb}
+		opts.Insert, opts.OnClose = p.insert, p.close
+	}
+	return New(opts)
 }

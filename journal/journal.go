@@ -40,6 +40,8 @@ type Options[T any] struct {
 	CommitTimeout time.Duration
 	// Queue is how many records may wait at once (default 4×MaxBatch); Submit waits for room beyond it.
 	Queue int
+	// OnClose, if set, runs once Close has committed everything (e.g. to close a prepared statement).
+	OnClose func() error
 }
 
 // Writer group-commits records. Submit blocks until the record's batch has committed (or failed: every
@@ -143,6 +145,9 @@ func (w *Writer[T]) Close() error {
 	w.closed = true
 	w.mu.Unlock()
 	w.wg.Wait()
+	if w.o.OnClose != nil {
+		return w.o.OnClose()
+	}
 	return nil
 }
 

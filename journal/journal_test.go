@@ -43,7 +43,7 @@ func seedSessions(t testing.TB, db *bun.DB, n int) []string {
 
 func call(session string, seq int64) schema.Call {
 	return schema.Call{
-		ID:        schema.NewID(schema.PrefixCall),
+		ID:        schema.NewSortableID(schema.PrefixCall, time.Now()),
 		SessionID: session,
 		Seq:       seq,
 		Tool:      "get_order_details",
@@ -303,6 +303,83 @@ func TestCallsRoundTrip(t *testing.T) {
 		if fmt.Sprint(a) != fmt.Sprint(b) || got.Content != want.Content || !got.Error || !got.Downgraded ||
 			got.Ms != 3 || got.StateHash != want.StateHash || !got.CreatedAt.Equal(want.CreatedAt) {
 			t.Fatalf("read back %+v, want %+v", got, want)
+		}
+	})
+}
+
+// TestCallsInsertMatchesBun: the journal NewCalls builds writes batches of one and of many exactly as bun's
+// multi-row INSERT (InsertCalls) writes them, column for column (on SQLite this is the prepared-statement
+// path), and a batch with a bad call writes none of it.
+func TestCallsInsertMatchesBun(t *testing.T) {
+	schematest.Each(t, func(t *testing.T, db *bun.DB) {
+		ctx := context.Background()
+		sessions := seedSessions(t, db, 2)
+		w, err := NewCalls(db, CallOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		mk := func(session string, seq int64, id string) schema.Call {
+			c := call(session, seq)
+			c.ID, c.Error, c.Downgraded, c.Ms = id, seq%2 == 0, seq%3 == 0, seq
+			c.Content = fmt.Sprintf(`{"n": %d, "quote": "it's"}`, seq)
+			c.CreatedAt = time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC).Add(time.Duration(seq-1) * 10 * time.Microsecond)
+			return c
+		}
+		// Reference rows in session 0, written by bun; the same values in session 1, written by the journal.
+		var ref, got []schema.Call
+		for seq := int64(1); seq <= 4; seq++ {
+			ref = append(ref, mk(sessions[0], seq, fmt.Sprintf("call_ref%d", seq)))
+			got = append(got, mk(sessions[1], seq, fmt.Sprintf("call_got%d", seq)))
+		}
+		if err := InsertCalls(ctx, db, ref); err != nil {
+			t.Fatal(err)
+		}
+		for _, batch := range [][]schema.Call{got[:1], got[1:]} {
+			if err := w.commit(batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		row := func(id string) []string {
+			var cols []string
+			rows, err := db.QueryContext(ctx, `SELECT session_id = ?, seq, tool, arguments, content, error, fidelity, rung,
+				downgraded, ms, requestor, state_hash, created_at FROM calls WHERE id = ?`, sessions[0], id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			if !rows.Next() {
+				t.Fatalf("no row %s", id)
+			}
+			vals := make([]any, 13)
+			ptrs := make([]any, len(vals))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				cols = append(cols, fmt.Sprintf("%T %v", v, v))
+			}
+			return cols
+		}
+		for i := range ref {
+			r, g := row(ref[i].ID), row(got[i].ID)
+			r[0] = g[0] // session_id differs on purpose
+			if fmt.Sprint(r) != fmt.Sprint(g) {
+				t.Errorf("seq %d: journal wrote\n%v\nbun wrote\n%v", i+1, g, r)
+			}
+		}
+
+		bad := []schema.Call{mk(sessions[1], 10, "call_bad1"), mk(sessions[1], 11, "call_bad2"), mk(sessions[1], 12, "call_bad3")}
+		bad[1].Arguments = nil
+		if err := w.commit(bad); err == nil {
+			t.Fatal("a batch with a call without arguments committed")
+		}
+		n, err := db.NewSelect().Model((*schema.Call)(nil)).Where("seq >= 10").Count(ctx)
+		if err != nil || n != 0 {
+			t.Fatalf("after the failed batch: %d rows with seq ≥ 10 (err %v), want 0", n, err)
 		}
 	})
 }

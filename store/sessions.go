@@ -196,11 +196,11 @@ func AppendCalls(ctx context.Context, db bun.IDB, calls []schema.Call, idle time
 		if c.Arguments == nil {
 			c.Arguments = []byte("{}")
 		}
-		if c.ID == "" {
-			c.ID = schema.NewID(schema.PrefixCall)
-		}
 		if c.CreatedAt.IsZero() {
 			c.CreatedAt = t
+		}
+		if c.ID == "" {
+			c.ID = schema.NewSortableID(schema.PrefixCall, c.CreatedAt)
 		}
 		d := deltas[c.SessionID]
 		if d == nil {
