@@ -99,7 +99,9 @@ type Sessions struct {
 	Twins TwinDirectory
 	// HTTP is the twin RPC client; nil means twinrpc.NewHTTPClient().
 	HTTP *http.Client
-	Log  *slog.Logger
+	// Locals finds twins served in this process (the inproc driver), reached without HTTP; nil: none.
+	Locals twinrpc.Locals
+	Log    *slog.Logger
 
 	once sync.Once
 	hc   *http.Client
@@ -114,7 +116,7 @@ func (a *Sessions) rpc(addr string) *twinrpc.Client {
 			a.hc = twinrpc.NewHTTPClient()
 		}
 	})
-	return twinrpc.NewClient(addr, a.hc)
+	return twinrpc.Dial(addr, a.hc, a.Locals)
 }
 
 func (a *Sessions) log() *slog.Logger {

@@ -165,9 +165,18 @@ type server struct {
 type reqInfo struct {
 	id     string
 	logger *slog.Logger
+	start  time.Time // when the request reached the API
 }
 
 type reqKey struct{}
+
+// requestStart is when the request reached the API (zero outside a request).
+func requestStart(ctx context.Context) time.Time {
+	if ri, ok := ctx.Value(reqKey{}).(*reqInfo); ok {
+		return ri.start
+	}
+	return time.Time{}
+}
 
 // RequestID returns the request's id (req_…), "" outside a request.
 func RequestID(ctx context.Context) string {
@@ -186,7 +195,7 @@ func loggerFrom(ctx context.Context) *slog.Logger {
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger}
+	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger, start: start}
 	r = r.WithContext(context.WithValue(r.Context(), reqKey{}, ri))
 	w.Header().Set("X-Request-Id", ri.id)
 	sw := &statusWriter{ResponseWriter: w}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,6 +50,8 @@ type SessionRoutes struct {
 	Idle time.Duration
 	// HTTP is the twin RPC client (nil: twinrpc.NewHTTPClient()).
 	HTTP *http.Client
+	// Locals finds twins served in this process (the inproc driver): calls reach them directly, without HTTP.
+	Locals twinrpc.Locals
 	// Tokens caches session-token resolutions (nil: one is made over the database). The Authenticator uses it
 	// for ms_ tokens once wired to it; the routes forget sessions they end.
 	Tokens *SessionTokens
@@ -291,7 +294,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	sr.mu.Lock()
 	sr.live[id] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
 	if res.TwinAddr != "" && sr.twins[s.BuildID] == nil {
-		sr.twins[s.BuildID] = &twinEntry{c: twinrpc.NewClient(res.TwinAddr, sr.HTTP)}
+		sr.twins[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, sr.HTTP, sr.Locals)}
 	}
 	sr.mu.Unlock()
 	pinned := rc.Pinned
@@ -419,7 +422,12 @@ type CallResult struct {
 
 // CallOutput answers a call.
 type CallOutput struct {
-	Body CallResult
+	// ServerTiming breaks the call's time in this process down by stage (W3C Server-Timing), for finding
+	// where a slow call spent its time: twin (the twin's answer, with the RPC), journal (the durable
+	// commit), total (from the request reaching the API, its authentication and decoding included, to the
+	// answer being ready to send).
+	ServerTiming string `header:"Server-Timing" doc:"Time per stage in milliseconds: twin;dur=…, journal;dur=…, total;dur=…."`
+	Body         CallResult
 }
 
 func (sr *SessionRoutes) liveOf(id string) *liveSession {
@@ -458,6 +466,10 @@ func (sr *SessionRoutes) forget(id string) {
 }
 
 func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, error) {
+	begun := requestStart(ctx)
+	if begun.IsZero() {
+		begun = time.Now()
+	}
 	p := PrincipalFrom(ctx)
 	s := p.Session
 	if err := SessionGone(s); err != nil {
@@ -518,6 +530,7 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 	if s.RecordOutputs || res.Rung == twin.RungSimulate {
 		c.Content = res.Content
 	}
+	journaled := time.Now()
 	if err := sr.Journal.Submit(context.WithoutCancel(ctx), c); err != nil {
 		// The twin applied a call the journal does not hold: drop the twin's copy so the next call rebuilds
 		// the session from the journal, and do not answer.
@@ -527,8 +540,30 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 	}
 	l.calls++
 	l.lastUsed = now
-	return &CallOutput{Body: CallResult{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
-		Downgraded: res.Downgraded, CallID: c.ID, Ms: ms}}, nil
+	done := time.Now()
+	return &CallOutput{
+		ServerTiming: serverTiming(journaled.Sub(started), done.Sub(journaled), done.Sub(begun)),
+		Body: CallResult{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
+			Downgraded: res.Downgraded, CallID: c.ID, Ms: ms},
+	}, nil
+}
+
+// serverTiming formats a call's stage times as a Server-Timing header value, in milliseconds with microsecond
+// precision.
+func serverTiming(twinD, journalD, total time.Duration) string {
+	b := make([]byte, 0, 64)
+	for i, st := range [...]struct {
+		name string
+		d    time.Duration
+	}{{"twin", twinD}, {"journal", journalD}, {"total", total}} {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, st.name...)
+		b = append(b, ";dur="...)
+		b = strconv.AppendFloat(b, float64(st.d.Microseconds())/1000, 'f', -1, 64)
+	}
+	return string(b)
 }
 
 // checkArguments checks argument values against the JSON types of the tool's input schema (see
@@ -745,7 +780,7 @@ func (sr *SessionRoutes) twin(ctx context.Context, s *schema.Session, l *liveSes
 		if st.Addr == "" {
 			return nil, NotReady("the session's twin is starting; retry in a moment")
 		}
-		te := &twinEntry{c: twinrpc.NewClient(st.Addr, sr.HTTP), handleID: st.HandleID}
+		te := &twinEntry{c: twinrpc.Dial(st.Addr, sr.HTTP, sr.Locals), handleID: st.HandleID}
 		sr.mu.Lock()
 		sr.twins[s.BuildID] = te
 		sr.mu.Unlock()
@@ -784,7 +819,7 @@ func (sr *SessionRoutes) dropOnTwin(ctx context.Context, envID, buildID, session
 		if !ok || st.Addr == "" {
 			return // no twin runs that build: nothing holds the world
 		}
-		tc = twinrpc.NewClient(st.Addr, sr.HTTP)
+		tc = twinrpc.Dial(st.Addr, sr.HTTP, sr.Locals)
 	} else {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -137,11 +138,58 @@ type plane struct {
 	env, otherEnv *schema.Environment
 	build         *schema.Build
 	bundle        *twin.Bundle
+	locals        *countingLocals // planeOptions.local: the twins reached directly
+}
+
+// countingLocals is the inproc driver as the routes' twinrpc.Locals, counting the clients it made direct: a test
+// of the direct path checks it was taken.
+type countingLocals struct {
+	drv *driver.Inproc
+	mu  sync.Mutex
+	n   int
+}
+
+func (l *countingLocals) Local(baseURL string) (*twinrpc.Server, bool) {
+	s, ok := l.drv.Local(baseURL)
+	if ok {
+		l.mu.Lock()
+		l.n++
+		l.mu.Unlock()
+	}
+	return s, ok
+}
+
+// checkTransport fails the test when a plane meant to reach its twin directly never did.
+func (p *plane) checkTransport(t *testing.T, local bool) {
+	t.Helper()
+	if !local {
+		return
+	}
+	p.locals.mu.Lock()
+	defer p.locals.mu.Unlock()
+	if p.locals.n == 0 {
+		t.Fatal("the direct plane never reached its twin directly")
+	}
 }
 
 type planeOptions struct {
 	journal journal.CallOptions
 	idle    time.Duration
+	// local reaches the in-process twin directly (the routes and the open activity get the driver as their
+	// twinrpc.Locals), as `doppel dev --twin-driver inproc` does; false goes over its HTTP RPC, as to a process or
+	// container twin.
+	local bool
+}
+
+// eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
+func eachTransport(t *testing.T, f func(t *testing.T, local bool)) {
+	for _, local := range []bool{false, true} {
+		name := "http"
+		if local {
+			name = "direct"
+		}
+		t.Run(name, func(t *testing.T) { f(t, local) })
+	}
 }
 
 func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *plane {
@@ -204,6 +252,11 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		Journal: p.journal,
 		Bundles: &api.Bundles{Blob: p.blobs},
 		Idle:    o.idle,
+	}
+	if o.local {
+		p.locals = &countingLocals{drv: drv}
+		p.routes.Locals = p.locals
+		p.routes.Opener = directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}}
 	}
 	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register}})
 	p.h = h
@@ -558,62 +611,67 @@ func countSessions(t testing.TB, db bun.IDB) int {
 
 func TestCallAnswersAndJournals(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driver string) {
-		p := newPlane(t, driver, shopBundle(t), planeOptions{})
-		s := p.open(map[string]any{"seed": 7, "recordOutputs": true})
-		res := p.api.Post("/v1/sessions/"+s.ID+"/call", "Authorization: Bearer "+s.Token,
-			map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W0000001"}, "requestor": "assistant"})
-		if res.Code != 200 {
-			t.Fatalf("call: %d %s", res.Code, res.Body)
-		}
-		var r map[string]any
-		_ = json.Unmarshal(res.Body.Bytes(), &r)
-		if r["content"] != `{"order_id": "#W0000001", "user_id": "user_0001", "status": "delivered", "total": 12.5}` ||
-			r["error"] != false || r["fidelity"] != "A_executed" || r["rung"] != "provided" || r["downgraded"] != false ||
-			!strings.HasPrefix(str(r["callId"]), "call_") {
-			t.Fatalf("answer = %v", r)
-		}
-		if _, ok := r["ms"].(float64); !ok {
-			t.Fatalf("ms missing: %v", r)
-		}
-		// A tool's own error is a 200 with error: true.
-		code, r2 := p.call(s, "cancel_pending_order", map[string]any{"order_id": "#W0000001"})
-		if code != 200 || r2["error"] != true || r2["content"] != "Error: non-pending order cannot be cancelled" {
-			t.Fatalf("tool error: %d %v", code, r2)
-		}
-		// The opening key may call too; requestor user is recorded.
-		code, r3 := p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/call", p.key,
-			map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W404"}, "requestor": "user"})
-		if code != 200 || r3["error"] != true {
-			t.Fatalf("call with the opening key: %d %v", code, r3)
-		}
-		if n := p.journaled(s.ID); n != 3 {
-			t.Fatalf("%d calls journaled, want 3", n)
-		}
-		code, tr := p.do(http.MethodGet, "/v1/sessions/"+s.ID+"/transcript", s.Token, nil)
-		calls, _ := tr["calls"].([]any)
-		if code != 200 || len(calls) != 3 {
-			t.Fatalf("transcript: %d %v", code, tr)
-		}
-		for i, want := range []struct{ name, requestor, result string }{
-			{"get_order_details", "assistant", str(r["content"])},
-			{"cancel_pending_order", "", "Error: non-pending order cannot be cancelled"},
-			{"get_order_details", "user", "Error: order not found"},
-		} {
-			e := calls[i].(map[string]any)
-			if e["seq"] != float64(i+1) || e["name"] != want.name || str(e["requestor"]) != want.requestor || e["result"] != want.result ||
-				e["fidelity"] != "A_executed" || e["arguments"] == nil {
-				t.Errorf("transcript[%d] = %v", i, e)
+		eachTransport(t, func(t *testing.T, local bool) {
+			p := newPlane(t, driver, shopBundle(t), planeOptions{local: local})
+			s := p.open(map[string]any{"seed": 7, "recordOutputs": true})
+			res := p.api.Post("/v1/sessions/"+s.ID+"/call", "Authorization: Bearer "+s.Token,
+				map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W0000001"}, "requestor": "assistant"})
+			if res.Code != 200 {
+				t.Fatalf("call: %d %s", res.Code, res.Body)
 			}
-		}
-		if calls[0].(map[string]any)["callId"] != r["callId"] {
-			t.Fatal("transcript call id differs from the answer's")
-		}
-		// Session read: counts, mix, state hash.
-		code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
-		if code != 200 || v["n_calls"] != float64(3) || v["n_errors"] != float64(2) || v["status"] != "open" ||
-			v["fidelity"].(map[string]any)["A_executed"] != float64(3) || v["state_hash"] != v["world_hash"] {
-			t.Fatalf("session read = %d %v", code, v)
-		}
+			var r map[string]any
+			_ = json.Unmarshal(res.Body.Bytes(), &r)
+			if r["content"] != `{"order_id": "#W0000001", "user_id": "user_0001", "status": "delivered", "total": 12.5}` ||
+				r["error"] != false || r["fidelity"] != "A_executed" || r["rung"] != "provided" || r["downgraded"] != false ||
+				!strings.HasPrefix(str(r["callId"]), "call_") {
+				t.Fatalf("answer = %v", r)
+			}
+			if _, ok := r["ms"].(float64); !ok {
+				t.Fatalf("ms missing: %v", r)
+			}
+			if st := res.Header().Get("Server-Timing"); !regexp.MustCompile(`^twin;dur=[0-9.]+, journal;dur=[0-9.]+, total;dur=[0-9.]+$`).MatchString(st) {
+				t.Fatalf("Server-Timing = %q, want twin, journal and total durations", st)
+			}
+			// A tool's own error is a 200 with error: true.
+			code, r2 := p.call(s, "cancel_pending_order", map[string]any{"order_id": "#W0000001"})
+			if code != 200 || r2["error"] != true || r2["content"] != "Error: non-pending order cannot be cancelled" {
+				t.Fatalf("tool error: %d %v", code, r2)
+			}
+			// The opening key may call too; requestor user is recorded.
+			code, r3 := p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/call", p.key,
+				map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": "#W404"}, "requestor": "user"})
+			if code != 200 || r3["error"] != true {
+				t.Fatalf("call with the opening key: %d %v", code, r3)
+			}
+			if n := p.journaled(s.ID); n != 3 {
+				t.Fatalf("%d calls journaled, want 3", n)
+			}
+			code, tr := p.do(http.MethodGet, "/v1/sessions/"+s.ID+"/transcript", s.Token, nil)
+			calls, _ := tr["calls"].([]any)
+			if code != 200 || len(calls) != 3 {
+				t.Fatalf("transcript: %d %v", code, tr)
+			}
+			for i, want := range []struct{ name, requestor, result string }{
+				{"get_order_details", "assistant", str(r["content"])},
+				{"cancel_pending_order", "", "Error: non-pending order cannot be cancelled"},
+				{"get_order_details", "user", "Error: order not found"},
+			} {
+				e := calls[i].(map[string]any)
+				if e["seq"] != float64(i+1) || e["name"] != want.name || str(e["requestor"]) != want.requestor || e["result"] != want.result ||
+					e["fidelity"] != "A_executed" || e["arguments"] == nil {
+					t.Errorf("transcript[%d] = %v", i, e)
+				}
+			}
+			if calls[0].(map[string]any)["callId"] != r["callId"] {
+				t.Fatal("transcript call id differs from the answer's")
+			}
+			// Session read: counts, mix, state hash.
+			code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+			if code != 200 || v["n_calls"] != float64(3) || v["n_errors"] != float64(2) || v["status"] != "open" ||
+				v["fidelity"].(map[string]any)["A_executed"] != float64(3) || v["state_hash"] != v["world_hash"] {
+				t.Fatalf("session read = %d %v", code, v)
+			}
+		})
 	})
 }
 
@@ -770,41 +828,43 @@ func TestSessionCloseDropsWorld(t *testing.T) {
 
 func TestTwinRestartRebuildsSessionFromJournal(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driver string) {
-		p := newPlane(t, driver, shopBundle(t), planeOptions{})
-		s := p.open(map[string]any{"seedInstructions": "2 orders with status pending", "seed": 11})
-		ids := s.Open["pinned"].(map[string]any)["orders"].([]any)
-		if code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": ids[0]}); code != 200 || r["error"] != false {
-			t.Fatalf("cancel: %d %v", code, r)
-		}
-		_, before := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+		eachTransport(t, func(t *testing.T, local bool) {
+			p := newPlane(t, driver, shopBundle(t), planeOptions{local: local})
+			s := p.open(map[string]any{"seedInstructions": "2 orders with status pending", "seed": 11})
+			ids := s.Open["pinned"].(map[string]any)["orders"].([]any)
+			if code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": ids[0]}); code != 200 || r["error"] != false {
+				t.Fatalf("cancel: %d %v", code, r)
+			}
+			_, before := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
 
-		// The twin dies and comes back (a new process, a new address): it holds no sessions.
-		p.stopTwin()
-		code, e := p.call(s, "get_order_details", map[string]any{"order_id": ids[1]})
-		if code != http.StatusConflict || e["code"] != "notReady" {
-			t.Fatalf("call while the twin is down: %d %v, want 409 notReady", code, e)
-		}
-		if p.twins.wakeCount() == 0 {
-			t.Fatal("a call to a stopped twin did not wake it")
-		}
-		p.startTwin()
+			// The twin dies and comes back (a new process, a new address): it holds no sessions.
+			p.stopTwin()
+			code, e := p.call(s, "get_order_details", map[string]any{"order_id": ids[1]})
+			if code != http.StatusConflict || e["code"] != "notReady" {
+				t.Fatalf("call while the twin is down: %d %v, want 409 notReady", code, e)
+			}
+			if p.twins.wakeCount() == 0 {
+				t.Fatal("a call to a stopped twin did not wake it")
+			}
+			p.startTwin()
 
-		// The next call rebuilds the session from seed, instructions, clock and journal: the world is the
-		// pre-crash world (the cancelled order stays cancelled).
-		code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": ids[0]})
-		if code != 200 || r["content"] != "Error: non-pending order cannot be cancelled" {
-			t.Fatalf("call after restart: %d %v", code, r)
-		}
-		st, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID)
-		if err != nil {
-			t.Fatalf("rebuilt session not on the new twin: %v", err)
-		}
-		if st.StateHash != before["state_hash"] || st.Calls != 2 {
-			t.Fatalf("rebuilt state %s after %d calls, want %v after 2", st.StateHash, st.Calls, before["state_hash"])
-		}
-		if n := p.journaled(s.ID); n != 2 {
-			t.Fatalf("%d calls journaled, want 2 (the 409 journals nothing)", n)
-		}
+			// The next call rebuilds the session from seed, instructions, clock and journal: the world is the
+			// pre-crash world (the cancelled order stays cancelled).
+			code, r := p.call(s, "cancel_pending_order", map[string]any{"order_id": ids[0]})
+			if code != 200 || r["content"] != "Error: non-pending order cannot be cancelled" {
+				t.Fatalf("call after restart: %d %v", code, r)
+			}
+			st, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID)
+			if err != nil {
+				t.Fatalf("rebuilt session not on the new twin: %v", err)
+			}
+			if st.StateHash != before["state_hash"] || st.Calls != 2 {
+				t.Fatalf("rebuilt state %s after %d calls, want %v after 2", st.StateHash, st.Calls, before["state_hash"])
+			}
+			if n := p.journaled(s.ID); n != 2 {
+				t.Fatalf("%d calls journaled, want 2 (the 409 journals nothing)", n)
+			}
+		})
 	})
 }
 
@@ -1000,7 +1060,11 @@ func TestReplayTauRetail(t *testing.T) {
 		t.Skip("replays 960 calls")
 	}
 	bundle, traces := retailBundle(t)
-	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{})
+	eachTransport(t, func(t *testing.T, local bool) { replayTauRetail(t, bundle, traces, local) })
+}
+
+func replayTauRetail(t *testing.T, bundle []byte, traces []trace.Trace, local bool) {
+	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{local: local})
 	tally := map[string]*toolTally{}
 	mix := map[string]int{}
 	total, agree, failed := 0, 0, 0
@@ -1072,6 +1136,7 @@ func TestReplayTauRetail(t *testing.T) {
 	if pct := 100 * float64(agree) / float64(total); pct < 95 {
 		t.Errorf("agreement %.1f%% is under the 95%% floor", pct)
 	}
+	p.checkTransport(t, local)
 }
 
 func TestSessionTokensCache(t *testing.T) {

@@ -29,7 +29,9 @@ type InprocOptions struct {
 }
 
 // Inproc runs each twin as a twinrpc server on a loopback port of this process: the same RPC as a real twin,
-// without a process per twin. Its twins end with the process; handles do not survive a restart.
+// without a process per twin. Callers in this process reach its twins' sessions directly, without HTTP
+// (twinrpc.Dial with the driver as its Locals). Its twins end with the process; handles do not survive a
+// restart. They share the process's memory: twin.memory_bytes does not bound them.
 type Inproc struct {
 	opts  InprocOptions
 	probe *http.Client
@@ -40,12 +42,16 @@ type Inproc struct {
 
 type inprocTwin struct {
 	h      Handle
+	srv    *twinrpc.Server
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
 }
 
-var _ Driver = (*Inproc)(nil)
+var (
+	_ Driver         = (*Inproc)(nil)
+	_ twinrpc.Locals = (*Inproc)(nil)
+)
 
 // NewInproc returns an in-process driver.
 func NewInproc(opts InprocOptions) (*Inproc, error) {
@@ -68,10 +74,12 @@ func (d *Inproc) Start(ctx context.Context, spec Spec) (Handle, error) {
 		return Handle{}, err
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t := &inprocTwin{cancel: cancel, done: make(chan struct{})}
+	t := &inprocTwin{cancel: cancel, done: make(chan struct{}),
+		srv: twinrpc.NewServer(twinrpc.ServerOptions{Logger: d.opts.Logger})}
 	listening := make(chan string, 1)
 	go func() {
 		t.err = twinrpc.Serve(sctx, twinrpc.ServeOptions{
+			Server:   t.srv,
 			Listen:   "127.0.0.1:0",
 			Load:     func(ctx context.Context) (twinrpc.Runtime, error) { return d.opts.Load(ctx, data) },
 			OnListen: func(addr string) { listening <- addr },
@@ -129,6 +137,23 @@ func (d *Inproc) Inspect(ctx context.Context, h Handle) (Status, error) {
 	default:
 	}
 	return inspectReady(ctx, d.probe, t.h.Addr), nil
+}
+
+// Local returns the server of the running twin at baseURL (a Handle's Addr), for direct calls from this process.
+func (d *Inproc) Local(baseURL string) (*twinrpc.Server, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, t := range d.twins {
+		if t.h.Addr == baseURL {
+			select {
+			case <-t.done:
+				return nil, false
+			default:
+				return t.srv, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // Stop shuts the twin's server down.

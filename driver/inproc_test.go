@@ -42,8 +42,25 @@ func TestInproc(t *testing.T) {
 	if hs, _ := d.List(ctx); len(hs) != 1 || hs[0].ID != h.ID {
 		t.Fatalf("List = %+v", hs)
 	}
+	// This process reaches the twin's sessions directly through the driver: the same session, no HTTP.
+	direct := twinrpc.Dial(h.Addr, nil, d)
+	if !direct.Local() {
+		t.Fatalf("Dial(%s) through the driver: not local", h.Addr)
+	}
+	if res := s.call(t, direct, "get_account", `{"id":"a1"}`); !strings.Contains(res.Content, "10") || res.Calls != 2 {
+		t.Fatalf("direct get_account = %+v, want the session's second call", res)
+	}
+	if _, ok := d.Local("http://127.0.0.1:1"); ok {
+		t.Fatal("Local of an address the driver does not serve: found")
+	}
 	if err := d.Stop(ctx, h); err != nil {
 		t.Fatal(err)
+	}
+	if _, ok := d.Local(h.Addr); ok {
+		t.Fatal("Local after Stop: still found")
+	}
+	if _, err := direct.Call(ctx, "s", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, twinrpc.ErrUnreachable) {
+		t.Fatalf("direct call after Stop: %v, want ErrUnreachable", err)
 	}
 	if st := mustInspect(t, d, h); st.State != StateGone {
 		t.Fatalf("Inspect after Stop = %+v", st)

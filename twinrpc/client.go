@@ -33,9 +33,10 @@ func NewHTTPClient() *http.Client {
 // its journal), ErrUnknownTool, ErrBadArguments, ErrNotReady, ErrUnreachable (the twin is down: wake or restart it),
 // ErrSessionExists, ErrCallsMismatch, ErrDiverged, ErrBadRequest, ErrInternal.
 type Client struct {
-	base string
-	hc   *http.Client
-	pool *callPool // the tool-call path (callconn.go); nil: calls go through hc
+	base  string
+	hc    *http.Client
+	pool  *callPool // the tool-call path (callconn.go); nil: calls go through hc
+	local *Server   // a twin served in this process: session operations call it directly (NewLocalClient)
 }
 
 // NewClient returns a Client of the twin at baseURL ("http://127.0.0.1:PORT"). A nil hc gets NewHTTPClient().
@@ -45,6 +46,47 @@ func NewClient(baseURL string, hc *http.Client) *Client {
 	}
 	base := strings.TrimSuffix(baseURL, "/")
 	return &Client{base: base, hc: hc, pool: newCallPool(base)}
+}
+
+// Locals finds the twins served in this process by their RPC address (driver.Inproc is one), so a caller in the
+// same process can reach them without HTTP.
+type Locals interface {
+	Local(baseURL string) (*Server, bool)
+}
+
+// Dial returns a Client of the twin at baseURL: a direct one when locals serves it in this process, else one over
+// HTTP through hc. locals may be nil.
+func Dial(baseURL string, hc *http.Client, locals Locals) *Client {
+	if locals != nil {
+		if s, ok := locals.Local(strings.TrimSuffix(baseURL, "/")); ok {
+			return NewLocalClient(baseURL, s, hc)
+		}
+	}
+	return NewClient(baseURL, hc)
+}
+
+// NewLocalClient returns a Client whose session operations (Open, Call, Session, Close) call s, a twin served in
+// this process at baseURL, directly: no HTTP, no JSON, the same answers and errors as over the wire. Health,
+// Ready and Info still go over HTTP. Once s's Serve has ended, session operations fail with ErrUnreachable, as
+// they would over HTTP.
+func NewLocalClient(baseURL string, s *Server, hc *http.Client) *Client {
+	c := NewClient(baseURL, hc)
+	c.local = s
+	return c
+}
+
+// Local reports whether c calls a twin in this process directly.
+func (c *Client) Local() bool { return c.local != nil }
+
+// direct returns the local server while it serves, or the error a caller over HTTP would get from a stopped twin.
+func (c *Client) direct(ctx context.Context, op string) (*Server, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("twinrpc: %s %s: %w", op, c.base, err)
+	}
+	if c.local.retired.Load() {
+		return nil, fmt.Errorf("%w: %s %s: the in-process twin has stopped", ErrUnreachable, op, c.base)
+	}
+	return c.local, nil
 }
 
 // CloseIdle closes the connections the Client keeps for tool calls, and those in use once their call ends: for a
@@ -82,6 +124,13 @@ func (c *Client) Info(ctx context.Context, gc bool) (Info, error) {
 
 // Open opens session req.ID (rebuilding it from req.Journal when that is not empty).
 func (c *Client) Open(ctx context.Context, req OpenRequest) (OpenResponse, error) {
+	if c.local != nil {
+		s, err := c.direct(ctx, "open")
+		if err != nil {
+			return OpenResponse{}, err
+		}
+		return s.OpenSession(ctx, req)
+	}
 	var out OpenResponse
 	err := c.do(ctx, http.MethodPost, PathSessions, req, &out)
 	return out, err
@@ -89,6 +138,13 @@ func (c *Client) Open(ctx context.Context, req OpenRequest) (OpenResponse, error
 
 // Call runs one tool call in session id, on a pooled connection of its own (callconn.go).
 func (c *Client) Call(ctx context.Context, id string, req CallRequest) (CallResult, error) {
+	if c.local != nil {
+		s, err := c.direct(ctx, "call")
+		if err != nil {
+			return CallResult{}, err
+		}
+		return s.CallSession(ctx, id, req)
+	}
 	var out CallResult
 	path := sessionPath(id) + "/call"
 	if c.pool == nil {
@@ -125,6 +181,13 @@ func (c *Client) Call(ctx context.Context, id string, req CallRequest) (CallResu
 
 // Session returns session id's state.
 func (c *Client) Session(ctx context.Context, id string) (SessionState, error) {
+	if c.local != nil {
+		s, err := c.direct(ctx, "session")
+		if err != nil {
+			return SessionState{}, err
+		}
+		return s.SessionState(id)
+	}
 	var out SessionState
 	err := c.do(ctx, http.MethodGet, sessionPath(id), nil, &out)
 	return out, err
@@ -132,6 +195,13 @@ func (c *Client) Session(ctx context.Context, id string) (SessionState, error) {
 
 // Close drops session id's world; existed reports whether the twin held it.
 func (c *Client) Close(ctx context.Context, id string) (existed bool, err error) {
+	if c.local != nil {
+		s, err := c.direct(ctx, "close")
+		if err != nil {
+			return false, err
+		}
+		return s.CloseSession(id)
+	}
 	var out CloseResponse
 	err = c.do(ctx, http.MethodDelete, sessionPath(id), nil, &out)
 	return out.Existed, err

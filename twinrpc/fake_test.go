@@ -65,6 +65,9 @@ func (s *counterSession) Call(_ context.Context, tool string, args json.RawMessa
 		res.Content = fmt.Sprint(s.v)
 	case "fail":
 		res.Content, res.Error = "Error: nothing to fail", true
+	case "panic": // a runtime bug halfway through a write
+		s.v++
+		panic("counter: boom")
 	default:
 		return CallResult{}, fmt.Errorf("%w: %q", ErrUnknownTool, tool)
 	}

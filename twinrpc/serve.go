@@ -33,6 +33,9 @@ type ServeOptions struct {
 	MaxBodyBytes int64
 	// ShutdownTimeout bounds the graceful shutdown when ctx ends (zero: 5s).
 	ShutdownTimeout time.Duration
+	// Server, when set, is the server to serve (e.g. one its caller also reaches directly through
+	// NewLocalClient); nil makes one. Serve retires it when it stops. MaxBodyBytes and Logger are then its own.
+	Server *Server
 }
 
 // ListenPrefix starts the line Serve writes to ServeOptions.Announce.
@@ -49,6 +52,11 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	srv := opts.Server
+	if srv == nil {
+		srv = NewServer(ServerOptions{MaxBodyBytes: opts.MaxBodyBytes, Logger: log})
+	}
+	defer srv.retired.Store(true)
 	listen := opts.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
@@ -59,7 +67,6 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	}
 	addr := ln.Addr().String()
 
-	srv := NewServer(ServerOptions{MaxBodyBytes: opts.MaxBodyBytes, Logger: log})
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -70,6 +77,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	go func() { served <- hs.Serve(ln) }()
 
 	shutdown := func() error {
+		srv.retired.Store(true)
 		timeout := opts.ShutdownTimeout
 		if timeout <= 0 {
 			timeout = 5 * time.Second

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,8 @@ type Server struct {
 	// lastUse is the monotonic time of the last session request, in nanoseconds since start.
 	start   time.Time
 	lastUse atomic.Int64
+	// retired is set once Serve has stopped serving this server: direct callers get ErrUnreachable.
+	retired atomic.Bool
 }
 
 type hosted struct {
@@ -85,21 +88,16 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET "+PathHealth, s.health)
 	mux.HandleFunc("GET "+PathReady, s.ready)
 	mux.HandleFunc("GET "+PathInfo, s.info)
-	mux.HandleFunc("POST "+PathSessions, s.used(s.open))
-	mux.HandleFunc("GET "+PathSessions+"/{id}", s.used(s.state))
-	mux.HandleFunc("DELETE "+PathSessions+"/{id}", s.used(s.close))
-	mux.HandleFunc("POST "+PathSessions+"/{id}/call", s.used(s.call))
+	mux.HandleFunc("POST "+PathSessions, s.open)
+	mux.HandleFunc("GET "+PathSessions+"/{id}", s.state)
+	mux.HandleFunc("DELETE "+PathSessions+"/{id}", s.close)
+	mux.HandleFunc("POST "+PathSessions+"/{id}/call", s.call)
 	s.mux = mux
 	return s
 }
 
-// used marks the twin in use for its idle time.
-func (s *Server) used(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		s.lastUse.Store(int64(time.Since(s.start)))
-		h(w, r)
-	}
-}
+// markUsed marks the twin in use, for its idle time.
+func (s *Server) markUsed() { s.lastUse.Store(int64(time.Since(s.start))) }
 
 // SetRuntime makes the server ready, hosting sessions on rt.
 func (s *Server) SetRuntime(rt Runtime) {
@@ -147,50 +145,103 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) open(w http.ResponseWriter, r *http.Request) {
-	rt := s.runtime()
-	if rt == nil {
-		writeError(w, CodeNotReady, "the bundle is still loading")
-		return
-	}
 	var req OpenRequest
 	if !s.decode(w, r, &req) {
 		return
 	}
-	if err := validateSessionID(req.ID); err != nil {
-		writeError(w, CodeBadRequest, err.Error())
+	out, err := s.OpenSession(r.Context(), req)
+	if err != nil {
+		writeErr(w, err)
 		return
+	}
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) call(w http.ResponseWriter, r *http.Request) {
+	if !s.sessionKnown(w, r.PathValue("id")) {
+		return
+	}
+	var req CallRequest
+	if !s.decode(w, r, &req) {
+		return
+	}
+	res, err := s.CallSession(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) state(w http.ResponseWriter, r *http.Request) {
+	st, err := s.SessionState(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) close(w http.ResponseWriter, r *http.Request) {
+	existed, err := s.CloseSession(r.PathValue("id"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, CloseResponse{Existed: existed})
+}
+
+// sessionKnown answers a call for a session this twin does not hold before its body is read, as the call itself
+// would.
+func (s *Server) sessionKnown(w http.ResponseWriter, id string) bool {
+	if _, err := s.lookup(id); err != nil {
+		writeErr(w, err)
+		return false
+	}
+	return true
+}
+
+// The session operations below are what the RPC's routes run, callable directly by a caller in this process (see
+// NewLocalClient). Their errors are *Error, with the code and status the RPC answers.
+
+// OpenSession opens session req.ID, rebuilding it from req.Journal when that is not empty (POST /sessions).
+func (s *Server) OpenSession(ctx context.Context, req OpenRequest) (out OpenResponse, err error) {
+	s.markUsed()
+	rt := s.runtime()
+	if rt == nil {
+		return out, newError(CodeNotReady, "the bundle is still loading")
+	}
+	if err := validateSessionID(req.ID); err != nil {
+		return out, newError(CodeBadRequest, err.Error())
 	}
 	for i, e := range req.Journal {
 		if e.Tool == "" {
-			writeError(w, CodeBadRequest, fmt.Sprintf("journal[%d].tool: required", i))
-			return
+			return out, newError(CodeBadRequest, fmt.Sprintf("journal[%d].tool: required", i))
 		}
 		if !isObject(e.Arguments) {
-			writeError(w, CodeBadRequest, fmt.Sprintf("journal[%d].arguments: must be a JSON object", i))
-			return
+			return out, newError(CodeBadRequest, fmt.Sprintf("journal[%d].arguments: must be a JSON object", i))
 		}
 	}
 	s.mu.RLock()
 	_, exists := s.sessions[req.ID]
 	s.mu.RUnlock()
 	if exists {
-		writeError(w, CodeSessionExists, fmt.Sprintf("session %q is already open in this twin", req.ID))
-		return
+		return out, newError(CodeSessionExists, fmt.Sprintf("session %q is already open in this twin", req.ID))
 	}
 
+	what := "open session " + req.ID
+	defer s.recoverInto(&err, what, nil)
 	var (
 		sess     Session
 		receipts Receipts
-		err      error
 	)
 	if len(req.Journal) > 0 {
-		sess, receipts, err = rt.Rebuild(r.Context(), req.Spec, req.Journal)
+		sess, receipts, err = rt.Rebuild(ctx, req.Spec, req.Journal)
 	} else {
 		sess, receipts, err = rt.Open(req.Spec)
 	}
 	if err != nil {
-		s.runtimeError(w, "open session "+req.ID, err)
-		return
+		return out, s.runtimeError(what, err)
 	}
 	h := &hosted{id: req.ID, spec: req.Spec, sess: sess, receipts: receipts, calls: int64(len(req.Journal)),
 		fidelity: map[string]int64{}}
@@ -206,67 +257,58 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 	if _, exists := s.sessions[req.ID]; exists {
 		s.mu.Unlock()
 		sess.Close()
-		writeError(w, CodeSessionExists, fmt.Sprintf("session %q is already open in this twin", req.ID))
-		return
+		return out, newError(CodeSessionExists, fmt.Sprintf("session %q is already open in this twin", req.ID))
 	}
 	s.sessions[req.ID] = h
 	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, OpenResponse{ID: req.ID, Receipts: receipts, StateHash: sess.StateHash(), Calls: h.calls})
+	return OpenResponse{ID: req.ID, Receipts: receipts, StateHash: sess.StateHash(), Calls: h.calls}, nil
 }
 
-func (s *Server) lookup(w http.ResponseWriter, r *http.Request) (*hosted, bool) {
+func (s *Server) lookup(id string) (*hosted, error) {
 	if s.runtime() == nil {
-		writeError(w, CodeNotReady, "the bundle is still loading")
-		return nil, false
+		return nil, newError(CodeNotReady, "the bundle is still loading")
 	}
-	id := r.PathValue("id")
 	s.mu.RLock()
 	h := s.sessions[id]
 	s.mu.RUnlock()
 	if h == nil {
-		writeError(w, CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", id))
-		return nil, false
+		return nil, newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", id))
 	}
-	return h, true
+	return h, nil
 }
 
-func (s *Server) call(w http.ResponseWriter, r *http.Request) {
-	h, ok := s.lookup(w, r)
-	if !ok {
-		return
-	}
-	var req CallRequest
-	if !s.decode(w, r, &req) {
-		return
+// CallSession runs one tool call in session id (POST /sessions/{id}/call). A call runs to its end even if ctx ends,
+// so a session's state is always the result of whole calls; the runtime's own time budget bounds it.
+func (s *Server) CallSession(ctx context.Context, id string, req CallRequest) (res CallResult, err error) {
+	s.markUsed()
+	h, err := s.lookup(id)
+	if err != nil {
+		return res, err
 	}
 	switch {
 	case req.Tool == "":
-		writeError(w, CodeBadRequest, "tool: required")
-		return
+		return res, newError(CodeBadRequest, "tool: required")
 	case !isObject(req.Arguments):
-		writeError(w, CodeBadRequest, "arguments: must be a JSON object")
-		return
+		return res, newError(CodeBadRequest, "arguments: must be a JSON object")
 	case req.Requestor != "" && req.Requestor != RequestorAssistant && req.Requestor != RequestorUser:
-		writeError(w, CodeBadRequest, fmt.Sprintf("requestor: must be %q or %q, got %q", RequestorAssistant, RequestorUser, req.Requestor))
-		return
+		return res, newError(CodeBadRequest, fmt.Sprintf("requestor: must be %q or %q, got %q", RequestorAssistant, RequestorUser, req.Requestor))
 	}
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		writeError(w, CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", h.id))
-		return
+		return res, newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", h.id))
 	}
 	if req.ExpectCalls != nil && *req.ExpectCalls != h.calls {
-		writeError(w, CodeCallsMismatch, fmt.Sprintf("expect_calls: the session holds %d calls, not %d", h.calls, *req.ExpectCalls))
-		return
+		return res, newError(CodeCallsMismatch, fmt.Sprintf("expect_calls: the session holds %d calls, not %d", h.calls, *req.ExpectCalls))
 	}
-	// A call runs to its end even if the caller goes away, so a session's state is always the result of whole calls;
-	// the runtime's own time budget bounds it.
-	res, err := h.sess.Call(context.WithoutCancel(r.Context()), req.Tool, req.Arguments)
+	what := "call " + req.Tool + " in session " + h.id
+	// A call that panicked may have left its world half changed: the session is dropped, so the next call rebuilds
+	// it from the journal.
+	defer s.recoverInto(&err, what, func() { s.drop(h) })
+	res, err = h.sess.Call(context.WithoutCancel(ctx), req.Tool, req.Arguments)
 	if err != nil {
-		s.runtimeError(w, "call "+req.Tool+" in session "+h.id, err)
-		return
+		return CallResult{}, s.runtimeError(what, err)
 	}
 	h.calls++
 	if res.Error {
@@ -274,62 +316,101 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 	}
 	h.fidelity[res.Fidelity]++
 	res.Calls = h.calls
-	writeJSON(w, http.StatusOK, res)
+	return res, nil
 }
 
-func (s *Server) state(w http.ResponseWriter, r *http.Request) {
-	h, ok := s.lookup(w, r)
-	if !ok {
-		return
+// SessionState returns session id's state (GET /sessions/{id}).
+func (s *Server) SessionState(id string) (SessionState, error) {
+	s.markUsed()
+	h, err := s.lookup(id)
+	if err != nil {
+		return SessionState{}, err
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return SessionState{}, newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", id))
+	}
 	st := SessionState{ID: h.id, Spec: h.spec, Receipts: h.receipts, StateHash: h.sess.StateHash(), Calls: h.calls,
 		Errors: h.errors, Fidelity: make(map[string]int64, len(h.fidelity))}
 	for k, v := range h.fidelity {
 		st.Fidelity[k] = v
 	}
-	h.mu.Unlock()
-	writeJSON(w, http.StatusOK, st)
+	return st, nil
 }
 
-func (s *Server) close(w http.ResponseWriter, r *http.Request) {
+// CloseSession drops session id's world (DELETE /sessions/{id}); existed reports whether the twin held it.
+func (s *Server) CloseSession(id string) (existed bool, err error) {
+	s.markUsed()
 	if s.runtime() == nil {
-		writeError(w, CodeNotReady, "the bundle is still loading")
-		return
+		return false, newError(CodeNotReady, "the bundle is still loading")
 	}
-	id := r.PathValue("id")
 	s.mu.Lock()
 	h := s.sessions[id]
 	delete(s.sessions, id)
 	s.mu.Unlock()
 	if h != nil {
 		h.mu.Lock()
-		h.closed = true
-		h.sess.Close()
-		h.sess = nil
+		h.close()
 		h.mu.Unlock()
 	}
-	writeJSON(w, http.StatusOK, CloseResponse{Existed: h != nil})
+	return h != nil, nil
 }
 
-// runtimeError answers a runtime failure with the code its sentinel names.
-func (s *Server) runtimeError(w http.ResponseWriter, what string, err error) {
+// drop removes a session whose lock the caller holds and closes its world.
+func (s *Server) drop(h *hosted) {
+	s.mu.Lock()
+	if s.sessions[h.id] == h {
+		delete(s.sessions, h.id)
+	}
+	s.mu.Unlock()
+	h.close()
+}
+
+// close closes the session's world once; h.mu is held.
+func (h *hosted) close() {
+	if h.closed {
+		return
+	}
+	h.closed = true
+	if h.sess != nil {
+		h.sess.Close()
+		h.sess = nil
+	}
+}
+
+// recoverInto turns a panic of the runtime into an internal error in *err (after running then, if set), so a bad
+// handler fails its call, not the process that hosts the twin. Deferred.
+func (s *Server) recoverInto(err *error, what string, then func()) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	s.log.Error("twin runtime panicked", "op", what, "panic", p, "stack", string(debug.Stack()))
+	if then != nil {
+		then()
+	}
+	*err = newError(CodeInternal, fmt.Sprintf("%s: the twin runtime panicked: %v", what, p))
+}
+
+// runtimeError is a runtime failure as the *Error of the code its sentinel names.
+func (s *Server) runtimeError(what string, err error) error {
 	switch {
 	case errors.Is(err, ErrDiverged):
-		writeError(w, CodeDiverged, err.Error())
+		return newError(CodeDiverged, err.Error())
 	case errors.Is(err, ErrUnknownTool):
-		writeError(w, CodeUnknownTool, err.Error())
+		return newError(CodeUnknownTool, err.Error())
 	case errors.Is(err, ErrBadArguments):
-		writeError(w, CodeBadArguments, err.Error())
+		return newError(CodeBadArguments, err.Error())
 	case errors.Is(err, ErrBadSpec):
-		writeError(w, CodeBadSpec, err.Error())
+		return newError(CodeBadSpec, err.Error())
 	case errors.Is(err, ErrNoAnswer):
-		writeError(w, CodeNoAnswer, err.Error())
+		return newError(CodeNoAnswer, err.Error())
 	case errors.Is(err, ErrUnknownSession):
-		writeError(w, CodeUnknownSession, err.Error())
+		return newError(CodeUnknownSession, err.Error())
 	default:
 		s.log.Error("twin runtime failed", "op", what, "err", err)
-		writeError(w, CodeInternal, what+": "+err.Error())
+		return newError(CodeInternal, what+": "+err.Error())
 	}
 }
 
@@ -400,4 +481,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, code, detail string) {
 	writeJSON(w, codeStatus[code], ErrorBody{Code: code, Detail: detail})
+}
+
+// writeErr answers err: an *Error with its code, anything else as internal.
+func writeErr(w http.ResponseWriter, err error) {
+	var e *Error
+	if errors.As(err, &e) {
+		writeError(w, e.Code, e.Detail)
+		return
+	}
+	writeError(w, CodeInternal, err.Error())
+}
+
+// newError is the *Error the RPC answers for code.
+func newError(code, detail string) *Error {
+	return &Error{Status: codeStatus[code], Code: code, Detail: detail}
 }

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +105,7 @@ func runBench(ctx context.Context, e env) error {
 		mu        sync.Mutex
 		lat       []time.Duration
 		fidelity  = map[string]int{}
+		stages    = map[string][]time.Duration{}
 		failures  atomic.Int64
 		next      atomic.Int64
 		sessionMu = make([]sync.Mutex, len(opened))
@@ -113,7 +116,7 @@ func runBench(ctx context.Context, e env) error {
 			"arguments": json.RawMessage(calls[int(i)%len(calls)].RawArgs), "requestor": "assistant"})
 		sessionMu[si].Lock() // calls of one session are ordered, as an agent makes them
 		t0 := time.Now()
-		fid, err := benchCall(ctx, c, opened[si].id, opened[si].token, body)
+		fid, timing, err := benchCall(ctx, c, opened[si].id, opened[si].token, body)
 		d := time.Since(t0)
 		sessionMu[si].Unlock()
 		if err != nil {
@@ -123,6 +126,9 @@ func runBench(ctx context.Context, e env) error {
 		mu.Lock()
 		lat = append(lat, d)
 		fidelity[fid]++
+		for _, st := range timing {
+			stages[st.name] = append(stages[st.name], st.d)
+		}
 		mu.Unlock()
 	}
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
@@ -149,6 +155,11 @@ func runBench(ctx context.Context, e env) error {
 	fmt.Fprintf(e.stdout, "calls (%s, %d sessions, %s)  %d ok, %d failed, %.0f calls/s  p50 %s  p99 %s  max %s\n",
 		mode, len(opened), duration.String(), len(lat), failures.Load(), float64(len(lat))/elapsed.Seconds(),
 		pct(lat, 50), pct(lat, 99), pct(lat, 100))
+	for _, name := range []string{"twin", "journal", "total"} {
+		if ds := stages[name]; len(ds) > 0 {
+			fmt.Fprintf(e.stdout, "  server %-8s p50 %s  p99 %s\n", name, pct(ds, 50), pct(ds, 99))
+		}
+	}
 	keys := make([]string, 0, len(fidelity))
 	for k := range fidelity {
 		keys = append(keys, k)
@@ -188,17 +199,17 @@ func benchCalls(path string) ([]trace.Call, error) {
 	return calls, nil
 }
 
-// benchCall sends one call with the session token and answers the fidelity label.
-func benchCall(ctx context.Context, c *apiClient, id, token string, body []byte) (string, error) {
+// benchCall sends one call with the session token and answers the fidelity label and the server's stage times.
+func benchCall(ctx context.Context, c *apiClient, id, token string, body []byte) (string, []stage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/sessions/"+id+"/call", bytes.NewReader(body))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer resp.Body.Close()
 	var out struct {
@@ -206,9 +217,34 @@ func benchCall(ctx context.Context, c *apiClient, id, token string, body []byte)
 	}
 	data, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &out) != nil {
-		return "", fmt.Errorf("%d %s", resp.StatusCode, data)
+		return "", nil, fmt.Errorf("%d %s", resp.StatusCode, data)
 	}
-	return out.Fidelity, nil
+	return out.Fidelity, serverTiming(resp.Header.Get("Server-Timing")), nil
+}
+
+// stage is one entry of a Server-Timing header.
+type stage struct {
+	name string
+	d    time.Duration
+}
+
+// serverTiming reads the entries of a Server-Timing header that carry a duration ("twin;dur=0.183, …"); others
+// are skipped.
+func serverTiming(h string) []stage {
+	var out []stage
+	for _, entry := range strings.Split(h, ",") {
+		parts := strings.Split(strings.TrimSpace(entry), ";")
+		for _, p := range parts[1:] {
+			v, ok := strings.CutPrefix(strings.TrimSpace(p), "dur=")
+			if !ok {
+				continue
+			}
+			if f, err := strconv.ParseFloat(v, 64); err == nil && parts[0] != "" {
+				out = append(out, stage{parts[0], time.Duration(f * float64(time.Millisecond))})
+			}
+		}
+	}
+	return out
 }
 
 // benchRaw times n GET /healthz round trips over conc connections: the floor any call sits on.

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/schema"
@@ -99,5 +101,21 @@ func TestConfigErrorNamesKey(t *testing.T) {
 	err := run(context.Background(), []string{"migrate"}, []string{"DOPPEL_DB_DRIVER=oracle"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "db.driver") {
 		t.Fatalf("err = %v, want it to name db.driver", err)
+	}
+}
+
+func TestServerTimingParse(t *testing.T) {
+	for _, tt := range []struct {
+		header string
+		want   []stage
+	}{
+		{"twin;dur=0.07, journal;dur=0.512, total;dur=0.69", []stage{{"twin", 70 * time.Microsecond}, {"journal", 512 * time.Microsecond}, {"total", 690 * time.Microsecond}}},
+		{"cache;desc=hit, db;dur=2", []stage{{"db", 2 * time.Millisecond}}},
+		{"", nil},
+		{"twin;dur=x, ;dur=1", nil},
+	} {
+		if got := serverTiming(tt.header); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("serverTiming(%q) = %v, want %v", tt.header, got, tt.want)
+		}
 	}
 }

@@ -205,7 +205,7 @@ func newWorker(st *stack, drv driver.Driver) sdkworker.Worker {
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
 		Builds:   &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
 		Twins:    &activities.Twins{Driver: drv},
-		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Log: st.log.With("component", "sessions")},
+		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Log: st.log.With("component", "sessions")},
 	})
 }
 
@@ -287,7 +287,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	bundles := &api.Bundles{Blob: st.blobs}
 	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: bundles}
 	sessions := &api.SessionRoutes{Opener: sessionWorkflows(st), Twins: twinDirectory(st), Journal: calls,
-		Bundles: bundles, Idle: st.cfg.Session.Idle}
+		Bundles: bundles, Idle: st.cfg.Session.Idle, Locals: st.locals}
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Twins: twinDirectory(st)}

@@ -28,7 +28,10 @@ type stack struct {
 	blobs    blob.Store
 	dev      *devserver.Server
 	temporal client.Client
-	closers  []func() error
+	// locals are the twins this process serves itself (twin.driver=inproc, once the worker has started): the API and
+	// the session activities call them directly.
+	locals  twinrpc.Locals
+	closers []func() error
 }
 
 func (s *stack) onClose(f func() error) { s.closers = append(s.closers, f) }
@@ -159,6 +162,7 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver inproc: %w", err)
 		}
+		st.locals = d
 		return d, nil
 	default:
 		bin := cfg.Twin.Binary
