@@ -167,7 +167,7 @@ func Keys() []Key {
 		{"collect.rate_burst", 100, "burst of collect requests allowed per client address"},
 		{"collect.rebuild_debounce", "30s", "quiet time after the last collected batch before an environment rebuilds"},
 		{"build.timeout", "30m", "longest an environment build may run"},
-		{"twin.driver", "process", "how twins run: process (child processes), docker, or inproc"},
+		{"twin.driver", "", "how twins run: inproc (in this process, reached without HTTP), process (child processes) or docker; empty: inproc in `doppel dev`, process elsewhere"},
 		{"twin.idle", "15m", "idle time after which a twin stops"},
 		{"twin.image", "doppel-twin:dev", "Docker image of the twin (twin.driver=docker)"},
 		{"twin.binary", "", "doppel binary the process driver launches; empty: this executable"},
@@ -401,7 +401,9 @@ func (c *Config) Validate() error {
 		bad("collect.rebuild_debounce", "must not be negative")
 	}
 	positive("build.timeout", c.Build.Timeout)
-	oneOf("twin.driver", c.Twin.Driver, "process", "docker", "inproc")
+	if c.Twin.Driver != "" {
+		oneOf("twin.driver", c.Twin.Driver, "process", "docker", "inproc")
+	}
 	positive("twin.idle", c.Twin.Idle)
 	if c.Twin.Driver == "docker" && c.Twin.Image == "" {
 		bad("twin.image", "is required when twin.driver is docker")

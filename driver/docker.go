@@ -331,7 +331,7 @@ func (d *Docker) logTail(ctx context.Context, id string) string {
 // Inspect reports the container's state and, when it runs, whether the twin answers ready.
 func (d *Docker) Inspect(ctx context.Context, h Handle) (Status, error) {
 	if h.Driver != DockerDriverName {
-		return Status{}, fmt.Errorf("driver: docker: handle of driver %q", h.Driver)
+		return foreignHandle(h, DockerDriverName), nil
 	}
 	cctx, cancel := d.call(ctx)
 	res, err := d.api.ContainerInspect(cctx, h.ID, client.ContainerInspectOptions{})

@@ -107,6 +107,12 @@ func (s Status) Running() bool {
 	return s.State == StateStarting || s.State == StateReady || s.State == StateUnhealthy
 }
 
+// foreignHandle is what a driver's Inspect reports of a handle another driver made (the deployment's twin.driver
+// changed since): gone, as far as this driver can reach, so its owner starts the twin again under this driver.
+func foreignHandle(h Handle, driver string) Status {
+	return Status{State: StateGone, Detail: fmt.Sprintf("twin %s was started by the %s driver; this worker runs the %s driver", h.ID, h.Driver, driver)}
+}
+
 // BlobGetter reads a bundle from the blob store (blob.Store has it).
 type BlobGetter interface {
 	Get(ctx context.Context, key string) (io.ReadCloser, error)

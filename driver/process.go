@@ -282,7 +282,7 @@ func (p *Process) logTail(id string) string {
 // Inspect reports whether the twin's process lives and answers ready.
 func (p *Process) Inspect(ctx context.Context, h Handle) (Status, error) {
 	if h.Driver != ProcessDriverName {
-		return Status{}, fmt.Errorf("driver: process: handle of driver %q", h.Driver)
+		return foreignHandle(h, ProcessDriverName), nil
 	}
 	p.mu.Lock()
 	c := p.children[h.ID]

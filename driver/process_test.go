@@ -345,3 +345,21 @@ func TestProcessKillRebuildTauRetail(t *testing.T) {
 	}
 	t.Logf("%d calls (%d changed the world) rebuilt to %s", len(s.journal), changed, before)
 }
+
+// A handle another driver made (twin.driver changed between runs) is gone as far as this driver can tell, so the
+// TwinWorkflow holding it starts the twin again instead of keeping a handle it can never inspect.
+func TestInspectForeignHandle(t *testing.T) {
+	h := Handle{Driver: InprocDriverName, ID: "inproc-env-1", Addr: "http://127.0.0.1:1"}
+	st, err := newProcess(t, t.TempDir()).Inspect(context.Background(), h)
+	if err != nil || st.State != StateGone || !strings.Contains(st.Detail, "inproc driver") {
+		t.Fatalf("process Inspect of an inproc handle = %+v, %v; want gone, naming the other driver", st, err)
+	}
+	d, err := NewInproc(InprocOptions{Load: loadTwin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Driver, h.ID = ProcessDriverName, "p-1"
+	if st, err := d.Inspect(context.Background(), h); err != nil || st.State != StateGone {
+		t.Fatalf("inproc Inspect of a process handle = %+v, %v; want gone", st, err)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -47,32 +46,34 @@ func runBench(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	c.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * *sessions}}
+	c.http = &http.Client{Timeout: 30 * time.Second}
 	calls, err := benchCalls(*traces)
 	if err != nil {
 		return err
 	}
+	target, err := newBenchTarget(c.url)
+	if err != nil {
+		return err
+	}
 
+	// The limit: GET /healthz over the same kind of connection, at the same rate or concurrency.
 	var raw []time.Duration
 	if *rate == 0 {
-		raw = benchRaw(ctx, c, *sessions, 2000)
+		raw = benchRaw(ctx, target, *sessions, 2000)
 		fmt.Fprintf(e.stdout, "raw GET /healthz, %d at once (the limit)  p50 %s  p99 %s\n", *sessions, pct(raw, 50), pct(raw, 99))
 	} else {
-		var mu sync.Mutex
-		rawCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		latency.Offer(rawCtx, *rate, 0, func(int, time.Time) {
-			if d, ok := healthz(ctx, c); ok {
-				mu.Lock()
-				raw = append(raw, d)
-				mu.Unlock()
-			}
-		})
-		cancel()
+		raw = benchRawRate(ctx, target, *rate, *sessions, 2*time.Second)
 		fmt.Fprintf(e.stdout, "raw GET /healthz at %d/s (the limit)  p50 %s  p99 %s\n", *rate, pct(raw, 50), pct(raw, 99))
 	}
 
-	type session struct{ id, token string }
-	var opened []session
+	type session struct {
+		id   string
+		path string
+		auth string
+		conn *benchConn
+		mu   sync.Mutex // calls of one session are ordered, as an agent makes them
+	}
+	var opened []*session
 	var opens []time.Duration
 	for i := 0; i < *sessions; i++ {
 		var o struct {
@@ -88,7 +89,13 @@ func runBench(ctx context.Context, e env) error {
 			return fmt.Errorf("open session %d: %w", i, err)
 		}
 		opens = append(opens, time.Since(t0))
-		opened = append(opened, session{o.SessionID, o.Token})
+		opened = append(opened, &session{id: o.SessionID, path: target.path + "/v1/sessions/" + o.SessionID + "/call",
+			auth: "Bearer " + o.Token, conn: target.conn()})
+	}
+	for _, s := range opened {
+		if err := s.conn.ready(ctx); err != nil {
+			return fmt.Errorf("connect to %s: %w", c.url, err)
+		}
 	}
 	kind := "unseeded"
 	if *seedInstr != "" {
@@ -97,57 +104,86 @@ func runBench(ctx context.Context, e env) error {
 	fmt.Fprintf(e.stdout, "session open (%d %s, sequential)  p50 %s  p99 %s\n", len(opens), kind, pct(opens, 50), pct(opens, 99))
 	defer func() {
 		for _, s := range opened {
+			s.conn.close()
 			_ = c.do(context.WithoutCancel(ctx), http.MethodDelete, "/v1/sessions/"+s.id, nil, nil)
 		}
 	}()
 
+	// Each call's body is encoded once, before the clock starts.
+	bodies := make([][]byte, len(calls))
+	for i, cl := range calls {
+		bodies[i], _ = json.Marshal(map[string]any{"name": cl.Tool, "arguments": json.RawMessage(cl.RawArgs), "requestor": "assistant"})
+	}
+	type sample struct {
+		d        time.Duration
+		answer   []byte
+		timing   string
+		status   int
+		sendFail error
+	}
 	var (
-		mu        sync.Mutex
-		lat       []time.Duration
-		fidelity  = map[string]int{}
-		stages    = map[string][]time.Duration{}
-		failures  atomic.Int64
-		next      atomic.Int64
-		sessionMu = make([]sync.Mutex, len(opened))
+		mu       sync.Mutex
+		samples  = make([]sample, 0, 1<<16)
+		failures atomic.Int64
 	)
-	call := func(i int64) {
-		si := int(i) % len(opened)
-		body, _ := json.Marshal(map[string]any{"name": calls[int(i)%len(calls)].Tool,
-			"arguments": json.RawMessage(calls[int(i)%len(calls)].RawArgs), "requestor": "assistant"})
-		sessionMu[si].Lock() // calls of one session are ordered, as an agent makes them
+	call := func(s *session, body []byte) {
+		s.mu.Lock()
 		t0 := time.Now()
-		fid, timing, err := benchCall(ctx, c, opened[si].id, opened[si].token, body)
-		d := time.Since(t0)
-		sessionMu[si].Unlock()
+		status, timing, answer, err := s.conn.post(ctx, s.path, s.auth, body)
+		d := time.Since(t0) // up to the answer's last byte; reading it happens after
+		s.mu.Unlock()
 		if err != nil {
 			failures.Add(1)
 			return
 		}
 		mu.Lock()
-		lat = append(lat, d)
-		fidelity[fid]++
-		for _, st := range timing {
-			stages[st.name] = append(stages[st.name], st.d)
-		}
+		samples = append(samples, sample{d: d, answer: answer, timing: timing, status: status})
 		mu.Unlock()
 	}
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
 	start := time.Now()
-	var wg sync.WaitGroup
 	if *rate == 0 {
-		for w := 0; w < len(opened); w++ {
+		// Peak: one closed loop per session, each replaying the traces' calls from its own offset.
+		var wg sync.WaitGroup
+		for w, s := range opened {
 			wg.Go(func() {
-				for runCtx.Err() == nil {
-					call(next.Add(1) - 1)
+				for i := w * len(bodies) / len(opened); runCtx.Err() == nil; i++ {
+					call(s, bodies[i%len(bodies)])
 				}
 			})
 		}
+		wg.Wait()
 	} else {
-		latency.Offer(runCtx, *rate, 0, func(i int, _ time.Time) { call(int64(i)) })
+		latency.Offer(runCtx, *rate, 0, func(i int, _ time.Time) { call(opened[i%len(opened)], bodies[i%len(bodies)]) })
 	}
-	wg.Wait()
 	elapsed := time.Since(start)
+
+	var (
+		lat      []time.Duration
+		fidelity = map[string]int{}
+		stages   = map[string][]time.Duration{}
+		bad      = map[int]int{}
+		example  string
+	)
+	for _, sm := range samples {
+		var out struct {
+			Fidelity string `json:"fidelity"`
+		}
+		if sm.status != http.StatusOK || json.Unmarshal(sm.answer, &out) != nil {
+			failures.Add(1)
+			bad[sm.status]++
+			if example == "" {
+				example = fmt.Sprintf("%d %s", sm.status, bytes.TrimSpace(sm.answer))
+			}
+			continue
+		}
+		lat = append(lat, sm.d)
+		fidelity[out.Fidelity]++
+		for _, st := range serverTiming(sm.timing) {
+			stages[st.name] = append(stages[st.name], st.d)
+		}
+	}
 	mode := fmt.Sprintf("offered %d/s", *rate)
 	if *rate == 0 {
 		mode = "peak"
@@ -167,6 +203,9 @@ func runBench(ctx context.Context, e env) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		fmt.Fprintf(e.stdout, "  %-12s %d\n", k, fidelity[k])
+	}
+	if example != "" {
+		fmt.Fprintf(e.stdout, "  failed answers by status %v, e.g. %.300s\n", bad, example)
 	}
 	return nil
 }
@@ -199,29 +238,6 @@ func benchCalls(path string) ([]trace.Call, error) {
 	return calls, nil
 }
 
-// benchCall sends one call with the session token and answers the fidelity label and the server's stage times.
-func benchCall(ctx context.Context, c *apiClient, id, token string, body []byte) (string, []stage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/v1/sessions/"+id+"/call", bytes.NewReader(body))
-	if err != nil {
-		return "", nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return "", nil, err
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Fidelity string `json:"fidelity"`
-	}
-	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(data, &out) != nil {
-		return "", nil, fmt.Errorf("%d %s", resp.StatusCode, data)
-	}
-	return out.Fidelity, serverTiming(resp.Header.Get("Server-Timing")), nil
-}
-
 // stage is one entry of a Server-Timing header.
 type stage struct {
 	name string
@@ -245,41 +261,6 @@ func serverTiming(h string) []stage {
 		}
 	}
 	return out
-}
-
-// benchRaw times n GET /healthz round trips over conc connections: the floor any call sits on.
-func benchRaw(ctx context.Context, c *apiClient, conc, n int) []time.Duration {
-	var mu sync.Mutex
-	var out []time.Duration
-	var left atomic.Int64
-	left.Store(int64(n))
-	var wg sync.WaitGroup
-	for w := 0; w < conc; w++ {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				if d, ok := healthz(ctx, c); ok {
-					mu.Lock()
-					out = append(out, d)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
-
-// healthz times one GET /healthz.
-func healthz(ctx context.Context, c *apiClient) (time.Duration, bool) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.url+"/healthz", nil)
-	t0 := time.Now()
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return time.Since(t0), true
 }
 
 // pct is the p-th percentile of ds (100: the maximum), rounded for printing.

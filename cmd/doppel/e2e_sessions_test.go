@@ -70,19 +70,26 @@ func seedUnscheduledBatch(t *testing.T, dir, key string) trace.Batch {
 }
 
 // TestE2ESessions: a batch whose rebuild was never scheduled is built once the stack starts; then the tool plane
-// works end to end on a real process-driver twin: wake, open, calls that replay a real trace, the session read
-// and transcript, close with the token revoked at once.
+// works end to end, on a real child-process twin over its HTTP RPC and on `doppel dev`'s default in-process twin
+// reached directly: wake, open, calls that replay a real trace, the session read and transcript, close with the
+// token revoked at once.
 func TestE2ESessions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: starts the whole dev stack")
 	}
+	for _, drv := range []string{"process", "inproc"} {
+		t.Run(drv, func(t *testing.T) { e2eSessions(t, drv) })
+	}
+}
+
+func e2eSessions(t *testing.T, twinDriver string) {
 	dir := t.TempDir()
 	m, err := cred.Mint(cred.KindWorkspace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	batch := seedUnscheduledBatch(t, dir, m.Plaintext)
-	s := startE2EStack(t, dir, m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), e2eFreeAddr(t))
+	s := startE2EStack(t, dir, m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), e2eFreeAddr(t), "--twin-driver", twinDriver)
 	const slug = "tau2-retail"
 
 	e2ePoll(t, 10*time.Minute, time.Second, "the missed rebuild", func() (bool, string) {
@@ -263,7 +270,8 @@ func TestE2EModelSeeding(t *testing.T) {
 	}
 	seedUnscheduledBatch(t, dir, m.Plaintext)
 	s := startE2EStack(t, dir, m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), e2eFreeAddr(t),
-		"--model-base-url", model.URL+"/v1", "--model-name", "e2e-model", "--model-api-key", "not-a-real-key")
+		"--model-base-url", model.URL+"/v1", "--model-name", "e2e-model", "--model-api-key", "not-a-real-key",
+		"--twin-driver", "process")
 	const slug = "tau2-retail"
 	var build string
 	e2ePoll(t, 10*time.Minute, time.Second, "the build", func() (bool, string) {

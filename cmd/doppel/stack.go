@@ -131,12 +131,25 @@ func startStack(ctx context.Context, cfg *config.Config, logger *slog.Logger, de
 	return s, nil
 }
 
+// twinDriver is the driver twin.driver names; unset, `doppel dev` (one process, st.dev set) runs its twins in
+// process, where calls reach them without HTTP, and a worker runs them as child processes, which outlive its
+// restarts.
+func twinDriver(st *stack) string {
+	switch {
+	case st.cfg.Twin.Driver != "":
+		return st.cfg.Twin.Driver
+	case st.dev != nil:
+		return "inproc"
+	}
+	return "process"
+}
+
 // openDriver makes the twin driver twin.driver names. Twins left by an earlier run with the same state dir or
 // owner are found again by the TwinWorkflow's reaper.
 func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 	cfg := st.cfg
 	logger := st.log.With("component", "twins")
-	switch cfg.Twin.Driver {
+	switch twinDriver(st) {
 	case "docker":
 		c, err := driver.NewDockerClient(cfg.Twin.DockerHost)
 		if err != nil {
