@@ -173,11 +173,19 @@ func serverGC(b *testing.B) {
 	b.Fatal("no runtime.gc_percent key")
 }
 
-// loadPlane serves the tau-retail bundle over loopback HTTP with 64 open sessions, under the server's GC target.
-func loadPlane(b *testing.B, driver string) (*plane, *httptest.Server, []*loadTarget) {
+// transports are the two ways the API reaches a twin: over its HTTP RPC (a process or container twin) and directly
+// (an in-process twin, `doppel dev`'s default).
+var transports = []struct {
+	name  string
+	local bool
+}{{"http", false}, {"direct", true}}
+
+// loadPlane serves the tau-retail bundle over loopback HTTP with 64 open sessions, under the server's GC target;
+// local reaches the twin directly.
+func loadPlane(b *testing.B, driver string, local bool) (*plane, *httptest.Server, []*loadTarget) {
 	serverGC(b)
 	bundle, traces := retailBundle(b)
-	p := newPlane(b, driver, bundle, planeOptions{journal: journal.CallOptions{}})
+	p := newPlane(b, driver, bundle, planeOptions{journal: journal.CallOptions{}, local: local})
 	srv := httptest.NewServer(p.h)
 	b.Cleanup(srv.Close)
 	work := workload(traces)
@@ -193,31 +201,33 @@ func loadPlane(b *testing.B, driver string) (*plane, *httptest.Server, []*loadTa
 // over 64 sessions; latency from each call's scheduled time, so queueing is not hidden.
 func BenchmarkCallRate(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
-		for _, rate := range []int{1000, 250} {
-			b.Run(fmt.Sprintf("%s/rate=%d", driver, rate), func(b *testing.B) {
-				_, _, targets := loadPlane(b, driver)
-				hc := loadClient()
-				raw := rawServer(b)
-				n := max(b.N, 5*rate) // at least five seconds of load
-				send := func(i int) (int, error) {
-					t := targets[i%len(targets)]
-					return post(hc, t.url, t.token, t.body())
-				}
-				_, _, _, _ = openLoop(rate/2, rate, send) // warm the connection pools and the twin's indexes
-				b.ResetTimer()
-				lat, bad, errs, lag := openLoop(n, rate, send)
-				b.StopTimer()
-				rawLat, _, _, _ := openLoop(n, rate, func(i int) (int, error) { return post(hc, raw.URL, "", targets[0].calls[0]) })
-				if bad > 0 {
-					b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
-				}
-				b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
-				b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
-				b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
-				b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
-				b.ReportMetric(ms(latency.Percentile(lag, 99)), "lag-p99-ms")
-				b.ReportMetric(0, "ns/op")
-			})
+		for _, tr := range transports {
+			for _, rate := range []int{1000, 250} {
+				b.Run(fmt.Sprintf("%s/%s/rate=%d", driver, tr.name, rate), func(b *testing.B) {
+					_, _, targets := loadPlane(b, driver, tr.local)
+					hc := loadClient()
+					raw := rawServer(b)
+					n := max(b.N, 5*rate) // at least five seconds of load
+					send := func(i int) (int, error) {
+						t := targets[i%len(targets)]
+						return post(hc, t.url, t.token, t.body())
+					}
+					_, _, _, _ = openLoop(rate/2, rate, send) // warm the connection pools and the twin's indexes
+					b.ResetTimer()
+					lat, bad, errs, lag := openLoop(n, rate, send)
+					b.StopTimer()
+					rawLat, _, _, _ := openLoop(n, rate, func(i int) (int, error) { return post(hc, raw.URL, "", targets[0].calls[0]) })
+					if bad > 0 {
+						b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
+					}
+					b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+					b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+					b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
+					b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
+					b.ReportMetric(ms(latency.Percentile(lag, 99)), "lag-p99-ms")
+					b.ReportMetric(0, "ns/op")
+				})
+			}
 		}
 	}
 }
@@ -258,33 +268,35 @@ func closedLoop(targets []*loadTarget, n int, send func(t *loadTarget) (int, err
 // BenchmarkCallPeak: 64 sessions, each calling again as soon as its last call answered; throughput and latency.
 func BenchmarkCallPeak(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
-		b.Run(driver, func(b *testing.B) {
-			p, _, targets := loadPlane(b, driver)
-			hc := loadClient()
-			raw := rawServer(b)
-			n := max(b.N, 20000)
-			before := p.journal.Stats()
-			cpu0 := cpuTime()
-			b.ResetTimer()
-			lat, elapsed, bad, errs := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
-			b.StopTimer()
-			cpu := cpuTime() - cpu0
-			st := p.journal.Stats()
-			rawLat, rawElapsed, _, _ := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, raw.URL, "", t.calls[0]) })
-			if bad > 0 {
-				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
-			}
-			b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
-			// CPU of this process (client, API, in-process twin; not PostgreSQL) per call: with the wall-clock
-			// rate it shows how much of the machine the run had.
-			b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/call")
-			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
-			b.ReportMetric(float64(st.Items-before.Items)/float64(max(st.Batches-before.Batches, 1)), "calls/commit")
-			b.ReportMetric(float64(len(rawLat))/rawElapsed.Seconds(), "raw-req/s")
-			b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
-			b.ReportMetric(0, "ns/op")
-		})
+		for _, tr := range transports {
+			b.Run(driver+"/"+tr.name, func(b *testing.B) {
+				p, _, targets := loadPlane(b, driver, tr.local)
+				hc := loadClient()
+				raw := rawServer(b)
+				n := max(b.N, 20000)
+				before := p.journal.Stats()
+				cpu0 := cpuTime()
+				b.ResetTimer()
+				lat, elapsed, bad, errs := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, t.url, t.token, t.body()) })
+				b.StopTimer()
+				cpu := cpuTime() - cpu0
+				st := p.journal.Stats()
+				rawLat, rawElapsed, _, _ := closedLoop(targets, n, func(t *loadTarget) (int, error) { return post(hc, raw.URL, "", t.calls[0]) })
+				if bad > 0 {
+					b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
+				}
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "calls/s")
+				// CPU of this process (client, API, in-process twin; not PostgreSQL) per call: with the wall-clock
+				// rate it shows how much of the machine the run had.
+				b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/call")
+				b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+				b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+				b.ReportMetric(float64(st.Items-before.Items)/float64(max(st.Batches-before.Batches, 1)), "calls/commit")
+				b.ReportMetric(float64(len(rawLat))/rawElapsed.Seconds(), "raw-req/s")
+				b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }
 
@@ -292,37 +304,29 @@ func BenchmarkCallPeak(b *testing.B) {
 // replaced by its two activities run in order; see the report for the figure through Temporal).
 func BenchmarkOpenWarm(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
-		b.Run(driver, func(b *testing.B) {
-			p, srv, _ := loadPlane(b, driver)
-			hc := loadClient()
-			raw := rawServer(b)
-			n := max(b.N, 300)
-			url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
-			lat := make([]time.Duration, 0, n)
-			rawLat := make([]time.Duration, 0, n)
-			b.ResetTimer()
-			for i := range n {
-				body, _ := json.Marshal(map[string]any{"seedInstructions": "2 orders with status pending", "seed": i})
-				t0 := time.Now()
-				code, err := post(hc, url, p.key, body)
-				lat = append(lat, time.Since(t0))
-				if err != nil || code != http.StatusCreated {
-					b.Fatalf("open %d: %d %v", i, code, err)
+		for _, tr := range transports {
+			b.Run(driver+"/"+tr.name, func(b *testing.B) {
+				p, srv, _ := loadPlane(b, driver, tr.local)
+				hc := loadClient()
+				raw := rawServer(b)
+				n := max(b.N, 300)
+				url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
+				rawLat := make([]time.Duration, 0, n)
+				b.ResetTimer()
+				lat := seededOpens(b, hc, url, p.key, n)
+				b.StopTimer()
+				for range n {
+					t0 := time.Now()
+					_, _ = post(hc, raw.URL, "", []byte(`{}`))
+					rawLat = append(rawLat, time.Since(t0))
 				}
-			}
-			b.StopTimer()
-			for range n {
-				t0 := time.Now()
-				_, _ = post(hc, raw.URL, "", []byte(`{}`))
-				rawLat = append(rawLat, time.Since(t0))
-			}
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			sort.Slice(rawLat, func(i, j int) bool { return rawLat[i] < rawLat[j] })
-			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
-			b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
-			b.ReportMetric(0, "ns/op")
-		})
+				sort.Slice(rawLat, func(i, j int) bool { return rawLat[i] < rawLat[j] })
+				b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+				b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+				b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }
 
@@ -336,7 +340,7 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 	}
 	for _, driver := range schematest.Drivers() {
 		b.Run(driver, func(b *testing.B) {
-			p, srv, _ := loadPlane(b, driver)
+			p, srv, _ := loadPlane(b, driver, true) // doppel dev's default: the twin in process
 			c, err := client.Dial(client.Options{HostPort: addr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 			if err != nil {
 				b.Fatal(err)
@@ -345,7 +349,7 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 			queue := "bench-sessions-" + schema.NewID("")
 			w := sdkworker.New(c, queue, sdkworker.Options{})
 			workflows.RegisterSessions(w)
-			w.RegisterActivity(&activities.Sessions{DB: p.db, Twins: p.twins})
+			w.RegisterActivity(&activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals})
 			if err := w.Start(); err != nil {
 				b.Fatal(err)
 			}
@@ -354,24 +358,29 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 			hc := loadClient()
 			url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
 			n := max(b.N, 300)
-			var lat []time.Duration
 			b.ResetTimer()
-			for i := range n {
-				body, _ := json.Marshal(map[string]any{"seedInstructions": "2 orders with status pending", "seed": i})
-				t0 := time.Now()
-				code, err := post(hc, url, p.key, body)
-				lat = append(lat, time.Since(t0))
-				if err != nil || code != http.StatusCreated {
-					b.Fatalf("open %d: %d %v", i, code, err)
-				}
-			}
+			lat := seededOpens(b, hc, url, p.key, n)
 			b.StopTimer()
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
 			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// seededOpens opens n seeded sessions one after another at url with key and returns their latencies, sorted.
+func seededOpens(b *testing.B, hc *http.Client, url, key string, n int) []time.Duration {
+	lat := make([]time.Duration, 0, n)
+	for i := range n {
+		body, _ := json.Marshal(map[string]any{"seedInstructions": "2 orders with status pending", "seed": i})
+		t0 := time.Now()
+		code, err := post(hc, url, key, body)
+		lat = append(lat, time.Since(t0))
+		if err != nil || code != http.StatusCreated {
+			b.Fatalf("open %d: %d %v", i, code, err)
+		}
+	}
+	return latency.Sorted(lat)
 }
 
 // cpuTime is this process's user+system CPU time so far.

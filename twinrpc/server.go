@@ -150,11 +150,7 @@ func (s *Server) open(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.OpenSession(r.Context(), req)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, out)
+	reply(w, http.StatusCreated, out, err)
 }
 
 func (s *Server) call(w http.ResponseWriter, r *http.Request) {
@@ -166,29 +162,17 @@ func (s *Server) call(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.CallSession(r.Context(), r.PathValue("id"), req)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	reply(w, http.StatusOK, res, err)
 }
 
 func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 	st, err := s.SessionState(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	reply(w, http.StatusOK, st, err)
 }
 
 func (s *Server) close(w http.ResponseWriter, r *http.Request) {
 	existed, err := s.CloseSession(r.PathValue("id"))
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, CloseResponse{Existed: existed})
+	reply(w, http.StatusOK, CloseResponse{Existed: existed}, err)
 }
 
 // sessionKnown answers a call for a session this twin does not hold before its body is read, as the call itself
@@ -481,6 +465,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, code, detail string) {
 	writeJSON(w, codeStatus[code], ErrorBody{Code: code, Detail: detail})
+}
+
+// reply answers v with status, or err when it is set.
+func reply[T any](w http.ResponseWriter, status int, v T, err error) {
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, status, v)
 }
 
 // writeErr answers err: an *Error with its code, anything else as internal.
