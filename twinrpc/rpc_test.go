@@ -450,6 +450,9 @@ func TestLocalClientOfStoppedTwin(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	if in := srv.runtime(); in != nil || len(srv.sessions) != 0 {
+		t.Fatalf("a stopped server keeps its runtime (%v) or %d sessions", in, len(srv.sessions))
+	}
 	for name, err := range map[string]error{
 		"Call":    second(c.Call(context.Background(), "s", CallRequest{Tool: "get", Arguments: json.RawMessage(`{}`)})),
 		"Open":    second(c.Open(context.Background(), OpenRequest{ID: "t"})),

@@ -56,7 +56,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	if srv == nil {
 		srv = NewServer(ServerOptions{MaxBodyBytes: opts.MaxBodyBytes, Logger: log})
 	}
-	defer srv.retired.Store(true)
+	defer srv.release()
 	listen := opts.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"

@@ -96,13 +96,32 @@ func NewServer(opts ServerOptions) *Server {
 	return s
 }
 
+// release retires the server once Serve has stopped serving it: direct callers get ErrUnreachable from then on, and
+// its sessions and runtime are let go, so a local Client someone still holds does not keep a stopped twin's worlds
+// in memory.
+func (s *Server) release() {
+	s.retired.Store(true)
+	s.mu.Lock()
+	sessions := s.sessions
+	s.sessions = map[string]*hosted{}
+	s.rt = nil
+	s.mu.Unlock()
+	for _, h := range sessions {
+		h.mu.Lock()
+		h.close()
+		h.mu.Unlock()
+	}
+}
+
 // markUsed marks the twin in use, for its idle time.
 func (s *Server) markUsed() { s.lastUse.Store(int64(time.Since(s.start))) }
 
-// SetRuntime makes the server ready, hosting sessions on rt.
+// SetRuntime makes the server ready, hosting sessions on rt. A server Serve has released stays without one.
 func (s *Server) SetRuntime(rt Runtime) {
 	s.mu.Lock()
-	s.rt = rt
+	if !s.retired.Load() {
+		s.rt = rt
+	}
 	s.mu.Unlock()
 }
 
