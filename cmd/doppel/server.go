@@ -74,8 +74,21 @@ func runDev(ctx context.Context, e env) error {
 		}
 		fmt.Fprintf(e.stdout, "  Workspace key %s\n", key)
 		fmt.Fprintf(e.stdout, "  Data         %s\n", cfg.DataDir)
+		fmt.Fprintf(e.stdout, "  Twins        %s\n", twinsLine(st))
 		fmt.Fprintln(e.stdout, "Ctrl-C stops.")
 	})
+}
+
+// twinsLine says where `doppel dev` runs its twins.
+func twinsLine(st *stack) string {
+	switch d := twinDriver(st); d {
+	case "inproc":
+		return "in this process (--twin-driver process or docker to isolate them)"
+	case "process":
+		return "as child processes (doppel twin)"
+	default:
+		return "as " + d + " containers of " + st.cfg.Twin.Image
+	}
 }
 
 // devKey is the bootstrap key if configured, else the key kept under the data dir (minted on first start).
