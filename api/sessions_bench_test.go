@@ -220,16 +220,21 @@ func BenchmarkCallRate(b *testing.B) {
 					if bad > 0 {
 						b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
 					}
-					b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
-					b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
-					b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
-					b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
-					b.ReportMetric(ms(latency.Percentile(lag, 99)), "lag-p99-ms")
-					b.ReportMetric(0, "ns/op")
+					reportRate(b, lat, rawLat, lag)
 				})
 			}
 		}
 	}
+}
+
+// reportRate reports a fixed-rate run: the calls' p50 and p99, the raw limit's beside them, and the generator's lag.
+func reportRate(b *testing.B, lat, rawLat, lag []time.Duration) {
+	b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
+	b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
+	b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
+	b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
+	b.ReportMetric(ms(latency.Percentile(lag, 99)), "lag-p99-ms")
+	b.ReportMetric(0, "ns/op")
 }
 
 // closedLoop sends n requests from one goroutine per target, each sending again as soon as its last request
@@ -456,12 +461,7 @@ func BenchmarkExternal(b *testing.B) {
 			if bad > 0 {
 				b.Errorf("%d of %d calls did not answer 200, first: %q", bad, n, errs)
 			}
-			b.ReportMetric(ms(latency.Percentile(lat, 50)), "p50-ms")
-			b.ReportMetric(ms(latency.Percentile(lat, 99)), "p99-ms")
-			b.ReportMetric(ms(latency.Percentile(rawLat, 50)), "raw-p50-ms")
-			b.ReportMetric(ms(latency.Percentile(rawLat, 99)), "raw-p99-ms")
-			b.ReportMetric(ms(latency.Percentile(lag, 99)), "lag-p99-ms")
-			b.ReportMetric(0, "ns/op")
+			reportRate(b, lat, rawLat, lag)
 		})
 	}
 	b.Run("peak", func(b *testing.B) {
