@@ -115,11 +115,10 @@ func runBench(ctx context.Context, e env) error {
 		bodies[i], _ = json.Marshal(map[string]any{"name": cl.Tool, "arguments": json.RawMessage(cl.RawArgs), "requestor": "assistant"})
 	}
 	type sample struct {
-		d        time.Duration
-		answer   []byte
-		timing   string
-		status   int
-		sendFail error
+		d      time.Duration
+		answer []byte
+		timing string
+		status int
 	}
 	var (
 		mu       sync.Mutex
