@@ -275,7 +275,7 @@ func (s *Server) lookup(id string) (*hosted, error) {
 	h := s.sessions[id]
 	s.mu.RUnlock()
 	if h == nil {
-		return nil, newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", id))
+		return nil, unknownSession(id)
 	}
 	return h, nil
 }
@@ -300,7 +300,7 @@ func (s *Server) CallSession(ctx context.Context, id string, req CallRequest) (r
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return res, newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", h.id))
+		return res, unknownSession(h.id)
 	}
 	if req.ExpectCalls != nil && *req.ExpectCalls != h.calls {
 		return res, newError(CodeCallsMismatch, fmt.Sprintf("expect_calls: the session holds %d calls, not %d", h.calls, *req.ExpectCalls))
@@ -332,7 +332,7 @@ func (s *Server) SessionState(id string) (SessionState, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return SessionState{}, newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", id))
+		return SessionState{}, unknownSession(id)
 	}
 	st := SessionState{ID: h.id, Spec: h.spec, Receipts: h.receipts, StateHash: h.sess.StateHash(), Calls: h.calls,
 		Errors: h.errors, Fidelity: make(map[string]int64, len(h.fidelity))}
@@ -503,6 +503,11 @@ func writeErr(w http.ResponseWriter, err error) {
 		return
 	}
 	writeError(w, CodeInternal, err.Error())
+}
+
+// unknownSession is the error of a session this twin does not hold (any more).
+func unknownSession(id string) *Error {
+	return newError(CodeUnknownSession, fmt.Sprintf("session %q is not open in this twin", id))
 }
 
 // newError is the *Error the RPC answers for code.
