@@ -251,7 +251,7 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 
 // ActivateBuild marks the build succeeded and makes it the environment's active build, in one transaction.
 func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred, chk SelfChecked) error {
-	report, err := json.Marshal(buildSummary{Inferred: inf, SelfChecked: chk})
+	report, err := json.Marshal(NewBuildFigures(inf, chk))
 	if err != nil {
 		return err
 	}
@@ -277,12 +277,6 @@ func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred
 		return store.UpdateEnv(ctx, tx, env, "status", "active_build_id", "n_tools", "schema_source",
 			"covered_pct", "simulated_pct", "headline")
 	})
-}
-
-// buildSummary is the small report kept inline on the build row.
-type buildSummary struct {
-	Inferred    Inferred    `json:"inferred"`
-	SelfChecked SelfChecked `json:"selfCheck"`
 }
 
 // FailBuild marks the build failed with reason; the environment keeps its previous active build.

@@ -1,5 +1,7 @@
 package activities
 
+import "github.com/doppel-dev/doppel/schema"
+
 // BuildPlan is what a build reads: blob keys of its inputs, never the inputs themselves.
 type BuildPlan struct {
 	EnvID   string
@@ -8,7 +10,8 @@ type BuildPlan struct {
 	BatchKeys []string
 	// BatchIDs are the batches' ids, parallel to BatchKeys: a trace is read from the batch that first stored it.
 	BatchIDs []string
-	// UploadKey is the blob of the build route's multipart upload (tool definitions, code, config, traces); may be empty.
+	// UploadKey is the blob of the build's inputs (an infer.Upload: tool definitions, code, config), the
+	// environment's current inputs when the build was queued; may be empty.
 	UploadKey string
 	// NTraces counts the traces behind the build.
 	NTraces int
@@ -34,4 +37,16 @@ type SelfChecked struct {
 	Agreement float64
 	Calls     int
 	Headline  string
+}
+
+// NewBuildFigures summarises a succeeded build.
+func NewBuildFigures(inf Inferred, chk SelfChecked) schema.BuildFigures {
+	return schema.BuildFigures{
+		Inferred: schema.InferredFigures{
+			BundleKey: inf.BundleKey, BundleHash: inf.BundleHash, ReportKey: inf.ReportKey, NTools: inf.NTools,
+			SchemaSource: inf.SchemaSource, Warnings: inf.Warnings, CoveredPct: inf.CoveredPct,
+			SimulatedPct: inf.SimulatedPct, Headline: inf.Headline,
+		},
+		SelfCheck: schema.SelfCheckFigures{ReportKey: chk.ReportKey, AgreementPct: chk.Agreement, Calls: chk.Calls, Headline: chk.Headline},
+	}
 }

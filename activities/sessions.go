@@ -15,6 +15,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // Application error types of the session activities.
@@ -32,63 +33,30 @@ type TwinEndpoint struct {
 	HandleID string
 }
 
-// TwinWake asks an environment's twin directory (the TwinWorkflow) for a build's twin, booting it when it is
-// stopped.
-type TwinWake struct {
-	EnvID string
-	// Active is the environment's active build; it starts the environment's TwinWorkflow when none runs.
-	Active TwinBuild
-	// Build is the build whose twin is wanted; zero means Active.
-	Build TwinBuild
-	// Suspect is the handle id of a twin the caller could not reach: it is checked and restarted if dead.
-	Suspect string
-	// Wait answers only once the twin is ready or failed.
-	Wait bool
-}
-
-// TwinState is a build's twin as the directory sees it.
-type TwinState struct {
-	State    string // stopped, booting, ready or failed (the TwinWorkflow's states)
-	Addr     string // when ready
-	BuildID  string
-	HandleID string
-	// Error and ErrorType say why a failed twin failed (ErrorType is one of the twin activities' error types).
-	Error     string
-	ErrorType string
-}
-
-// Twin states a TwinDirectory reports.
-const (
-	TwinStateReady   = "ready"
-	TwinStateBooting = "booting"
-	TwinStateFailed  = "failed"
-	TwinStateStopped = "stopped"
-)
-
 // TwinDirectory finds environments' twins: the TwinWorkflow seen from sessions (workflows.TwinDirectory is it).
 type TwinDirectory interface {
 	// WakeTwin boots the wanted build's twin if it is stopped and answers its state.
-	WakeTwin(ctx context.Context, w TwinWake) (TwinState, error)
+	WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error)
 	// RunningTwins answers the environment's twins that are ready, by build id, without booting any.
-	RunningTwins(ctx context.Context, envID string) (map[string]TwinState, error)
+	RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error)
 }
 
 // ActiveTwinBuild returns the environment's active build as the twin activities name it, or an error wrapping
 // store.ErrNotFound when it has none.
-func ActiveTwinBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (TwinBuild, error) {
+func ActiveTwinBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (twinstate.Build, error) {
 	if env.ActiveBuildID == "" {
-		return TwinBuild{}, fmt.Errorf("environment %s has no active build: %w", env.ID, store.ErrNotFound)
+		return twinstate.Build{}, fmt.Errorf("environment %s has no active build: %w", env.ID, store.ErrNotFound)
 	}
 	b, err := store.GetBuildByID(ctx, db, env.ActiveBuildID)
 	if err != nil {
-		return TwinBuild{}, err
+		return twinstate.Build{}, err
 	}
 	return TwinBuildOf(b), nil
 }
 
 // TwinBuildOf names a build row's bundle for the twin activities.
-func TwinBuildOf(b *schema.Build) TwinBuild {
-	return TwinBuild{BuildID: b.ID, BundleKey: b.BundleKey, BundleHash: b.BundleHash}
+func TwinBuildOf(b *schema.Build) twinstate.Build {
+	return twinstate.Build{BuildID: b.ID, BundleKey: b.BundleKey, BundleHash: b.BundleHash}
 }
 
 // Sessions holds the dependencies of the session activities: opening a session on its twin, closing it,
@@ -101,6 +69,8 @@ type Sessions struct {
 	HTTP *http.Client
 	// Locals finds twins served in this process (the inproc driver), reached without HTTP; nil: none.
 	Locals twinrpc.Locals
+	// Reaper expires idle sessions (the tool plane).
+	Reaper Reaper
 	Log    *slog.Logger
 
 	once sync.Once
@@ -162,11 +132,11 @@ func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint
 	if a.Twins == nil {
 		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError("no twin directory is configured", ErrTypeTwinUnavailable, nil)
 	}
-	st, err := a.Twins.WakeTwin(ctx, TwinWake{EnvID: env.ID, Active: active, Suspect: in.Suspect, Wait: true})
+	st, err := a.Twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: in.Suspect, Wait: true})
 	if err != nil {
 		return TwinEndpoint{}, fmt.Errorf("wake twin of %s: %w", env.ID, err)
 	}
-	if st.State != TwinStateReady || st.Addr == "" {
+	if st.State != twinstate.Ready || st.Addr == "" {
 		msg := fmt.Sprintf("twin of %s build %s is %s: %s", env.ID, active.BuildID, st.State, st.Error)
 		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError(msg, ErrTypeTwinUnavailable, nil)
 	}
@@ -245,105 +215,20 @@ type ReapResult struct {
 	Extended int
 }
 
-// ReapIdleSessions expires open sessions whose last activity (their last journaled call, or their opening) is
-// older than in.Idle, drops their worlds on their twins, and moves the expiry of sessions that are still in
-// use to their last call + Idle. The call path journals calls without touching the session row, so the row's
-// expires_at is a lower bound this brings up to date.
+// Reaper expires idle sessions and drops their worlds (toolplane.Plane is it).
+type Reaper interface {
+	Reap(ctx context.Context, now time.Time, idle time.Duration, limit int) (expired []string, extended int, err error)
+}
+
+// ReapIdleSessions expires open sessions whose last activity is older than in.Idle, through the tool plane's
+// reaper, so the reaper and the world drop exist once.
 func (a *Sessions) ReapIdleSessions(ctx context.Context, in ReapInput) (ReapResult, error) {
 	if in.Idle <= 0 {
 		return ReapResult{}, temporal.NewNonRetryableApplicationError("idle must be positive", ErrTypeBadInput, nil)
 	}
-	limit := in.Limit
-	if limit <= 0 {
-		limit = 1000
+	if a.Reaper == nil {
+		return ReapResult{}, temporal.NewNonRetryableApplicationError("no session reaper is configured", ErrTypeBadInput, nil)
 	}
-	now := in.Now.UTC()
-	var due []schema.Session
-	err := a.DB.NewSelect().Model(&due).
-		Where("status = ? AND expires_at < ?", schema.SessionOpen, now).
-		Order("expires_at ASC").Limit(int64(limit)).Scan(ctx)
-	if err != nil {
-		return ReapResult{}, fmt.Errorf("find idle sessions: %w", err)
-	}
-	var res ReapResult
-	for i := range due {
-		s := &due[i]
-		last, err := LastActivity(ctx, a.DB, s)
-		if err != nil {
-			return res, err
-		}
-		if until := last.Add(in.Idle); until.After(now) {
-			if _, err := a.DB.NewUpdate().Model((*schema.Session)(nil)).
-				Set("expires_at = ?", until).Set("last_used_at = ?", last).
-				Where("id = ? AND status = ?", s.ID, schema.SessionOpen).Exec(ctx); err != nil {
-				return res, fmt.Errorf("extend session %s: %w", s.ID, err)
-			}
-			res.Extended++
-			continue
-		}
-		ended, err := store.EndSession(ctx, a.DB, s.ID, schema.SessionExpired)
-		if err != nil {
-			return res, fmt.Errorf("expire session %s: %w", s.ID, err)
-		}
-		if !ended {
-			continue // closed meanwhile
-		}
-		res.Expired = append(res.Expired, s.ID)
-		if err := SnapshotSession(ctx, a.DB, s.ID); err != nil {
-			a.log().Warn("snapshot expired session's counters", "session", s.ID, "err", err)
-		}
-		a.dropWorld(ctx, s)
-	}
-	return res, nil
-}
-
-// dropWorld drops an ended session's world on its build's twin when that twin runs (a stopped twin holds no
-// worlds; none is booted for this).
-func (a *Sessions) dropWorld(ctx context.Context, s *schema.Session) {
-	if a.Twins == nil {
-		return
-	}
-	running, err := a.Twins.RunningTwins(ctx, s.EnvID)
-	if err != nil {
-		a.log().Warn("list running twins", "env", s.EnvID, "err", err)
-		return
-	}
-	st, ok := running[s.BuildID]
-	if !ok || st.Addr == "" {
-		return
-	}
-	if err := a.CloseOnTwin(ctx, CloseOnTwinInput{Addr: st.Addr, SessionID: s.ID}); err != nil {
-		a.log().Warn("expired session's world not dropped on its twin", "session", s.ID, "err", err)
-	}
-}
-
-// LastActivity is when a session was last used: its last journaled call, else its last_used_at.
-func LastActivity(ctx context.Context, db bun.IDB, s *schema.Session) (time.Time, error) {
-	var calls []schema.Call
-	err := db.NewSelect().Model(&calls).Column("created_at").
-		Where("session_id = ?", s.ID).Order("seq DESC").Limit(1).Scan(ctx)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("last call of session %s: %w", s.ID, err)
-	}
-	last := s.LastUsedAt
-	if len(calls) == 1 && calls[0].CreatedAt.After(last) {
-		last = calls[0].CreatedAt
-	}
-	return last.UTC(), nil
-}
-
-// SnapshotSession writes a session's call counters, fidelity mix, last state hash and last use into its row.
-func SnapshotSession(ctx context.Context, db bun.IDB, id string) error {
-	_, err := db.NewUpdate().Model((*schema.Session)(nil)).
-		Set("n_calls = (SELECT COUNT(*) FROM calls WHERE session_id = ?)", id).
-		Set("n_errors = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND error)", id).
-		Set("n_downgraded = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND downgraded)", id).
-		Set("n_a_executed = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND fidelity = ?)", id, schema.FidelityAExecuted).
-		Set("n_b_twin = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND fidelity = ?)", id, schema.FidelityBTwin).
-		Set("n_b_replayed = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND fidelity = ?)", id, schema.FidelityBReplayed).
-		Set("n_b_inferred = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND fidelity = ?)", id, schema.FidelityBInferred).
-		Set("n_b_simulated = (SELECT COUNT(*) FROM calls WHERE session_id = ? AND fidelity = ?)", id, schema.FidelityBSimulated).
-		Set("state_hash = COALESCE((SELECT state_hash FROM calls WHERE session_id = ? ORDER BY seq DESC LIMIT 1), state_hash)", id).
-		Where("id = ?", id).Exec(ctx)
-	return err
+	expired, extended, err := a.Reaper.Reap(ctx, in.Now, in.Idle, in.Limit)
+	return ReapResult{Expired: expired, Extended: extended}, err
 }

@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // oneTwin is a twin directory over one real twin (the bank bundle behind the real RPC server): it stands in
@@ -25,24 +25,24 @@ type oneTwin struct {
 	mu      sync.Mutex
 	addr    string
 	handle  string
-	wakes   []TwinWake
+	wakes   []twinstate.Wake
 	failing bool
 }
 
-func (d *oneTwin) WakeTwin(_ context.Context, w TwinWake) (TwinState, error) {
+func (d *oneTwin) WakeTwin(_ context.Context, w twinstate.Wake) (twinstate.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.wakes = append(d.wakes, w)
 	if d.failing {
-		return TwinState{State: TwinStateFailed, Error: "image missing"}, nil
+		return twinstate.Status{State: twinstate.Failed, Error: "image missing"}, nil
 	}
-	return TwinState{State: TwinStateReady, Addr: d.addr, HandleID: d.handle, BuildID: w.Active.BuildID}, nil
+	return twinstate.Status{State: twinstate.Ready, Addr: d.addr, HandleID: d.handle, BuildID: w.Active.BuildID}, nil
 }
 
-func (d *oneTwin) RunningTwins(context.Context, string) (map[string]TwinState, error) {
+func (d *oneTwin) RunningTwins(context.Context, string) (map[string]twinstate.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return map[string]TwinState{}, nil
+	return map[string]twinstate.Status{}, nil
 }
 
 func bankTwin(t *testing.T) string {
@@ -174,74 +174,30 @@ func TestOpenAndCloseOnTwin(t *testing.T) {
 	}
 }
 
-func TestReapIdleSessions(t *testing.T) {
-	for _, d := range schematest.Drivers() {
-		t.Run(d, func(t *testing.T) { testReapIdleSessions(t, d) })
-	}
+// fakeReaper records what the reap activity asked of the tool plane.
+type fakeReaper struct {
+	now   time.Time
+	idle  time.Duration
+	limit int
 }
 
-func testReapIdleSessions(t *testing.T, driver string) {
+func (f *fakeReaper) Reap(_ context.Context, now time.Time, idle time.Duration, limit int) ([]string, int, error) {
+	f.now, f.idle, f.limit = now, idle, limit
+	return []string{"ses_a"}, 2, nil
+}
+
+// TestReapIdleSessions: the activity refuses a zero idle time and hands the rest to the tool plane's reaper (its
+// behaviour is tested in toolplane).
+func TestReapIdleSessions(t *testing.T) {
 	ctx := context.Background()
-	a, _, env := sessionsEnvOn(t, driver)
-	activate(t, a, env)
-	open := func() *schema.Session {
-		s := &schema.Session{EnvID: env.ID, BuildID: env.ActiveBuildID}
-		if _, err := store.CreateSession(ctx, a.DB, s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	quiet, used, closed := open(), open(), open()
-	if _, err := store.EndSession(ctx, a.DB, closed.ID, schema.SessionClosed); err != nil {
-		t.Fatal(err)
-	}
-	t0 := quiet.CreatedAt
-	for seq, fid := range []string{schema.FidelityBTwin, schema.FidelityBReplayed} {
-		c := schema.Call{ID: schema.NewID(schema.PrefixCall), SessionID: used.ID, Seq: int64(seq + 1), Tool: "get_account",
-			Arguments: json.RawMessage(`{"id":"a1"}`), Error: seq == 1, Fidelity: fid, StateHash: "sha256:s" + fid,
-			CreatedAt: t0.Add(50 * time.Minute)}
-		if _, err := a.DB.NewInsert().Model(&c).Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := a.ReapIdleSessions(ctx, ReapInput{Now: t0, Idle: 0}); appType(err) != ErrTypeBadInput {
+	r := &fakeReaper{}
+	a := &Sessions{Reaper: r}
+	if _, err := a.ReapIdleSessions(ctx, ReapInput{Idle: 0}); appType(err) != ErrTypeBadInput {
 		t.Fatalf("idle 0: %v", err)
 	}
-	// 30 minutes in: nothing is due.
-	res, err := a.ReapIdleSessions(ctx, ReapInput{Now: t0.Add(30 * time.Minute), Idle: time.Hour})
-	if err != nil || len(res.Expired) != 0 || res.Extended != 0 {
-		t.Fatalf("early reap = %+v, %v", res, err)
-	}
-	// 70 minutes in: quiet expires; used (last call at 50 minutes) gets its expiry moved to 110 minutes.
-	res, err = a.ReapIdleSessions(ctx, ReapInput{Now: t0.Add(70 * time.Minute), Idle: time.Hour})
-	if err != nil || len(res.Expired) != 1 || res.Expired[0] != quiet.ID || res.Extended != 1 {
-		t.Fatalf("reap = %+v, %v", res, err)
-	}
-	got, err := store.GetSessionByID(ctx, a.DB, used.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Status != schema.SessionOpen || !got.ExpiresAt.Equal(t0.Add(110*time.Minute)) {
-		t.Fatalf("used session = %s expiring %v, want open until %v", got.Status, got.ExpiresAt, t0.Add(110*time.Minute))
-	}
-	got, err = store.GetSessionByID(ctx, a.DB, quiet.ID)
-	if err != nil || got.Status != schema.SessionExpired {
-		t.Fatalf("quiet session = %+v, %v", got, err)
-	}
-	// 111 minutes in: used expires too, and its counters are snapshotted into its row.
-	res, err = a.ReapIdleSessions(ctx, ReapInput{Now: t0.Add(111 * time.Minute), Idle: time.Hour})
-	if err != nil || len(res.Expired) != 1 || res.Expired[0] != used.ID {
-		t.Fatalf("late reap = %+v, %v", res, err)
-	}
-	got, err = store.GetSessionByID(ctx, a.DB, used.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Status != schema.SessionExpired || got.NCalls != 2 || got.NErrors != 1 || got.NBTwin != 1 || got.NBReplayed != 1 ||
-		got.StateHash != "sha256:s"+schema.FidelityBReplayed {
-		t.Fatalf("expired session row = %+v", got)
-	}
-	if s, _ := store.GetSessionByID(ctx, a.DB, closed.ID); s.Status != schema.SessionClosed {
-		t.Fatalf("closed session became %s", s.Status)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	res, err := a.ReapIdleSessions(ctx, ReapInput{Now: t0, Idle: time.Hour, Limit: 7})
+	if err != nil || len(res.Expired) != 1 || res.Extended != 2 || !r.now.Equal(t0) || r.idle != time.Hour || r.limit != 7 {
+		t.Fatalf("reap = %+v, %v; reaper got %+v", res, err, r)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // Application error types of the twin activities. All but ErrTypeTwinNotReady are not retryable: retrying cannot
@@ -24,24 +25,16 @@ const (
 	ErrTypeImageMissing = "TwinImageMissing"
 	// ErrTypeTwinBundle: the bundle cannot be read, or the twin serves another.
 	ErrTypeTwinBundle = "TwinBundle"
+	// ErrTypeForeignHandle: the handle was made by another driver (twin.driver changed across a restart).
+	ErrTypeForeignHandle = "TwinForeignHandle"
 	// ErrTypeTwinNotReady: the twin did not become ready (it exited while loading, or timed out).
 	ErrTypeTwinNotReady = "TwinNotReady"
 )
 
-// TwinBuild names the bundle a twin serves.
-type TwinBuild struct {
-	BuildID    string
-	BundleKey  string
-	BundleHash string
-}
-
-// IsZero reports whether no build is named.
-func (b TwinBuild) IsZero() bool { return b.BuildID == "" }
-
 // StartTwinInput names the twin StartTwin starts.
 type StartTwinInput struct {
 	EnvID string
-	Build TwinBuild
+	Build twinstate.Build
 }
 
 // TwinHealth is what InspectTwin found: the driver's state and, for a ready twin, its idle time and sessions.
@@ -170,6 +163,9 @@ func twinError(what string, err error) error {
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeImageMissing, err)
 	case errors.Is(err, driver.ErrBundle):
 		return temporal.NewNonRetryableApplicationError(msg, ErrTypeTwinBundle, err)
+	case errors.Is(err, driver.ErrForeignHandle):
+		// Retrying cannot help: the handle belongs to a driver this worker does not run.
+		return temporal.NewNonRetryableApplicationError(msg, ErrTypeForeignHandle, err)
 	case errors.Is(err, driver.ErrNotReady):
 		return temporal.NewApplicationErrorWithCause(msg, ErrTypeTwinNotReady, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // fileBlobs reads blobs from files under a directory.
@@ -27,7 +28,7 @@ func (d fileBlobs) Get(_ context.Context, key string) (io.ReadCloser, error) {
 }
 
 // bankBlobs stores the bank bundle under key "bundles/bank" and returns the store and the build naming it.
-func bankBlobs(t *testing.T) (fileBlobs, TwinBuild) {
+func bankBlobs(t *testing.T) (fileBlobs, twinstate.Build) {
 	t.Helper()
 	data, err := twinrpctest.BankBundle()
 	if err != nil {
@@ -40,7 +41,7 @@ func bankBlobs(t *testing.T) (fileBlobs, TwinBuild) {
 	if err := os.WriteFile(filepath.Join(dir, "bundles", "bank"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return fileBlobs(dir), TwinBuild{BuildID: "bld_1", BundleKey: "bundles/bank", BundleHash: twin.HashBytes(data)}
+	return fileBlobs(dir), twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/bank", BundleHash: twin.HashBytes(data)}
 }
 
 func newActivityEnv(a *Twins) *testsuite.TestActivityEnvironment {
@@ -139,8 +140,8 @@ func TestStartTwinErrors(t *testing.T) {
 		errType   string
 		retryable bool
 	}{
-		{"missing bundle", StartTwinInput{EnvID: "e", Build: TwinBuild{BuildID: "b", BundleKey: "bundles/none"}}, ErrTypeTwinBundle, false},
-		{"wrong hash", StartTwinInput{EnvID: "e", Build: TwinBuild{BuildID: "b", BundleKey: build.BundleKey, BundleHash: "sha256:00"}}, ErrTypeTwinBundle, false},
+		{"missing bundle", StartTwinInput{EnvID: "e", Build: twinstate.Build{BuildID: "b", BundleKey: "bundles/none"}}, ErrTypeTwinBundle, false},
+		{"wrong hash", StartTwinInput{EnvID: "e", Build: twinstate.Build{BuildID: "b", BundleKey: build.BundleKey, BundleHash: "sha256:00"}}, ErrTypeTwinBundle, false},
 		{"no env", StartTwinInput{Build: build}, ErrTypeBadInput, false},
 	}
 	for _, tt := range tests {
@@ -164,6 +165,21 @@ func TestStartTwinErrors(t *testing.T) {
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || appErr.Type() != ErrTypeTwinNotReady || appErr.NonRetryable() {
 		t.Fatalf("StartTwin of a twin that fails to load: %v; want a retryable %s", err, ErrTypeTwinNotReady)
+	}
+}
+
+// TestStopForeignTwin: stopping a handle another driver made (twin.driver changed across a restart) fails at once,
+// not retryable (issue 13 defect 10: it was retried five times, delaying the first open by 16 s).
+func TestStopForeignTwin(t *testing.T) {
+	d, err := driver.NewProcess(driver.ProcessOptions{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Twins{Driver: d}
+	_, err = newActivityEnv(a).ExecuteActivity(a.StopTwin, driver.Handle{Driver: driver.DockerDriverName, ID: "c0ffee", EnvID: "e"})
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != ErrTypeForeignHandle || !appErr.NonRetryable() {
+		t.Fatalf("StopTwin of a docker handle on the process driver: %v; want a non-retryable %s", err, ErrTypeForeignHandle)
 	}
 }
 

@@ -75,7 +75,7 @@ func New(opts Options) (http.Handler, huma.API) {
 	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
 	auth := &Authenticator{DB: opts.DB}
-	humaAPI.UseMiddleware(auth.middleware(humaAPI))
+	humaAPI.UseMiddleware(auth.middleware(humaAPI), checkBodyStrings)
 	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState}
 
 	registerHealth(humaAPI, opts)
@@ -85,6 +85,7 @@ func New(opts Options) (http.Handler, huma.API) {
 	for _, r := range opts.Routes {
 		r(humaAPI, deps)
 	}
+	srv.trpc = newTRPC(mux, humaAPI)
 	registerDocs(mux, humaAPI)
 
 	return srv, humaAPI
@@ -115,7 +116,7 @@ func config(title, version string) huma.Config {
 		SchemeSessionToken: {Type: "http", Scheme: "bearer", Description: "Session token, `ms_…`, returned once when a session opens. Session routes only; revoked when the session ends."},
 		SchemeMCPToken:     {Type: "http", Scheme: "bearer", Description: "MCP access token, `mcp_at_…`. The MCP server."},
 	}
-	c.OnAddOperation = append(c.OnAddOperation, documentErrors)
+	c.OnAddOperation = append(c.OnAddOperation, documentErrors, nameGenerated)
 	return c
 }
 
@@ -159,6 +160,7 @@ func documentErrors(oapi *huma.OpenAPI, op *huma.Operation) {
 // server wraps the mux with the request id, panic recovery, the access log, and envelope 404/405s.
 type server struct {
 	mux    *http.ServeMux
+	trpc   http.Handler // owns every path under /trpc/, unclean ones included
 	logger *slog.Logger
 }
 
@@ -214,6 +216,20 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.logger.InfoContext(r.Context(), "request", slog.String("request_id", ri.id), slog.String("method", r.Method),
 			slog.String("path", r.URL.Path), slog.Int("status", sw.status()), slog.Duration("dur", time.Since(start)))
 	}()
+	if e := checkURL(r); e != nil {
+		e.RequestID = ri.id
+		if strings.HasPrefix(r.URL.Path, "/trpc/") {
+			trpcFail(sw, r, e) // a tRPC client reads tRPC's error shape
+			return
+		}
+		writeEnvelope(sw, e.status, e)
+		return
+	}
+	if s.trpc != nil && strings.HasPrefix(r.URL.Path, "/trpc/") {
+		// tRPC answers its own 404s and never redirects: a client reads tRPC's shape.
+		s.trpc.ServeHTTP(sw, r)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		s.unrouted(sw, r, ri.id)
 		return

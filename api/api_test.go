@@ -236,7 +236,7 @@ func envelope(t *testing.T, w *httptest.ResponseRecorder, status int, code strin
 }
 
 // rowCounts snapshots every table's row count.
-func rowCounts(t *testing.T, db *bun.DB) map[string]int {
+func rowCounts(t testing.TB, db *bun.DB) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, m := range schema.Models() {

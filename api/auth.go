@@ -166,10 +166,10 @@ func (a *Authenticator) Workspace(ctx context.Context, authorization string) (*P
 	return a.Key(ctx, authorization, cred.KindWorkspace)
 }
 
-// Session authenticates a session route for sessionID: the session's own token (ms_…) or the
-// workspace key that opened it. A closed or broken session's token is revoked (401); an
-// expired one's answers 404. A session of another workspace, or a token of another session,
-// is 404; another key of the same workspace is 403 denied.
+// Session authenticates a session route for sessionID: the session's own token (ms_…) or any workspace key of
+// its workspace (spec §5: a workspace key may do anything its workspace can). A closed or broken session's token
+// is revoked (401), and so is the token of a session whose opening key was revoked; an expired one's answers 404.
+// A session of another workspace, or a token of another session, is 404.
 func (a *Authenticator) Session(ctx context.Context, authorization, sessionID string) (*Principal, error) {
 	db, err := a.db()
 	if err != nil {
@@ -212,9 +212,6 @@ func (a *Authenticator) Session(ctx context.Context, authorization, sessionID st
 		}
 		if err != nil {
 			return nil, err
-		}
-		if s.OpenedByKeyID != p.Key.ID {
-			return nil, Forbidden(AccessDenied, "session "+sessionID+" was opened by another key: use its session token or the key that opened it")
 		}
 		p.Session = s
 		return p, nil

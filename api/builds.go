@@ -18,6 +18,7 @@ import (
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -33,7 +34,7 @@ type BuildRoutes struct {
 	// MaxUploadBytes bounds a build upload (default 32 MiB); larger answers 413.
 	MaxUploadBytes int64
 	// Bundles caches decoded bundles (nil: a cache over Blobs is made).
-	Bundles *Bundles
+	Bundles *toolplane.Bundles
 }
 
 // BuildForm is the multipart body of POST /v1/envs/{slug}/builds. Every part is optional.
@@ -68,12 +69,13 @@ type StartBuildOutput struct {
 // BuildDetail is a build as its GET shows it.
 type BuildDetail struct {
 	BuildSummary
-	Env        string          `json:"env" doc:"Environment slug."`
-	Active     bool            `json:"active" doc:"Whether this is the environment's active build."`
-	BundleKey  string          `json:"bundle_key" doc:"Blob key of the immutable, content-addressed bundle."`
-	StartedAt  *time.Time      `json:"started_at" nullable:"true" format:"date-time"`
-	WorkflowID string          `json:"workflow_id"`
-	Summary    json.RawMessage `json:"summary,omitempty" doc:"Inference and self-check summary of a finished build."`
+	Env        string               `json:"env" doc:"Environment slug."`
+	Active     bool                 `json:"active" doc:"Whether this is the environment's active build."`
+	BundleKey  string               `json:"bundle_key" doc:"Blob key of the immutable, content-addressed bundle."`
+	InputsKey  string               `json:"inputs_key" doc:"Blob key of the inputs (tool definitions, provided code, config) the build used: the environment's current inputs when it was queued, with the parts its form gave. Empty: none."`
+	StartedAt  *time.Time           `json:"started_at" nullable:"true" format:"date-time"`
+	WorkflowID string               `json:"workflow_id"`
+	Summary    *schema.BuildFigures `json:"summary,omitempty" doc:"Inference and self-check summary of a succeeded build."`
 }
 
 // BuildIDInput names a build in the path.
@@ -132,22 +134,29 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		br.MaxUploadBytes = 32 << 20
 	}
 	if br.Bundles == nil {
-		br.Bundles = &Bundles{Blob: br.Blobs}
+		br.Bundles = &toolplane.Bundles{Blob: br.Blobs}
 	}
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.start",
+		Metadata:    map[string]any{MetaVerb: false}, // plain HTTP (spec §1): a multipart upload, not a verb
 		Method:      http.MethodPost,
 		Path:        "/v1/envs/{slug}/builds",
 		Summary:     "Start a build",
-		Description: "Builds the environment from its collected traces plus the optional parts of this multipart form " +
-			"(tool definitions, provided Starlark code, config). Answers 202 with a build id to poll; the build runs as a " +
-			"Temporal workflow. A failed build leaves the previous active build in place and says why.",
+		Description: "Builds the environment from its collected traces and its inputs: tool definitions, provided " +
+			"Starlark code and config. The inputs persist per environment until replaced: the parts this multipart form " +
+			"gives replace the environment's (`tools` replaces all tool definitions, `config` the whole config, each " +
+			"`code` file the code of its tool) and the rest is carried forward; a form with no parts rebuilds with the " +
+			"current inputs. Automatic rebuilds after collected traces use the current inputs too. Each build records " +
+			"the inputs it used (`inputs_key`). Bad parts, alone or with the current inputs, are a 422 naming the part, " +
+			"and change nothing. Answers 202 with a build id to poll; the build runs as a Temporal workflow. A failed " +
+			"build leaves the previous active build in place and says why.",
 		Tags:          []string{"builds"},
 		Security:      WorkspaceKeyAuth(),
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  br.MaxUploadBytes,
-		Middlewares:   huma.Middlewares{limitBody(br.MaxUploadBytes)},
+		Middlewares:   huma.Middlewares{limitBody(br.MaxUploadBytes), removeFormFiles},
 	}, func(ctx context.Context, in *StartBuildInput) (*StartBuildOutput, error) {
+		defer closeParts(in.RawBody.Data())
 		p := PrincipalFrom(ctx)
 		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
 		if err != nil {
@@ -158,18 +167,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			return nil, err
 		}
 		b := &schema.Build{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Status: schema.BuildQueued, Stage: "queued"}
-		if up != nil {
-			data, err := json.Marshal(up)
-			if err != nil {
-				return nil, err
-			}
-			key, err := blob.PutContent(ctx, br.Blobs, "uploads/", data, "application/json")
-			if err != nil {
-				return nil, Unavailable("blob store: %v", err)
-			}
-			b.UploadKey = key
-		}
-		if err := store.CreateBuild(ctx, d.DB, b); err != nil {
+		if err := br.queueBuild(ctx, d, env, up, b); err != nil {
 			return nil, err
 		}
 		wid, err := br.Starter.StartBuild(ctx, env.ID, b.ID)
@@ -227,7 +225,12 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			return nil, err
 		}
 		det := BuildDetail{BuildSummary: *BuildSummaryOf(b), Env: env.Slug, Active: env.ActiveBuildID == b.ID,
-			BundleKey: b.BundleKey, WorkflowID: b.WorkflowID, Summary: b.Report}
+			BundleKey: b.BundleKey, InputsKey: b.UploadKey, WorkflowID: b.WorkflowID}
+		if len(b.Report) > 0 && string(b.Report) != "null" {
+			if det.Summary, err = schema.DecodeBuildFigures(b.Report); err != nil {
+				return nil, fmt.Errorf("build %s: %w", b.ID, err)
+			}
+		}
 		if b.StartedAt != nil {
 			t := b.StartedAt.UTC()
 			det.StartedAt = &t
@@ -252,11 +255,9 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		if b.Status != schema.BuildSucceeded {
 			return nil, Conflict("build %s is %s: its report exists once it has succeeded", b.ID, b.Status)
 		}
-		var sum struct {
-			Inferred struct{ ReportKey string } `json:"inferred"`
-		}
-		if err := json.Unmarshal(b.Report, &sum); err != nil {
-			return nil, fmt.Errorf("build %s summary: %w", b.ID, err)
+		sum, err := schema.DecodeBuildFigures(b.Report)
+		if err != nil {
+			return nil, fmt.Errorf("build %s: %w", b.ID, err)
 		}
 		out := &BuildReportOutput{}
 		if err := br.getJSON(ctx, sum.Inferred.ReportKey, &out.Body.Build); err != nil {
@@ -327,6 +328,30 @@ func limitBody(max int64) func(huma.Context, func(huma.Context)) {
 	}
 }
 
+// removeFormFiles removes the temp files a multipart form spooled its large parts to once the route has answered,
+// whatever it answered.
+func removeFormFiles(ctx huma.Context, next func(huma.Context)) {
+	r, _ := humago.Unwrap(ctx)
+	defer func() {
+		if r.MultipartForm != nil {
+			_ = r.MultipartForm.RemoveAll()
+		}
+	}()
+	next(ctx)
+}
+
+// closeParts closes the form's parts, which huma opened for the route.
+func closeParts(f *BuildForm) {
+	if f == nil {
+		return
+	}
+	for _, p := range append([]huma.FormFile{f.Tools, f.Config}, f.Code...) {
+		if p.File != nil {
+			_ = p.File.Close()
+		}
+	}
+}
+
 func lookupBuild(ctx context.Context, d *Deps, in *BuildIDInput) (*schema.Environment, *schema.Build, error) {
 	p := PrincipalFrom(ctx)
 	env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
@@ -346,7 +371,7 @@ func (br *BuildRoutes) getJSON(ctx context.Context, key string, v any) error {
 	}
 	rc, err := br.Blobs.Get(ctx, key)
 	if err != nil {
-		return Unavailable("blob %s: %v", key, err)
+		return Unavailable("blob %s: %s", key, withoutPaths(err))
 	}
 	defer rc.Close()
 	if err := json.NewDecoder(rc).Decode(v); err != nil {
@@ -355,8 +380,9 @@ func (br *BuildRoutes) getJSON(ctx context.Context, key string, v any) error {
 	return nil
 }
 
-// readBuildForm turns the multipart parts into an upload (nil when the form carries none), validating each part;
-// a 422 names the part (tools, code.<tool>, config.<field>).
+// readBuildForm turns the multipart parts into an upload (nil when the form carries none), validating each part on
+// its own; a 422 names the part (tools, code.<tool>, config). The inputs they make with the environment's current
+// ones are validated as a whole by queueBuild.
 func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, error) {
 	f := form.Data()
 	up := &infer.Upload{}
@@ -364,7 +390,7 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, erro
 	if f.Tools.IsSet {
 		data, err := io.ReadAll(f.Tools)
 		if err != nil {
-			return nil, Invalid("body.tools", "could not read the part: "+err.Error())
+			return nil, Invalid("body.tools", "could not read the part: "+withoutPaths(err))
 		}
 		if !json.Valid(data) {
 			return nil, Invalid("body.tools", "is not JSON")
@@ -378,7 +404,7 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, erro
 		name := strings.TrimSuffix(strings.TrimSuffix(path.Base(c.Filename), ".star"), ".py")
 		data, err := io.ReadAll(c)
 		if err != nil {
-			return nil, Invalid("body.code", "could not read "+c.Filename+": "+err.Error())
+			return nil, Invalid("body.code", "could not read "+c.Filename+": "+withoutPaths(err))
 		}
 		if name == "" || name == "." {
 			return nil, Invalid("body.code", "each code part needs a filename naming its tool, e.g. get_order.star")
@@ -398,7 +424,7 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, erro
 	if f.Config.IsSet {
 		data, err := io.ReadAll(f.Config)
 		if err != nil {
-			return nil, Invalid("body.config", "could not read the part: "+err.Error())
+			return nil, Invalid("body.config", "could not read the part: "+withoutPaths(err))
 		}
 		cfg = data
 	} else if form.Form != nil && len(form.Form.Value["config"]) > 0 {
@@ -415,13 +441,6 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, erro
 	}
 	if empty {
 		return nil, nil
-	}
-	if _, err := up.Options(); err != nil {
-		loc, msg := "body", trimBadInput(err)
-		if field, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(field, " ") {
-			loc, msg = "body."+field, rest
-		}
-		return nil, Invalid(loc, msg)
 	}
 	return up, nil
 }

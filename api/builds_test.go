@@ -52,7 +52,7 @@ type buildFixture struct {
 	blobFiles     func() int
 }
 
-func newBuildFixture(t *testing.T, driver string) *buildFixture {
+func newBuildFixture(t testing.TB, driver string) *buildFixture {
 	t.Helper()
 	db := schematest.Open(t, driver)
 	ws, err := store.CreateWorkspace(bg, db, "acme")
@@ -127,7 +127,7 @@ func walkFiles(dir string, each func()) error {
 
 type part struct{ field, filename, content string }
 
-func multipartBody(t *testing.T, parts ...part) (io.Reader, string) {
+func multipartBody(t testing.TB, parts ...part) (io.Reader, string) {
 	t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)

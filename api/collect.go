@@ -51,8 +51,8 @@ type CollectOptions struct {
 	Scheduler BuildScheduler
 	// MaxRequestBytes caps a request body (default 32 MiB); larger bodies answer 413.
 	MaxRequestBytes int64
-	// MaxEnvBytes caps the body bytes collected into one environment (default 4 GiB); a batch that
-	// would pass it answers 413.
+	// MaxEnvBytes caps the body bytes collected into one environment (default 4 GiB); a batch whose new
+	// traces would pass it answers 413. Traces the environment already holds never count.
 	MaxEnvBytes int64
 	// MaxTraces caps the traces of one request (default ingest.DefaultMaxTraces, 1000); more answer 413.
 	MaxTraces int
@@ -94,8 +94,9 @@ func (o CollectOptions) withDefaults() CollectOptions {
 	return o
 }
 
-// CollectResponse is the answer to an accepted batch.
-type CollectResponse struct {
+// CollectAccepted is the answer to an accepted batch. Not CollectResponse: generated clients name the wrapper of
+// operation collect so (see openapi_names.go).
+type CollectAccepted struct {
 	Accepted   int    `json:"accepted" doc:"Traces of the batch stored now and counted in the environment's n_traces."`
 	Duplicates int    `json:"duplicates" doc:"Traces whose id the environment already held: neither stored nor counted again, so resending a batch after a timeout is safe."`
 	Env        string `json:"env" doc:"Slug of the project's environment (created, status collecting, by its first batch)." example:"tau-retail"`
@@ -110,7 +111,7 @@ type collectInput struct {
 
 type collectOutput struct {
 	Status int
-	Body   CollectResponse
+	Body   CollectAccepted
 }
 
 // The request body as documented; requests are decoded by ingest.Decode, not by these types.
@@ -175,16 +176,18 @@ func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
 			"environment: traces already held are skipped and counted as duplicates, so a collector may " +
 			"resend a batch after a timeout. A batch is stored whole or not at all, and answered only once " +
 			"it is durable.\n\nLimits: the request body (default 32 MiB) and the traces per request (1000) " +
-			"answer 413, as does a batch that would take the environment past its collected-bytes cap " +
-			"(default 4 GiB); each client address may send 50 requests a second with bursts of 100 " +
-			"(defaults), above which 429 answers with Retry-After. 503 means the blob store or the " +
-			"database is not answering: nothing was stored, retry.",
+			"answer 413, as does a batch whose new traces would take the environment past its collected-bytes " +
+			"cap (default 4 GiB; traces it already holds never count, so a resend always answers 202); each " +
+			"client address may send 50 requests a second with bursts of 100 (defaults), above which 429 " +
+			"answers with Retry-After. 503 means the blob store or the database is not answering: nothing was " +
+			"stored, retry.",
 		Tags:            []string{"collect"},
 		DefaultStatus:   http.StatusAccepted,
 		MaxBodyBytes:    opts.MaxRequestBytes + 1, // huma answers 413 when it reads MaxBodyBytes bytes
 		BodyReadTimeout: collectBodyReadTimeout,
 		// ingest.Decode checks the body; huma's reflective validation would cost more than the rest.
 		SkipValidateBody: true,
+		Metadata:         map[string]any{metaRawStrings: true, MetaVerb: false}, // ingest.Decode checks the text it stores; plain HTTP (spec §1), not a verb
 		Middlewares:      huma.Middlewares{c.gate},
 	}, c.handle)
 	document(a)
@@ -299,7 +302,8 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	ws := p.Workspace.ID
 	db := c.deps.DB
 
-	// A cheap early refusal of a batch its environment has no room for, before the blob is written.
+	// A cheap early refusal of a batch its environment has no room for, before the blob is written. Only the
+	// traces new to the environment count: a resent batch costs nothing, however full the environment is.
 	// The transaction below checks again, under the environment's row lock.
 	env, err := store.GetEnv(ctx, db, ws, parsed.Slug)
 	switch {
@@ -307,7 +311,13 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	case err != nil:
 		return nil, c.unavailable(ctx, "database", err)
 	case env.CollectedBytes+n > c.opts.MaxEnvBytes:
-		return nil, c.envFull(env.Slug, env.CollectedBytes, n)
+		cost, err := newBytes(ctx, db, env.ID, parsed, n)
+		if err != nil {
+			return nil, c.unavailable(ctx, "database", err)
+		}
+		if env.CollectedBytes+cost > c.opts.MaxEnvBytes {
+			return nil, c.envFull(env.Slug, env.CollectedBytes, cost)
+		}
 	}
 
 	data, err := ingest.EncodeBlob(&parsed.Batch)
@@ -327,12 +337,13 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 		if err != nil {
 			return err
 		}
-		if env.CollectedBytes+n > c.opts.MaxEnvBytes {
-			return errEnvFull
-		}
-		res, err = store.InsertTraceBatch(ctx, tx, &schema.TraceBatch{EnvID: env.ID, BlobKey: key, Bytes: n, ToolsSeen: parsed.Tools}, parsed.TraceIDs())
+		batch := &schema.TraceBatch{EnvID: env.ID, BlobKey: key, Bytes: n, ToolsSeen: parsed.Tools}
+		res, err = store.InsertTraceBatchSized(ctx, tx, batch, parsed.TraceIDs(), parsed.TraceBytes)
 		if err != nil {
 			return err
+		}
+		if env.CollectedBytes+res.Bytes > c.opts.MaxEnvBytes {
+			return errEnvFull // rolls the batch back
 		}
 		var cols []string
 		if agent.Framework != "" && (env.Framework == "" || in.Framework != "") && env.Framework != agent.Framework {
@@ -355,7 +366,7 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	})
 	switch {
 	case errors.Is(err, errEnvFull):
-		return nil, c.envFull(env.Slug, env.CollectedBytes, n)
+		return nil, c.envFull(env.Slug, env.CollectedBytes, res.Bytes)
 	case err != nil:
 		if e := StoreError(err, "environment"); e != err {
 			return nil, e
@@ -371,7 +382,7 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 			c.logger(ctx).WarnContext(ctx, "collect: schedule build", slog.String("env", env.ID), slog.Any("error", err))
 		}
 	}
-	return &collectOutput{Status: http.StatusAccepted, Body: CollectResponse{
+	return &collectOutput{Status: http.StatusAccepted, Body: CollectAccepted{
 		Accepted: len(res.Inserted), Duplicates: len(res.Duplicates), Env: env.Slug, Batch: res.Batch.ID,
 	}}, nil
 }
@@ -412,7 +423,27 @@ func decodeError(err error) error {
 }
 
 func (c *collect) envFull(slug string, have, n int64) error {
-	return TooLarge("environment %s holds %d collected bytes; this batch of %d would pass its cap of %d", slug, have, n, c.opts.MaxEnvBytes)
+	return TooLarge("environment %s holds %d collected bytes; the %d bytes of this batch's new traces would pass its cap of %d",
+		slug, have, n, c.opts.MaxEnvBytes)
+}
+
+// newBytes is what a batch of n body bytes would add to its environment's collected bytes: the body less the
+// traces the environment already holds, nothing when it holds them all (store.InsertTraceBatchSized's rule).
+func newBytes(ctx context.Context, db bun.IDB, envID string, parsed *ingest.Parsed, n int64) (int64, error) {
+	ids := parsed.TraceIDs()
+	held, err := store.HeldTraceIDs(ctx, db, envID, ids)
+	if err != nil {
+		return 0, err
+	}
+	if len(held) == len(ids) {
+		return 0, nil
+	}
+	for i, id := range ids {
+		if held[id] {
+			n -= parsed.TraceBytes[i]
+		}
+	}
+	return max(n, 0), nil
 }
 
 func (c *collect) unavailable(ctx context.Context, what string, err error) error {

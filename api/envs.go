@@ -88,59 +88,61 @@ type GetEnvOutput struct {
 }
 
 func registerEnvs(a huma.API, d *Deps) {
-	huma.Register(a, huma.Operation{
-		OperationID: "envs.list",
+	Declare(a, Verb[struct{}, ListEnvsOutput]{
+		Name:        "envs.list",
 		Method:      http.MethodGet,
 		Path:        "/v1/envs",
 		Summary:     "List environments",
 		Description: "The workspace's environments, newest first.",
 		Tags:        []string{"envs"},
 		Security:    WorkspaceKeyAuth(),
-	}, func(ctx context.Context, _ *struct{}) (*ListEnvsOutput, error) {
-		p := PrincipalFrom(ctx)
-		envs, err := store.ListEnvs(ctx, d.DB, p.Workspace.ID)
-		if err != nil {
-			return nil, err
-		}
-		out := &ListEnvsOutput{Body: make([]EnvSummary, 0, len(envs))}
-		for i := range envs {
-			out.Body = append(out.Body, EnvSummaryOf(&envs[i]))
-		}
-		return out, nil
+		Handler: func(ctx context.Context, _ *struct{}) (*ListEnvsOutput, error) {
+			p := PrincipalFrom(ctx)
+			envs, err := store.ListEnvs(ctx, d.DB, p.Workspace.ID)
+			if err != nil {
+				return nil, err
+			}
+			out := &ListEnvsOutput{Body: make([]EnvSummary, 0, len(envs))}
+			for i := range envs {
+				out.Body = append(out.Body, EnvSummaryOf(&envs[i]))
+			}
+			return out, nil
+		},
 	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "envs.get",
-		Method:      http.MethodGet,
-		Path:        "/v1/envs/{slug}",
-		Summary:     "Show an environment",
+	Declare(a, Verb[SlugInput, GetEnvOutput]{
+		Name:    "envs.get",
+		Method:  http.MethodGet,
+		Path:    "/v1/envs/{slug}",
+		Summary: "Show an environment",
 		Description: "One environment: the summary fields, its active build, twin state and headline. " +
 			"A slug of another workspace answers 404.",
 		Tags:     []string{"envs"},
 		Security: WorkspaceKeyAuth(),
-	}, func(ctx context.Context, in *SlugInput) (*GetEnvOutput, error) {
-		p := PrincipalFrom(ctx)
-		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
-		if err != nil {
-			return nil, StoreError(err, "environment "+in.Slug)
-		}
-		out := &GetEnvOutput{Body: EnvDetail{EnvSummary: EnvSummaryOf(env)}}
-		if d.TwinState != nil {
-			if st, err := d.TwinState(ctx, env.ID); err == nil {
-				out.Body.TwinState = st
-			} else {
-				loggerFrom(ctx).WarnContext(ctx, "live twin state", "env", env.ID, "error", err)
+		Handler: func(ctx context.Context, in *SlugInput) (*GetEnvOutput, error) {
+			p := PrincipalFrom(ctx)
+			env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+			if err != nil {
+				return nil, StoreError(err, "environment "+in.Slug)
 			}
-		}
-		if env.ActiveBuildID != "" {
-			b, err := store.GetBuild(ctx, d.DB, p.Workspace.ID, env.ActiveBuildID)
-			switch {
-			case err == nil:
-				out.Body.ActiveBuild = BuildSummaryOf(b)
-			case !errors.Is(err, store.ErrNotFound):
-				return nil, err
+			out := &GetEnvOutput{Body: EnvDetail{EnvSummary: EnvSummaryOf(env)}}
+			if d.TwinState != nil {
+				if st, err := d.TwinState(ctx, env.ID); err == nil {
+					out.Body.TwinState = st
+				} else {
+					loggerFrom(ctx).WarnContext(ctx, "live twin state", "env", env.ID, "error", err)
+				}
 			}
-		}
-		return out, nil
+			if env.ActiveBuildID != "" {
+				b, err := store.GetBuild(ctx, d.DB, p.Workspace.ID, env.ActiveBuildID)
+				switch {
+				case err == nil:
+					out.Body.ActiveBuild = BuildSummaryOf(b)
+				case !errors.Is(err, store.ErrNotFound):
+					return nil, err
+				}
+			}
+			return out, nil
+		},
 	})
 }

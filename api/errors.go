@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 )
 
 // Error codes carried in the envelope's code field.
@@ -215,7 +217,10 @@ func StoreError(err error, what string) error {
 // with its HTTP status. For transports that nest it, e.g. tRPC's error.data.envelope.
 func EnvelopeOf(ctx context.Context, err error) (*Envelope, int) {
 	var e *Envelope
-	if !errors.As(err, &e) {
+	var pe *toolplane.Error
+	if errors.As(err, &pe) {
+		e = planeEnvelope(pe)
+	} else if !errors.As(err, &e) {
 		var se huma.StatusError
 		if errors.As(err, &se) {
 			e = fromHuma(ctx, se.GetStatus(), se.Error(), nil)
@@ -227,6 +232,21 @@ func EnvelopeOf(ctx context.Context, err error) (*Envelope, int) {
 		e.RequestID = RequestID(ctx)
 	}
 	return e, e.status
+}
+
+// planeEnvelope maps a tool-plane refusal to its envelope.
+func planeEnvelope(pe *toolplane.Error) *Envelope {
+	switch pe.Kind {
+	case toolplane.NotFound:
+		return NotFound("%s", pe.Detail)
+	case toolplane.Invalid:
+		return Invalid(pe.Field, pe.Detail)
+	case toolplane.NotReady:
+		return NotReady("%s", pe.Detail)
+	case toolplane.Conflict:
+		return Conflict("%s", pe.Detail)
+	}
+	return Unavailable("%s", pe.Detail)
 }
 
 // WriteError writes err as an envelope on a plain net/http route.
@@ -321,10 +341,40 @@ func fromHuma(ctx context.Context, status int, msg string, errs []error) *Envelo
 			e.Detail += fmt.Sprintf(" (and %d more)", n)
 		}
 	}
-	if status == http.StatusRequestEntityTooLarge && e.Detail == "" {
-		e.Detail = "request body is over the size cap"
+	if status == http.StatusRequestEntityTooLarge {
+		e.Detail = tooLargeDetail(msg)
 	}
 	return e
+}
+
+// tooLargeDetail says a body's real cap. Huma's "request body is too large limit=N bytes" names the byte count
+// that trips it: it refuses a body once it has read N bytes, so N-1 bytes is the most a body may hold.
+func tooLargeDetail(msg string) string {
+	var limit int64
+	if _, err := fmt.Sscanf(msg, "request body is too large limit=%d bytes", &limit); err == nil && limit > 0 {
+		return fmt.Sprintf("the request body is over its cap of %d bytes", limit-1)
+	}
+	if msg == "" {
+		return "the request body is over its size cap"
+	}
+	return msg
+}
+
+// unsupportedDetail is the 415 for a body in a content type the operation does not take, naming both.
+func unsupportedDetail(ctx huma.Context, e *Envelope) {
+	got := ctx.Header("Content-Type")
+	var takes []string
+	if op := ctx.Operation(); op != nil && op.RequestBody != nil {
+		for ct := range op.RequestBody.Content {
+			takes = append(takes, ct)
+		}
+	}
+	sort.Strings(takes)
+	e.Detail = fmt.Sprintf("Content-Type %q is not accepted here; send %s", got, strings.Join(takes, " or "))
+	if len(takes) == 0 {
+		e.Detail = fmt.Sprintf("Content-Type %q is not accepted here", got)
+	}
+	e.Errors = []FieldError{{Location: "header.Content-Type", Message: e.Detail}}
 }
 
 // fieldError locates a missing required property at the property itself (huma reports it at the parent).
@@ -353,7 +403,11 @@ func init() {
 		if ctx != nil {
 			c = ctx.Context()
 		}
-		return fromHuma(c, status, msg, errs)
+		e := fromHuma(c, status, msg, errs)
+		if e.status == http.StatusUnsupportedMediaType && ctx != nil {
+			unsupportedDetail(ctx, e)
+		}
+		return e
 	}
 }
 

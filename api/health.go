@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"io/fs"
 	"net/http"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -83,7 +85,8 @@ func registerHealth(a huma.API, opts Options) {
 		var failed []string
 		for i, n := range names {
 			if results[i] != nil {
-				failed = append(failed, n+": "+results[i].Error())
+				// Anyone may ask: say which check failed and how, not where the server keeps its files.
+				failed = append(failed, n+": "+withoutPaths(results[i]))
 				continue
 			}
 			out.Body.Checks[n] = "ok"
@@ -112,6 +115,35 @@ func runCheck(ctx context.Context, c func(context.Context) error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// withoutPaths is err's message with the file paths its os errors (*fs.PathError, *os.LinkError) name cut out:
+// "open /var/lib/doppel/doppel.db: permission denied" says "open: permission denied".
+func withoutPaths(err error) string {
+	msg := err.Error()
+	var cut func(error)
+	cut = func(e error) {
+		switch e := e.(type) {
+		case *fs.PathError:
+			msg = strings.ReplaceAll(msg, e.Op+" "+e.Path+": ", e.Op+": ")
+			msg = strings.ReplaceAll(msg, e.Path, "…")
+		case *os.LinkError:
+			msg = strings.ReplaceAll(msg, e.Op+" "+e.Old+" "+e.New+": ", e.Op+": ")
+			msg = strings.ReplaceAll(strings.ReplaceAll(msg, e.Old, "…"), e.New, "…")
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			if next := u.Unwrap(); next != nil {
+				cut(next)
+			}
+		case interface{ Unwrap() []error }:
+			for _, next := range u.Unwrap() {
+				cut(next)
+			}
+		}
+	}
+	cut(err)
+	return msg
 }
 
 type errorString string

@@ -71,64 +71,67 @@ type RevokeKeyOutput struct {
 }
 
 func registerKeys(a huma.API, d *Deps) {
-	huma.Register(a, huma.Operation{
-		OperationID:   "keys.create",
-		Method:        http.MethodPost,
-		Path:          "/v1/keys",
-		Summary:       "Create a key",
-		Description:   "Mints a workspace key (mk_live_…) or MCP token (mcp_at_…) in the caller's workspace. The plaintext is in this response only.",
-		Tags:          []string{"keys"},
-		Security:      WorkspaceKeyAuth(),
-		DefaultStatus: http.StatusCreated,
-	}, func(ctx context.Context, in *CreateKeyInput) (*CreateKeyOutput, error) {
-		p := PrincipalFrom(ctx)
-		kind := cred.KindWorkspace
-		if in.Body.Kind == schema.KeyKindMCP {
-			kind = cred.KindMCP
-		}
-		k, plain, err := store.CreateKey(ctx, d.DB, p.Workspace.ID, kind, in.Body.Name)
-		if err != nil {
-			return nil, StoreError(err, "key")
-		}
-		return &CreateKeyOutput{Body: CreatedKey{KeyInfo: KeyInfoOf(k), Key: plain}}, nil
+	Declare(a, Verb[CreateKeyInput, CreateKeyOutput]{
+		Name:        "keys.create",
+		Method:      http.MethodPost,
+		Path:        "/v1/keys",
+		Summary:     "Create a key",
+		Description: "Mints a workspace key (mk_live_…) or MCP token (mcp_at_…) in the caller's workspace. The plaintext is in this response only.",
+		Tags:        []string{"keys"},
+		Security:    WorkspaceKeyAuth(),
+		Status:      http.StatusCreated,
+		Handler: func(ctx context.Context, in *CreateKeyInput) (*CreateKeyOutput, error) {
+			p := PrincipalFrom(ctx)
+			kind := cred.KindWorkspace
+			if in.Body.Kind == schema.KeyKindMCP {
+				kind = cred.KindMCP
+			}
+			k, plain, err := store.CreateKey(ctx, d.DB, p.Workspace.ID, kind, in.Body.Name)
+			if err != nil {
+				return nil, StoreError(err, "key")
+			}
+			return &CreateKeyOutput{Body: CreatedKey{KeyInfo: KeyInfoOf(k), Key: plain}}, nil
+		},
 	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "keys.list",
+	Declare(a, Verb[struct{}, ListKeysOutput]{
+		Name:        "keys.list",
 		Method:      http.MethodGet,
 		Path:        "/v1/keys",
 		Summary:     "List keys",
 		Description: "The workspace's keys and MCP tokens, revoked ones included, newest first. Never their plaintext.",
 		Tags:        []string{"keys"},
 		Security:    WorkspaceKeyAuth(),
-	}, func(ctx context.Context, _ *struct{}) (*ListKeysOutput, error) {
-		p := PrincipalFrom(ctx)
-		keys, err := store.ListKeys(ctx, d.DB, p.Workspace.ID)
-		if err != nil {
-			return nil, err
-		}
-		out := &ListKeysOutput{Body: make([]KeyInfo, 0, len(keys))}
-		for i := range keys {
-			out.Body = append(out.Body, KeyInfoOf(&keys[i]))
-		}
-		return out, nil
+		Handler: func(ctx context.Context, _ *struct{}) (*ListKeysOutput, error) {
+			p := PrincipalFrom(ctx)
+			keys, err := store.ListKeys(ctx, d.DB, p.Workspace.ID)
+			if err != nil {
+				return nil, err
+			}
+			out := &ListKeysOutput{Body: make([]KeyInfo, 0, len(keys))}
+			for i := range keys {
+				out.Body = append(out.Body, KeyInfoOf(&keys[i]))
+			}
+			return out, nil
+		},
 	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "keys.revoke",
-		Method:      http.MethodDelete,
-		Path:        "/v1/keys/{id}",
-		Summary:     "Revoke a key",
+	Declare(a, Verb[KeyIDInput, RevokeKeyOutput]{
+		Name:    "keys.revoke",
+		Method:  http.MethodDelete,
+		Path:    "/v1/keys/{id}",
+		Summary: "Revoke a key",
 		Description: "Revokes a key of the caller's workspace; it answers 401 from then on. Revoking a revoked key changes nothing. " +
 			"Another workspace's key answers 404.",
 		Tags:     []string{"keys"},
 		Security: WorkspaceKeyAuth(),
-	}, func(ctx context.Context, in *KeyIDInput) (*RevokeKeyOutput, error) {
-		p := PrincipalFrom(ctx)
-		k, err := store.RevokeKey(ctx, d.DB, p.Workspace.ID, in.ID)
-		if err != nil {
-			return nil, StoreError(err, "key "+in.ID)
-		}
-		return &RevokeKeyOutput{Body: KeyInfoOf(k)}, nil
+		Handler: func(ctx context.Context, in *KeyIDInput) (*RevokeKeyOutput, error) {
+			p := PrincipalFrom(ctx)
+			k, err := store.RevokeKey(ctx, d.DB, p.Workspace.ID, in.ID)
+			if err != nil {
+				return nil, StoreError(err, "key "+in.ID)
+			}
+			return &RevokeKeyOutput{Body: KeyInfoOf(k)}, nil
+		},
 	})
 }

@@ -127,11 +127,11 @@ func TestDocsPage(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	f := newFixture(t, schema.DriverSQLite, nil)
 	w := f.api.Get("/api/registry")
-	var reg struct{ Verbs []api.Verb }
+	var reg struct{ Verbs []api.RegistryVerb }
 	if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &reg) != nil {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	byName := map[string]api.Verb{}
+	byName := map[string]api.RegistryVerb{}
 	var names []string
 	for _, v := range reg.Verbs {
 		byName[v.Name] = v
@@ -162,7 +162,7 @@ func TestRegistry(t *testing.T) {
 		Required   []string        `json:"required"`
 		Additional bool            `json:"additionalProperties"`
 	}
-	decode := func(v api.Verb) input {
+	decode := func(v api.RegistryVerb) input {
 		b, _ := json.Marshal(v.Input)
 		var in input
 		if err := json.Unmarshal(b, &in); err != nil {
@@ -222,7 +222,7 @@ func TestRegistryNestedRefs(t *testing.T) {
 		huma.Register(a, huma.Operation{OperationID: "items.put", Method: http.MethodPost, Path: "/items"},
 			func(_ context.Context, _ *in) (*struct{}, error) { return nil, nil })
 	}}})
-	var v *api.Verb
+	var v *api.RegistryVerb
 	for _, x := range api.Registry(a.OpenAPI()) {
 		if x.Name == "items.put" {
 			v = &x

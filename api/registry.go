@@ -11,12 +11,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 )
 
-// MetaVerb is the operation Metadata key that keeps an operation out of GET /api/registry
-// when set to false (plain-HTTP routes such as health, collect and the tool plane).
-const MetaVerb = "verb"
-
-// Verb is one registry entry: an operation and the JSON Schema of its input.
-type Verb struct {
+// RegistryVerb is one registry entry: an operation and the JSON Schema of its input.
+type RegistryVerb struct {
 	Name        string         `json:"name" doc:"The verb, the operation id (e.g. envs.get)."`
 	Kind        string         `json:"kind" enum:"query,mutation" doc:"query: a read (GET); mutation: a write."`
 	Method      string         `json:"method"`
@@ -26,18 +22,19 @@ type Verb struct {
 	Tags        []string       `json:"tags,omitempty"`
 	Credentials []string       `json:"credentials" doc:"Security schemes accepted, any one of them; empty when none is needed."`
 	Input       map[string]any `json:"input" doc:"JSON Schema (2020-12) of the input: path, query and header parameters and the JSON body's fields, each property's x-in saying where it goes."`
+	Output      map[string]any `json:"output,omitempty" doc:"JSON Schema (2020-12) of the success answer's body (the tRPC result's data)."`
 }
 
 // RegistryOutput is GET /api/registry.
 type RegistryOutput struct {
 	Body struct {
-		Verbs []Verb `json:"verbs"`
+		Verbs []RegistryVerb `json:"verbs"`
 	}
 }
 
 func registerRegistry(a huma.API) {
 	var once sync.Once
-	var verbs []Verb
+	var verbs []RegistryVerb
 	huma.Register(a, huma.Operation{
 		OperationID: "registry",
 		Method:      http.MethodGet,
@@ -56,8 +53,8 @@ func registerRegistry(a huma.API) {
 
 // Registry derives the verb registry from an OpenAPI document: every operation with an id,
 // not hidden and not marked Metadata[MetaVerb] = false, sorted by name.
-func Registry(oapi *huma.OpenAPI) []Verb {
-	verbs := []Verb{}
+func Registry(oapi *huma.OpenAPI) []RegistryVerb {
+	verbs := []RegistryVerb{}
 	for path, item := range oapi.Paths {
 		for _, op := range []*huma.Operation{item.Get, item.Post, item.Put, item.Patch, item.Delete} {
 			if op == nil || op.OperationID == "" || op.Hidden {
@@ -66,9 +63,12 @@ func Registry(oapi *huma.OpenAPI) []Verb {
 			if v, ok := op.Metadata[MetaVerb].(bool); ok && !v {
 				continue
 			}
-			kind := "mutation"
-			if op.Method == http.MethodGet {
-				kind = "query"
+			kind, _ := op.Metadata[MetaKind].(Kind)
+			if kind == "" {
+				kind = Mutation
+				if op.Method == http.MethodGet {
+					kind = Query
+				}
 			}
 			creds := []string{}
 			for _, req := range op.Security {
@@ -77,10 +77,10 @@ func Registry(oapi *huma.OpenAPI) []Verb {
 				}
 			}
 			sort.Strings(creds)
-			verbs = append(verbs, Verb{
-				Name: op.OperationID, Kind: kind, Method: op.Method, Path: path,
+			verbs = append(verbs, RegistryVerb{
+				Name: op.OperationID, Kind: string(kind), Method: op.Method, Path: path,
 				Summary: op.Summary, Description: op.Description, Tags: op.Tags,
-				Credentials: creds, Input: inputSchema(oapi, op),
+				Credentials: creds, Input: inputSchema(oapi, op), Output: outputSchema(oapi, op),
 			})
 		}
 	}
@@ -89,6 +89,34 @@ func Registry(oapi *huma.OpenAPI) []Verb {
 }
 
 const componentPrefix = "#/components/schemas/"
+
+// outputSchema is the JSON Schema of an operation's success body (its lowest 2xx JSON response), nil when it has none.
+func outputSchema(oapi *huma.OpenAPI, op *huma.Operation) map[string]any {
+	keys := make([]string, 0, len(op.Responses))
+	for k := range op.Responses {
+		if strings.HasPrefix(k, "2") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		mt, ok := op.Responses[k].Content["application/json"]
+		if !ok || mt.Schema == nil {
+			continue
+		}
+		refs := &refCollector{oapi: oapi, defs: map[string]any{}}
+		out, _ := refs.rewrite(toMap(mt.Schema)).(map[string]any)
+		if out == nil {
+			return nil
+		}
+		out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+		if len(refs.defs) > 0 {
+			out["$defs"] = refs.defs
+		}
+		return out
+	}
+	return nil
+}
 
 // inputSchema builds one object schema over an operation's parameters and JSON body.
 func inputSchema(oapi *huma.OpenAPI, op *huma.Operation) map[string]any {
@@ -143,6 +171,7 @@ func inputSchema(oapi *huma.OpenAPI, op *huma.Operation) map[string]any {
 					m = map[string]any{}
 				}
 				m["x-in"] = "body"
+				m["x-body"] = "whole"
 				props["body"] = m
 				if rb.Required {
 					required = append(required, "body")

@@ -1,109 +1,41 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/uptrace/bun"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/cred"
-	"github.com/doppel-dev/doppel/model"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/toolplane"
 )
 
-// SessionOpener runs the session-open workflow (workflows.Sessions does, on Temporal).
-type SessionOpener interface {
-	Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error)
-}
-
-// CallJournal durably records a call before it is answered (journal.Writer[schema.Call] is one).
-type CallJournal interface {
-	Submit(ctx context.Context, c schema.Call) error
-}
-
-// SessionRoutes serve sessions and the tool plane: open, call, read, transcript, close, and the tools listing.
-// Calls never touch Temporal: credential → twin RPC → journal group commit → answer.
+// SessionRoutes serve sessions and the tool plane over REST: open, call, read, transcript, close, and the tools
+// listing. The work is the tool plane's; these hold I/O types and error mapping.
 type SessionRoutes struct {
-	Opener SessionOpener
-	// Twins finds a session's twin (the TwinWorkflow: workflows.TwinDirectory) and wakes it when stopped.
-	Twins   activities.TwinDirectory
-	Journal CallJournal
-	Bundles *Bundles
-	// Idle is how long an unused session stays open (config session.idle; default one hour).
-	Idle time.Duration
-	// HTTP is the twin RPC client (nil: twinrpc.NewHTTPClient()).
-	HTTP *http.Client
-	// Locals finds twins served in this process (the inproc driver): calls reach them directly, without HTTP.
-	Locals twinrpc.Locals
-	// Tokens caches session-token resolutions (nil: one is made over the database). The Authenticator uses it
-	// for ms_ tokens once wired to it; the routes forget sessions they end.
-	Tokens *SessionTokens
-
-	db      *bun.DB
-	mu      sync.Mutex
-	live    map[string]*liveSession
-	twins   map[string]*twinEntry // build id → its ready twin
-	schemas model.SchemaCache     // tools' input schemas, decoded once
-}
-
-// twinEntry is a build's ready twin as last found.
-type twinEntry struct {
-	c        *twinrpc.Client
-	handleID string
-}
-
-// liveSession is what the API process keeps about a session it serves: the lock that orders its calls, the
-// journal length, and when it was last used.
-type liveSession struct {
-	mu       sync.Mutex
-	calls    int64 // journaled calls; -1: unknown (read from the journal on next use)
-	lastUsed time.Time
-	build    *schema.Build
+	Plane *toolplane.Plane
+	// Model says a model is configured, so the simulate rung answers (the tools listing leaves out tools nothing
+	// else can answer when it is not).
+	Model bool
 }
 
 // Register adds the session and tool routes.
 func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
-	sr.db = d.DB
-	sr.live = map[string]*liveSession{}
-	sr.twins = map[string]*twinEntry{}
-	if sr.Idle <= 0 {
-		sr.Idle = store.DefaultSessionIdle
+	if sr.Plane == nil {
+		sr.Plane = toolplane.New(toolplane.Options{DB: d.DB})
 	}
-	if sr.HTTP == nil {
-		sr.HTTP = twinrpc.NewHTTPClient()
-	}
-	if sr.Bundles == nil {
-		sr.Bundles = &Bundles{}
-	}
-	if sr.Tokens == nil {
-		sr.Tokens = &SessionTokens{DB: d.DB}
-	}
-	d.Auth.Tokens = sr.Tokens
-	registerTools(a, d.DB, sr.Bundles)
-
-	huma.Register(a, huma.Operation{
-		OperationID:   "sessions.open",
-		Method:        http.MethodPost,
-		Path:          "/v1/envs/{slug}/sessions",
-		DefaultStatus: http.StatusCreated,
-		Summary:       "Open a session",
+	d.Auth.Tokens = sr.Plane.Tokens()
+	registerTools(a, d.DB, sr.Plane.Bundles(), sr.Model)
+	Declare(a, Verb[OpenSessionInput, OpenSessionOutput]{
+		Name:    "sessions.open",
+		Method:  http.MethodPost,
+		Path:    "/v1/envs/{slug}/sessions",
+		Status:  http.StatusCreated,
+		Summary: "Open a session",
 		Description: "Opens an isolated world on the environment's twin and mints its session token (`ms_…`, shown " +
 			"only here). The world is a pure function of the build, `seed`, the seed instructions (or `scenario`) " +
 			"and `clock`: the same inputs give the same `world_hash` on any machine. The open waits for the twin " +
@@ -114,56 +46,62 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 		Tags:     []string{"sessions"},
 		Security: WorkspaceKeyAuth(),
 		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
-	}, sr.open)
+		Handler:  sr.open,
+	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "sessions.call",
-		Method:      http.MethodPost,
-		Path:        "/v1/sessions/{session_id}/call",
-		Summary:     "Call a tool in a session",
+	Declare(a, Verb[CallInput, CallOutput]{
+		Name:    "sessions.call",
+		Method:  http.MethodPost,
+		Path:    "/v1/sessions/{session_id}/call",
+		Summary: "Call a tool in a session",
 		Description: "Runs one tool call in the session's world down the rung ladder (provided → twin → replay → " +
 			"infer → simulate) and answers with the tool's text, its fidelity label and the rung that answered. " +
-			"The call is journaled durably before it is answered. A tool's own error is a 200 with `error: true`. " +
-			"Arguments that are not an object, or whose values have the wrong JSON type for the tool's input " +
-			"schema, are a 422 naming the field, and nothing is journaled. A tool the twin cannot route is a 404 " +
+			"The call is journaled durably before it is answered. A tool's own error is a 200 with `error: true`, " +
+			"and so are arguments whose values break the tool's input schema (answered by the twin in the style of " +
+			"the tool's recorded errors, the world unchanged). Only arguments that are not a JSON object are a 422 " +
+			"naming the field, and then nothing is journaled. A tool the twin cannot route is a 404 " +
 			"naming it; a closed or expired session is a 404; a booting twin is a 409 `notReady`.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
 		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
-	}, sr.call)
+		Handler:  sr.call,
+	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "sessions.get",
-		Method:      http.MethodGet,
-		Path:        "/v1/sessions/{session_id}",
-		Summary:     "Show a session",
+	Declare(a, Verb[SessionPath, SessionOutput]{
+		Name:    "sessions.get",
+		Method:  http.MethodGet,
+		Path:    "/v1/sessions/{session_id}",
+		Summary: "Show a session",
 		Description: "The session's calls, errors, fidelity mix, world state hash and seeding receipts. The key " +
 			"that opened a session can read it after it ended; its token cannot.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
-	}, sr.get)
+		Handler:  sr.get,
+	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "sessions.transcript",
-		Method:      http.MethodGet,
-		Path:        "/v1/sessions/{session_id}/transcript",
-		Summary:     "A session's transcript",
+	Declare(a, Verb[TranscriptInput, TranscriptOutput]{
+		Name:    "sessions.transcript",
+		Method:  http.MethodGet,
+		Path:    "/v1/sessions/{session_id}/transcript",
+		Summary: "A session's transcript",
 		Description: "Every call in call order with its arguments, fidelity, rung, latency and requestor. Tool " +
 			"output (`result`) is carried only when the session was opened with `recordOutputs: true`.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
-	}, sr.transcript)
+		Handler:  sr.transcript,
+	})
 
-	huma.Register(a, huma.Operation{
-		OperationID: "sessions.close",
-		Method:      http.MethodDelete,
-		Path:        "/v1/sessions/{session_id}",
-		Summary:     "Close a session",
+	Declare(a, Verb[SessionPath, CloseOutput]{
+		Name:    "sessions.close",
+		Method:  http.MethodDelete,
+		Path:    "/v1/sessions/{session_id}",
+		Summary: "Close a session",
 		Description: "Ends the session: its token is revoked at once and its world dropped. `existed` is true when " +
 			"the session was open.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
-	}, sr.close)
+		Handler:  sr.close,
+	})
 }
 
 // ---- open ----
@@ -192,6 +130,7 @@ type SessionReceipts struct {
 	Scenario  *string `json:"scenario" doc:"The scenario used, or null."`
 	WorldHash string  `json:"worldHash" doc:"sha256: hash of the canonical world at open: the reproducibility receipt." example:"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"`
 	Note      *string `json:"note" doc:"Why seed words could not become rows, or null."`
+	Clock     string  `json:"clock" doc:"The world's time, RFC 3339: with the seed and instructions, it fixes the world."`
 }
 
 // OpenSessionBodyOut answers a session open in both naming variants.
@@ -215,12 +154,6 @@ type OpenSessionOutput struct {
 	Body OpenSessionBodyOut
 }
 
-func drawSeed() int64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return int64(binary.BigEndian.Uint64(b[:]) & (1<<53 - 1)) // a JSON-safe integer
-}
-
 func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenSessionOutput, error) {
 	p := PrincipalFrom(ctx)
 	body := in.Body
@@ -235,84 +168,25 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	if err != nil {
 		return nil, err
 	}
-	spec := twinrpc.SessionSpec{SeedInstructions: instr}
-	if body.Scenario != nil && *body.Scenario != "" {
-		if strings.TrimSpace(instr) != "" {
-			return nil, Invalid("body.scenario", "a scenario is used instead of seed instructions: give one or the other")
-		}
-		spec.Scenario = *body.Scenario
+	req := toolplane.OpenRequest{WorkspaceID: p.Workspace.ID, KeyID: p.Key.ID, Env: in.Slug, Seed: body.Seed,
+		SeedInstructions: instr, RecordOutputs: record}
+	if body.Scenario != nil {
+		req.Scenario = *body.Scenario
 	}
-	if body.Clock != nil && *body.Clock != "" {
-		t, err := time.Parse(time.RFC3339Nano, *body.Clock)
-		if err != nil {
-			return nil, Invalid("body.clock", "expected an RFC 3339 time such as 2025-03-01T09:00:00Z")
-		}
-		spec.Clock = t.UTC().Format(time.RFC3339Nano)
+	if body.Clock != nil {
+		req.Clock = *body.Clock
 	}
-	if body.Seed != nil {
-		spec.Seed = *body.Seed
-	} else {
-		spec.Seed = drawSeed()
-	}
-
-	env, err := store.GetEnv(ctx, sr.db, p.Workspace.ID, in.Slug)
-	if err != nil {
-		return nil, StoreError(err, "environment "+in.Slug)
-	}
-	if env.ActiveBuildID == "" {
-		return nil, NotReady("environment %s has no build yet (status %s)", env.Slug, env.Status)
-	}
-	if sr.Opener == nil {
-		return nil, Unavailable("sessions cannot be opened: no workflow client configured")
-	}
-	id := schema.NewID(schema.PrefixSession)
-	res, err := sr.Opener.Open(ctx, workflows.SessionOpenInput{SessionID: id, EnvID: env.ID, Spec: spec})
-	if err != nil {
-		return nil, openError(err)
-	}
-	rc := res.Receipts
-	receipts, err := json.Marshal(rc)
+	o, err := sr.Plane.Open(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s := &schema.Session{
-		ID: id, EnvID: env.ID, WorkspaceID: env.WorkspaceID, BuildID: res.BuildID, OpenedByKeyID: p.Key.ID,
-		Seed: spec.Seed, SeedInstructions: spec.SeedInstructions, Scenario: spec.Scenario,
-		Clock: rc.Clock, RecordOutputs: record, Seeded: rc.Seeded, SeedNote: deref(rc.Note),
-		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts,
-		ExpiresAt: schema.Now().Add(sr.Idle),
-	}
-	if s.BuildID == "" {
-		s.BuildID = env.ActiveBuildID
-	}
-	token, err := store.CreateSession(ctx, sr.db, s)
-	if err != nil {
-		// The world exists on the twin but no row does: drop it.
-		sr.dropOnTwin(context.WithoutCancel(ctx), env.ID, res.BuildID, id)
-		return nil, err
-	}
-	sr.mu.Lock()
-	sr.live[id] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
-	if res.TwinAddr != "" && sr.twins[s.BuildID] == nil {
-		sr.twins[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, sr.HTTP, sr.Locals)}
-	}
-	sr.mu.Unlock()
-	pinned := rc.Pinned
-	if pinned == nil {
-		pinned = map[string][]string{}
-	}
+	s, rc := o.Session, o.Receipts
 	return &OpenSessionOutput{Body: OpenSessionBodyOut{
-		SessionToken: token, SessionIDA: id, Seed: spec.Seed, WorldHash: rc.WorldHash,
-		SessionID: id, Token: token, ExpiresAt: s.ExpiresAt, Pinned: pinned,
-		Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: rc.WorldHash, Note: rc.Note},
+		SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: rc.WorldHash,
+		SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
+		Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: rc.WorldHash, Note: rc.Note,
+			Clock: rc.Clock},
 	}}, nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // oneOf merges a field given under its two variant names: both given and different is a 422.
@@ -338,37 +212,6 @@ func oneOfBool(nameA string, a *bool, nameB string, b *bool) (bool, error) {
 		return *b, nil
 	}
 	return false, nil
-}
-
-// openError turns a failed session-open workflow into the answer: a refused spec is a 422 naming its field,
-// a twin that never came up a 503.
-func openError(err error) error {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		msg := appErr.Message()
-		switch appErr.Type() {
-		case activities.ErrTypeSessionSpec:
-			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed"} {
-				if i := strings.Index(msg, f+":"); i >= 0 {
-					return Invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
-				}
-			}
-			return Invalid("body", msg)
-		case activities.ErrTypeBadInput:
-			return NotFound("%s", msg)
-		}
-		if strings.HasPrefix(appErr.Type(), "Twin") { // the twin activities' error types: it did not come up
-			return Unavailable("the environment's twin is not available: %s", msg)
-		}
-	}
-	var te *twinrpc.Error
-	if errors.As(err, &te) && errors.Is(err, twinrpc.ErrBadSpec) {
-		return openError(temporal.NewApplicationError(te.Detail, activities.ErrTypeSessionSpec))
-	}
-	if twinrpc.IsRetryable(err) {
-		return Unavailable("the environment's twin is not available: %v", err)
-	}
-	return fmt.Errorf("open session: %w", err)
 }
 
 // ---- call ----
@@ -430,121 +273,20 @@ type CallOutput struct {
 	Body         CallResult
 }
 
-func (sr *SessionRoutes) liveOf(id string) *liveSession {
-	sr.mu.Lock()
-	defer sr.mu.Unlock()
-	l := sr.live[id]
-	if l == nil {
-		if len(sr.live) >= 50_000 {
-			sr.prune()
-		}
-		l = &liveSession{calls: -1}
-		sr.live[id] = l
-	}
-	return l
-}
-
-// prune drops what this process keeps about sessions it has not served for an idle period (they are read
-// from the database again if they come back). sr.mu is held.
-func (sr *SessionRoutes) prune() {
-	cutoff := time.Now().Add(-sr.Idle)
-	for id, l := range sr.live {
-		if l.mu.TryLock() {
-			if l.lastUsed.Before(cutoff) {
-				delete(sr.live, id)
-			}
-			l.mu.Unlock()
-		}
-	}
-}
-
-func (sr *SessionRoutes) forget(id string) {
-	sr.mu.Lock()
-	delete(sr.live, id)
-	sr.mu.Unlock()
-	sr.Tokens.Forget(id)
-}
-
 func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, error) {
 	begun := requestStart(ctx)
 	if begun.IsZero() {
 		begun = time.Now()
 	}
-	p := PrincipalFrom(ctx)
-	s := p.Session
-	if err := SessionGone(s); err != nil {
-		return nil, err
-	}
-	args := bytes.TrimSpace(in.Body.Arguments)
-	if len(args) == 0 || args[0] != '{' {
-		return nil, Invalid("body.arguments", "expected a JSON object")
-	}
-	l := sr.liveOf(s.ID)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-
-	now := schema.Now()
-	if err := sr.checkIdle(ctx, s, l, now); err != nil {
-		return nil, err
-	}
-	if l.build == nil {
-		b, err := store.GetBuildByID(ctx, sr.db, s.BuildID)
-		if err != nil {
-			return nil, StoreError(err, "build "+s.BuildID)
-		}
-		l.build = b
-	}
-	bundle, err := sr.Bundles.Get(ctx, l.build)
+	res, err := sr.Plane.Call(ctx, PrincipalFrom(ctx).Session, toolplane.CallRequest{Tool: in.Body.Name,
+		Arguments: in.Body.Arguments, Requestor: in.Body.Requestor})
 	if err != nil {
 		return nil, err
 	}
-	tool, ok := bundle.ToolByName(in.Body.Name)
-	if !ok {
-		return nil, NotFound("tool %q not found: the twin cannot route it (GET /v1/envs/{slug}/tools lists the tools)", in.Body.Name)
-	}
-	if err := sr.checkArguments(tool, args); err != nil {
-		return nil, err
-	}
-	if l.calls < 0 {
-		n, err := store.LastSeq(ctx, sr.db, s.ID)
-		if err != nil {
-			return nil, err
-		}
-		l.calls = n
-	}
-
-	req := twinrpc.CallRequest{Tool: in.Body.Name, Arguments: json.RawMessage(args), Requestor: in.Body.Requestor}
-	started := time.Now()
-	res, err := sr.callTwin(ctx, s, l, req)
-	if err != nil {
-		return nil, err
-	}
-	ms := time.Since(started).Milliseconds()
-	c := schema.Call{
-		ID: schema.NewSortableID(schema.PrefixCall, now), SessionID: s.ID, Seq: l.calls + 1, Tool: req.Tool,
-		Arguments: json.RawMessage(args), Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
-		Downgraded: res.Downgraded, Ms: ms, Requestor: req.Requestor, StateHash: res.StateHash, CreatedAt: now,
-	}
-	// Outputs are kept when asked for, and always for simulated answers: a rebuilt session replays those from
-	// the journal instead of asking the model again.
-	if s.RecordOutputs || res.Rung == twin.RungSimulate {
-		c.Content = res.Content
-	}
-	journaled := time.Now()
-	if err := sr.Journal.Submit(context.WithoutCancel(ctx), c); err != nil {
-		// The twin applied a call the journal does not hold: drop the twin's copy so the next call rebuilds
-		// the session from the journal, and do not answer.
-		l.calls = -1
-		sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, s.BuildID, s.ID)
-		return nil, Unavailable("the call could not be journaled, so it was not answered; retry: %v", err)
-	}
-	l.calls++
-	l.lastUsed = now
-	done := time.Now()
 	return &CallOutput{
-		ServerTiming: serverTiming(journaled.Sub(started), done.Sub(journaled), done.Sub(begun)),
+		ServerTiming: serverTiming(res.Twin, res.Journal, time.Since(begun)),
 		Body: CallResult{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
-			Downgraded: res.Downgraded, CallID: c.ID, Ms: ms},
+			Downgraded: res.Downgraded, CallID: res.CallID, Ms: res.Ms},
 	}, nil
 }
 
@@ -564,268 +306,6 @@ func serverTiming(twinD, journalD, total time.Duration) string {
 		b = strconv.AppendFloat(b, float64(st.d.Microseconds())/1000, 'f', -1, 64)
 	}
 	return string(b)
-}
-
-// checkArguments checks argument values against the JSON types of the tool's input schema (see
-// model.CheckTypes; the schema is decoded once, in sr.schemas); the error names the field, e.g.
-// body.arguments.order_id.
-func (sr *SessionRoutes) checkArguments(tool *twin.Tool, args []byte) error {
-	v, err := model.DecodeJSON(args)
-	if err != nil {
-		return Invalid("body.arguments", "not valid JSON: "+err.Error())
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return Invalid("body.arguments", "expected a JSON object")
-	}
-	sch, err := sr.schemas.Get(tool.InputSchema)
-	if err == nil {
-		err = sch.CheckTypes(v)
-	}
-	if err != nil {
-		msg := err.Error()
-		loc, rest, found := strings.Cut(msg, ": ")
-		if !found || !strings.HasPrefix(loc, "$") {
-			return Invalid("body.arguments", msg)
-		}
-		return Invalid("body.arguments"+strings.TrimPrefix(loc, "$"), rest)
-	}
-	return nil
-}
-
-// checkIdle answers 404 for a session idle past sr.Idle, expiring it (the reaper would, later).
-func (sr *SessionRoutes) checkIdle(ctx context.Context, s *schema.Session, l *liveSession, now time.Time) error {
-	if !l.lastUsed.IsZero() && now.Sub(l.lastUsed) <= sr.Idle {
-		return nil
-	}
-	// This process has not seen the session used recently (or at all): ask the journal.
-	act, err := activities.LastActivity(ctx, sr.db, s)
-	if err != nil {
-		return err
-	}
-	l.lastUsed = act
-	if now.Sub(act) <= sr.Idle {
-		return nil
-	}
-	if _, err := store.EndSession(ctx, sr.db, s.ID, schema.SessionExpired); err != nil {
-		return err
-	}
-	sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, s.BuildID, s.ID)
-	sr.forget(s.ID)
-	return NotFound("session %s expired after %s idle", s.ID, sr.Idle)
-}
-
-// callTwin runs the call on the twin of the session's build, recovering what can be recovered: a twin that lost
-// the session (restart) gets it rebuilt from the journal; a stale journal length is re-read; a twin that does not
-// answer is reported to the TwinWorkflow (which restarts it if dead). A twin that is stopped or booting is woken
-// and answered 409 notReady.
-func (sr *SessionRoutes) callTwin(ctx context.Context, s *schema.Session, l *liveSession, req twinrpc.CallRequest) (twinrpc.CallResult, error) {
-	suspect := ""
-	for attempt := 0; ; attempt++ {
-		te, err := sr.twin(ctx, s, l, suspect)
-		if err != nil {
-			return twinrpc.CallResult{}, err
-		}
-		expect := l.calls
-		req.ExpectCalls = &expect
-		res, err := te.c.Call(ctx, s.ID, req)
-		if err == nil {
-			if res.Calls != expect+1 {
-				return twinrpc.CallResult{}, fmt.Errorf("twin reports %d calls after call %d of session %s", res.Calls, expect+1, s.ID)
-			}
-			return res, nil
-		}
-		last := attempt >= 2
-		switch {
-		case errors.Is(err, twinrpc.ErrUnknownTool):
-			return twinrpc.CallResult{}, NotFound("tool %q not found: the twin cannot route it", req.Tool)
-		case errors.Is(err, twinrpc.ErrNoAnswer):
-			return twinrpc.CallResult{}, NotFound("tool %q cannot be answered by this twin: %s", req.Tool, twinDetail(err))
-		case errors.Is(err, twinrpc.ErrBadArguments):
-			return twinrpc.CallResult{}, Invalid("body.arguments", twinDetail(err))
-		case errors.Is(err, twinrpc.ErrUnknownSession) && !last:
-			if err := sr.rebuild(ctx, te.c, s, l); err != nil {
-				return twinrpc.CallResult{}, err
-			}
-		case errors.Is(err, twinrpc.ErrCallsMismatch) && !last:
-			if err := sr.resync(ctx, te.c, s, l); err != nil {
-				return twinrpc.CallResult{}, err
-			}
-		case twinrpc.IsRetryable(err) && suspect == "" && !last:
-			// The twin did not answer: have the directory check it (and restart it if dead), then try again.
-			sr.dropTwin(s.BuildID)
-			suspect = te.handleID
-			if suspect == "" {
-				suspect = "unreachable"
-			}
-		case twinrpc.IsRetryable(err):
-			sr.dropTwin(s.BuildID)
-			return twinrpc.CallResult{}, NotReady("the session's twin is starting; retry in a moment")
-		default:
-			return twinrpc.CallResult{}, fmt.Errorf("call %s in session %s: %w", req.Tool, s.ID, err)
-		}
-	}
-}
-
-func twinDetail(err error) string {
-	var te *twinrpc.Error
-	if errors.As(err, &te) {
-		return te.Detail
-	}
-	return err.Error()
-}
-
-// rebuild reopens a session its twin no longer holds from its spec and journal. A rebuilt state that differs
-// from the journal's marks the session broken.
-func (sr *SessionRoutes) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Session, l *liveSession) error {
-	// The twin may have dropped the world because the session ended (closed through another API process, or
-	// reaped): never bring an ended session back.
-	cur, err := store.GetSessionByID(ctx, sr.db, s.ID)
-	if err != nil {
-		return err
-	}
-	if cur.Status != schema.SessionOpen {
-		sr.forget(s.ID)
-		return NotFound("session %s is %s", s.ID, cur.Status)
-	}
-	calls, err := store.ListCalls(ctx, sr.db, s.ID, 0, 0)
-	if err != nil {
-		return err
-	}
-	journal := make([]twinrpc.JournalEntry, len(calls))
-	for i, c := range calls {
-		journal[i] = twinrpc.JournalEntry{Tool: c.Tool, Arguments: c.Arguments, Content: c.Content, Error: c.Error,
-			Fidelity: c.Fidelity, Rung: c.Rung, StateHash: c.StateHash}
-	}
-	_, err = tc.Open(context.WithoutCancel(ctx), twinrpc.OpenRequest{ID: s.ID, Spec: specOf(s), Journal: journal})
-	switch {
-	case err == nil, errors.Is(err, twinrpc.ErrSessionExists):
-		l.calls = int64(len(calls))
-		return nil
-	case errors.Is(err, twinrpc.ErrDiverged):
-		if _, eerr := store.EndSession(ctx, sr.db, s.ID, schema.SessionBroken); eerr != nil {
-			return eerr
-		}
-		sr.forget(s.ID)
-		return Conflict("session %s is broken: rebuilding it from its journal gave another world (%s); open a new session", s.ID, twinDetail(err))
-	}
-	return fmt.Errorf("rebuild session %s: %w", s.ID, err)
-}
-
-// resync makes the journal length and the twin's agree after a calls mismatch: equal counts just refresh
-// ours; a twin ahead of the journal (a call applied but never journaled) loses its copy and is rebuilt.
-func (sr *SessionRoutes) resync(ctx context.Context, tc *twinrpc.Client, s *schema.Session, l *liveSession) error {
-	n, err := store.LastSeq(ctx, sr.db, s.ID)
-	if err != nil {
-		return err
-	}
-	st, err := tc.Session(ctx, s.ID)
-	if err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) {
-		return fmt.Errorf("read session %s on its twin: %w", s.ID, err)
-	}
-	if err == nil && st.Calls == n {
-		l.calls = n
-		return nil
-	}
-	if err == nil {
-		if _, err := tc.Close(ctx, s.ID); err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) {
-			return err
-		}
-	}
-	return sr.rebuild(ctx, tc, s, l)
-}
-
-// specOf is the spec that rebuilds a session's world: its open's inputs, plus the rows a Seeder made then (kept in
-// its receipts), so the rebuild never asks the model again. Receipts that do not decode give no rows; a world that
-// needed them then diverges, and the session is marked broken rather than served a different world.
-func specOf(s *schema.Session) twinrpc.SessionSpec {
-	spec := twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
-	var rc twinrpc.Receipts
-	if len(s.Receipts) > 0 && json.Unmarshal(s.Receipts, &rc) == nil {
-		spec.SeedRows = rc.SeedRows
-	}
-	return spec
-}
-
-// twin returns the ready twin of the session's build: as last found, or from the directory, which wakes it when it
-// is stopped (then the answer is 409 notReady; a twin that failed to start is 503). suspect names a twin that did
-// not answer, for the directory to check.
-func (sr *SessionRoutes) twin(ctx context.Context, s *schema.Session, l *liveSession, suspect string) (*twinEntry, error) {
-	if suspect == "" {
-		sr.mu.Lock()
-		te := sr.twins[s.BuildID]
-		sr.mu.Unlock()
-		if te != nil {
-			return te, nil
-		}
-	}
-	if sr.Twins == nil {
-		return nil, Unavailable("no twin directory is configured")
-	}
-	env, err := store.GetEnvByID(ctx, sr.db, s.EnvID)
-	if err != nil {
-		return nil, StoreError(err, "environment")
-	}
-	active, err := activities.ActiveTwinBuild(ctx, sr.db, env)
-	if errors.Is(err, store.ErrNotFound) {
-		active = activities.TwinBuildOf(l.build)
-	} else if err != nil {
-		return nil, err
-	}
-	st, err := sr.Twins.WakeTwin(ctx, activities.TwinWake{EnvID: env.ID, Active: active, Build: activities.TwinBuildOf(l.build), Suspect: suspect})
-	if err != nil {
-		return nil, Unavailable("the session's twin cannot be found: %v", err)
-	}
-	switch st.State {
-	case activities.TwinStateReady:
-		if st.Addr == "" {
-			return nil, NotReady("the session's twin is starting; retry in a moment")
-		}
-		te := &twinEntry{c: twinrpc.Dial(st.Addr, sr.HTTP, sr.Locals), handleID: st.HandleID}
-		sr.mu.Lock()
-		sr.twins[s.BuildID] = te
-		sr.mu.Unlock()
-		return te, nil
-	case activities.TwinStateFailed:
-		return nil, Unavailable("the session's twin failed to start: %s", st.Error)
-	}
-	return nil, NotReady("the session's twin is %s; it is being started, retry in a moment", st.State)
-}
-
-func (sr *SessionRoutes) dropTwin(buildID string) {
-	sr.mu.Lock()
-	te := sr.twins[buildID]
-	delete(sr.twins, buildID)
-	sr.mu.Unlock()
-	if te != nil {
-		te.c.CloseIdle()
-	}
-}
-
-// dropOnTwin drops a session's world on its build's twin if that twin runs, best effort.
-func (sr *SessionRoutes) dropOnTwin(ctx context.Context, envID, buildID, sessionID string) {
-	sr.mu.Lock()
-	te := sr.twins[buildID]
-	sr.mu.Unlock()
-	var tc *twinrpc.Client
-	if te != nil {
-		tc = te.c
-	} else if sr.Twins != nil {
-		running, err := sr.Twins.RunningTwins(ctx, envID)
-		if err != nil {
-			loggerFrom(ctx).Warn("list running twins", "env", envID, "err", err)
-			return
-		}
-		st, ok := running[buildID]
-		if !ok || st.Addr == "" {
-			return // no twin runs that build: nothing holds the world
-		}
-		tc = twinrpc.Dial(st.Addr, sr.HTTP, sr.Locals)
-	} else {
-		return
-	}
-	if _, err := tc.Close(ctx, sessionID); err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) && !errors.Is(err, twinrpc.ErrUnreachable) {
-		loggerFrom(ctx).Warn("drop session world on twin", "session", sessionID, "err", err)
-	}
 }
 
 // ---- read, transcript, close ----
@@ -849,7 +329,6 @@ type SessionReceiptsFull struct {
 	SessionReceipts
 	Pinned           map[string][]string `json:"pinned" doc:"Entity name → ids the seed instructions created or fixed."`
 	SeedInstructions string              `json:"seedInstructions" doc:"The effective seed instructions (a scenario's, when one was named)."`
-	Clock            string              `json:"clock" doc:"The world's time, RFC 3339."`
 }
 
 // SessionView answers GET /v1/sessions/{session_id}.
@@ -877,74 +356,35 @@ type SessionOutput struct {
 	Body SessionView
 }
 
-type callAgg struct {
-	Fidelity   string `bun:"fidelity"`
-	N          int64  `bun:"n"`
-	Errors     int64  `bun:"errors"`
-	Downgraded int64  `bun:"downgraded"`
-}
-
 func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutput, error) {
 	s := PrincipalFrom(ctx).Session
-	var aggs []callAgg
-	err := sr.db.NewSelect().Model((*schema.Call)(nil)).
-		ColumnExpr("fidelity, COUNT(*) AS n").
-		ColumnExpr("SUM(CASE WHEN error THEN 1 ELSE 0 END) AS errors").
-		ColumnExpr("SUM(CASE WHEN downgraded THEN 1 ELSE 0 END) AS downgraded").
-		Where("session_id = ?", s.ID).Group("fidelity").Order("fidelity").Scan(ctx, &aggs)
+	st, err := sr.Plane.Read(ctx, s)
 	if err != nil {
-		return nil, fmt.Errorf("count calls of session %s: %w", s.ID, err)
+		return nil, err
 	}
-	v := SessionView{ID: s.ID, Status: s.Status, EnvID: s.EnvID, BuildID: s.BuildID, StateHash: s.WorldHash,
-		WorldHash: s.WorldHash, RecordOutputs: s.RecordOutputs, CreatedAt: s.CreatedAt, ClosedAt: s.ClosedAt}
-	for _, a := range aggs {
-		v.NCalls += a.N
-		v.NErrors += a.Errors
-		v.NDowngraded += a.Downgraded
-		switch a.Fidelity {
+	v := SessionView{ID: s.ID, Status: s.Status, EnvID: s.EnvID, BuildID: s.BuildID, StateHash: st.StateHash,
+		WorldHash: s.WorldHash, RecordOutputs: s.RecordOutputs, CreatedAt: s.CreatedAt, ClosedAt: s.ClosedAt,
+		NCalls: st.NCalls, NErrors: st.NErrors, NDowngraded: st.NDowngraded, LastUsedAt: st.LastUsedAt, ExpiresAt: st.ExpiresAt}
+	for _, c := range st.Counts {
+		switch c.Fidelity {
 		case schema.FidelityAExecuted:
-			v.Fidelity.AExecuted = a.N
+			v.Fidelity.AExecuted = c.N
 		case schema.FidelityBTwin:
-			v.Fidelity.BTwin = a.N
+			v.Fidelity.BTwin = c.N
 		case schema.FidelityBReplayed:
-			v.Fidelity.BReplayed = a.N
+			v.Fidelity.BReplayed = c.N
 		case schema.FidelityBInferred:
-			v.Fidelity.BInferred = a.N
+			v.Fidelity.BInferred = c.N
 		case schema.FidelityBSimulated:
-			v.Fidelity.BSimulated = a.N
+			v.Fidelity.BSimulated = c.N
 		}
 	}
-	var last []schema.Call
-	if err := sr.db.NewSelect().Model(&last).Column("state_hash", "created_at").Where("session_id = ?", s.ID).
-		Order("seq DESC").Limit(1).Scan(ctx); err != nil {
-		return nil, fmt.Errorf("last call of session %s: %w", s.ID, err)
-	}
-	v.LastUsedAt = s.CreatedAt
-	if len(last) == 1 {
-		v.StateHash = last[0].StateHash
-		v.LastUsedAt = last[0].CreatedAt
-	}
-	if s.LastUsedAt.After(v.LastUsedAt) {
-		v.LastUsedAt = s.LastUsedAt
-	}
-	v.ExpiresAt = v.LastUsedAt.Add(sr.Idle)
-	if s.Status != schema.SessionOpen && s.ClosedAt != nil {
-		v.ExpiresAt = *s.ClosedAt
-	}
-	var rc twinrpc.Receipts
-	if len(s.Receipts) > 0 {
-		if err := json.Unmarshal(s.Receipts, &rc); err != nil {
-			return nil, fmt.Errorf("receipts of session %s: %w", s.ID, err)
-		}
-	}
-	if rc.Pinned == nil {
-		rc.Pinned = map[string][]string{}
-	}
+	rc := st.Receipts
 	v.Receipts = SessionReceiptsFull{
-		SessionReceipts:  SessionReceipts{Seeded: s.Seeded, Seed: s.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash, Note: rc.Note},
+		SessionReceipts: SessionReceipts{Seeded: s.Seeded, Seed: s.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash, Note: rc.Note,
+			Clock: s.Clock},
 		Pinned:           rc.Pinned,
 		SeedInstructions: rc.SeedInstructions,
-		Clock:            s.Clock,
 	}
 	return &SessionOutput{Body: v}, nil
 }
@@ -987,7 +427,7 @@ type TranscriptOutput struct {
 
 func (sr *SessionRoutes) transcript(ctx context.Context, in *TranscriptInput) (*TranscriptOutput, error) {
 	s := PrincipalFrom(ctx).Session
-	calls, err := store.ListCalls(ctx, sr.db, s.ID, in.After, in.Limit)
+	calls, err := sr.Plane.Transcript(ctx, s, in.After, in.Limit)
 	if err != nil {
 		return nil, err
 	}
@@ -1013,99 +453,11 @@ type CloseOutput struct {
 }
 
 func (sr *SessionRoutes) close(ctx context.Context, in *SessionPath) (*CloseOutput, error) {
-	s := PrincipalFrom(ctx).Session
-	l := sr.liveOf(s.ID)
-	l.mu.Lock() // wait for a call in flight
-	existed, err := store.EndSession(ctx, sr.db, s.ID, schema.SessionClosed)
-	l.mu.Unlock()
+	existed, err := sr.Plane.Close(ctx, PrincipalFrom(ctx).Session)
 	if err != nil {
 		return nil, err
-	}
-	sr.forget(s.ID)
-	if existed {
-		sr.dropOnTwin(context.WithoutCancel(ctx), s.EnvID, s.BuildID, s.ID)
-		sr.snapshot(context.WithoutCancel(ctx), s.ID)
 	}
 	out := &CloseOutput{}
 	out.Body.Existed = existed
 	return out, nil
-}
-
-// snapshot writes an ended session's counters into its row (the call path journals calls only).
-func (sr *SessionRoutes) snapshot(ctx context.Context, id string) {
-	if err := activities.SnapshotSession(ctx, sr.db, id); err != nil {
-		loggerFrom(ctx).Warn("snapshot session counters", "session", id, "err", err)
-	}
-}
-
-// ---- token cache ----
-
-// SessionTokens caches what a session token resolves to (its session and workspace), so the tool plane's hot
-// path does not read the database twice per call. The Authenticator consults it for ms_ tokens when wired
-// (see SessionRoutes.Tokens). Resolutions are trusted for TTL; the session routes forget a session the moment
-// this process closes, expires or breaks it, so its token is refused at once here, and another API process
-// refuses it within TTL (sooner: its next call finds the world dropped and the row ended).
-type SessionTokens struct {
-	DB *bun.DB
-	// TTL bounds how long a resolution is trusted (default 5s).
-	TTL time.Duration
-
-	mu   sync.RWMutex
-	byID map[string]string // session id → token hash
-	m    map[string]tokenEntry
-}
-
-type tokenEntry struct {
-	s   *schema.Session
-	ws  *schema.Workspace
-	exp time.Time
-}
-
-// Resolve returns the session and workspace of an ms_ token, whatever the session's status (callers decide what
-// an ended session answers); unknown tokens are store.ErrNotFound.
-func (c *SessionTokens) Resolve(ctx context.Context, token string) (*schema.Session, *schema.Workspace, error) {
-	h := cred.Hash(token)
-	now := time.Now()
-	c.mu.RLock()
-	e, ok := c.m[h]
-	c.mu.RUnlock()
-	if ok && now.Before(e.exp) {
-		return e.s, e.ws, nil
-	}
-	s, err := store.SessionByToken(ctx, c.DB, token)
-	if err != nil {
-		return nil, nil, err
-	}
-	ws, err := store.GetWorkspace(ctx, c.DB, s.WorkspaceID)
-	if err != nil {
-		return nil, nil, err
-	}
-	ttl := c.TTL
-	if ttl <= 0 {
-		ttl = 5 * time.Second
-	}
-	c.mu.Lock()
-	if c.m == nil {
-		c.m, c.byID = map[string]tokenEntry{}, map[string]string{}
-	}
-	if len(c.m) > 100_000 { // bound memory: start over rather than track recency
-		c.m, c.byID = map[string]tokenEntry{}, map[string]string{}
-	}
-	c.m[h] = tokenEntry{s: s, ws: ws, exp: now.Add(ttl)}
-	c.byID[s.ID] = h
-	c.mu.Unlock()
-	return s, ws, nil
-}
-
-// Forget drops a session's resolution: its next request reads the database again.
-func (c *SessionTokens) Forget(sessionID string) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	if h, ok := c.byID[sessionID]; ok {
-		delete(c.m, h)
-		delete(c.byID, sessionID)
-	}
-	c.mu.Unlock()
 }

@@ -359,7 +359,7 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer w.Stop()
-			p.routes.Opener = &workflows.Sessions{Client: c, TaskQueue: queue}
+			p.opener.set(&workflows.Sessions{Client: c, TaskQueue: queue})
 			hc := loadClient()
 			url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
 			n := max(b.N, 300)

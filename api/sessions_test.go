@@ -29,12 +29,15 @@ import (
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/journal"
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -42,6 +45,21 @@ import (
 // uses (SessionOpener) over the very activity code the workflow runs. The workflow itself is tested with the
 // SDK test suite in workflows/.
 type directOpener struct{ a *activities.Sessions }
+
+// swapOpener lets a test change the opener of a plane already serving.
+type swapOpener struct {
+	mu sync.Mutex
+	o  toolplane.SessionOpener
+}
+
+func (s *swapOpener) set(o toolplane.SessionOpener) { s.mu.Lock(); s.o = o; s.mu.Unlock() }
+
+func (s *swapOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
+	s.mu.Lock()
+	o := s.o
+	s.mu.Unlock()
+	return o.Open(ctx, in)
+}
 
 func (o directOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
 	suspect := ""
@@ -74,7 +92,7 @@ type inprocTwins struct {
 	handles map[string]driver.Handle // by build id
 }
 
-func (d *inprocTwins) WakeTwin(ctx context.Context, w activities.TwinWake) (activities.TwinState, error) {
+func (d *inprocTwins) WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.wakes++
@@ -83,7 +101,7 @@ func (d *inprocTwins) WakeTwin(ctx context.Context, w activities.TwinWake) (acti
 		b = w.Active
 	}
 	if d.down {
-		return activities.TwinState{State: activities.TwinStateBooting, BuildID: b.BuildID}, nil
+		return twinstate.Status{State: twinstate.Booting, BuildID: b.BuildID}, nil
 	}
 	h, ok := d.handles[b.BuildID]
 	if ok && w.Suspect == h.ID {
@@ -95,20 +113,20 @@ func (d *inprocTwins) WakeTwin(ctx context.Context, w activities.TwinWake) (acti
 		var err error
 		h, err = d.drv.Start(ctx, driver.Spec{EnvID: w.EnvID, BuildID: b.BuildID, BundleKey: b.BundleKey, BundleHash: b.BundleHash})
 		if err != nil {
-			return activities.TwinState{State: activities.TwinStateFailed, BuildID: b.BuildID, Error: err.Error()}, nil
+			return twinstate.Status{State: twinstate.Failed, BuildID: b.BuildID, Error: err.Error()}, nil
 		}
 		d.handles[b.BuildID] = h
 	}
-	return activities.TwinState{State: activities.TwinStateReady, Addr: h.Addr, BuildID: b.BuildID, HandleID: h.ID}, nil
+	return twinstate.Status{State: twinstate.Ready, Addr: h.Addr, BuildID: b.BuildID, HandleID: h.ID}, nil
 }
 
-func (d *inprocTwins) RunningTwins(ctx context.Context, envID string) (map[string]activities.TwinState, error) {
+func (d *inprocTwins) RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := map[string]activities.TwinState{}
+	out := map[string]twinstate.Status{}
 	for b, h := range d.handles {
 		if h.EnvID == envID {
-			out[b] = activities.TwinState{State: activities.TwinStateReady, Addr: h.Addr, BuildID: b, HandleID: h.ID}
+			out[b] = twinstate.Status{State: twinstate.Ready, Addr: h.Addr, BuildID: b, HandleID: h.ID}
 		}
 	}
 	return out, nil
@@ -128,6 +146,8 @@ type plane struct {
 	blobs   blob.Store
 	twins   *inprocTwins
 	routes  *api.SessionRoutes
+	tp      *toolplane.Plane
+	opener  *swapOpener
 	journal *journal.Writer[schema.Call]
 	h       http.Handler
 	api     humatest.TestAPI
@@ -246,18 +266,16 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.journal.Close() })
-	p.routes = &api.SessionRoutes{
-		Opener:  directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins}},
-		Twins:   p.twins,
-		Journal: p.journal,
-		Bundles: &api.Bundles{Blob: p.blobs},
-		Idle:    o.idle,
-	}
+	p.opener = &swapOpener{o: directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins}}}
+	popts := toolplane.Options{DB: p.db, Opener: p.opener, Twins: p.twins, Journal: p.journal,
+		Bundles: &toolplane.Bundles{Blob: p.blobs}, Idle: o.idle}
 	if o.local {
 		p.locals = &countingLocals{drv: drv}
-		p.routes.Locals = p.locals
-		p.routes.Opener = directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}}
+		popts.Locals = p.locals
+		p.opener.set(directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}})
 	}
+	p.tp = toolplane.New(popts)
+	p.routes = &api.SessionRoutes{Plane: p.tp}
 	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register}})
 	p.h = h
 	p.api = humatest.Wrap(t, humaAPI)
@@ -535,8 +553,8 @@ func TestSessionOpenAnswersBothVariants(t *testing.T) {
 		// A scenario from the build config, and a clock.
 		e := p.open(map[string]any{"scenario": "busy", "seed": 42, "clock": "2025-03-01T09:00:00+01:00"})
 		erc := e.Open["receipts"].(map[string]any)
-		if erc["scenario"] != "busy" || erc["seeded"] != true {
-			t.Fatalf("scenario open = %v", e.Open)
+		if erc["scenario"] != "busy" || erc["seeded"] != true || erc["clock"] != "2025-03-01T08:00:00Z" {
+			t.Fatalf("scenario open = %v, want the clock in its receipts (issue 13: it was missing)", e.Open)
 		}
 		code, got := p.do(http.MethodGet, "/v1/sessions/"+e.ID, e.Token, nil)
 		if code != 200 || got["receipts"].(map[string]any)["clock"] != "2025-03-01T08:00:00Z" {
@@ -701,6 +719,37 @@ func TestCallChangesStateAndTranscriptHidesOutputs(t *testing.T) {
 	}
 }
 
+// TestWrongTypedArgumentsAreToolErrors: arguments that are an object but break the tool's input schema are the
+// tool's own error — 200 with error: true, answered by the twin and journaled — not an HTTP 422 (issue 13 defect 3,
+// spec §4.8). The world does not change, and a rebuild from the journal reaches the same state.
+func TestWrongTypedArgumentsAreToolErrors(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(map[string]any{"seed": 1})
+	_, before := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+	code, r := p.call(s, "get_order_details", map[string]any{"order_id": 12})
+	if code != http.StatusOK || r["error"] != true || r["fidelity"] != "B_twin" || r["rung"] != "twin" ||
+		!strings.Contains(str(r["content"]), "order_id") {
+		t.Fatalf("wrong-typed argument: %d %v, want 200 error naming order_id", code, r)
+	}
+	_, after := p.do(http.MethodGet, "/v1/sessions/"+s.ID, s.Token, nil)
+	if after["n_calls"] != float64(1) || after["n_errors"] != float64(1) || after["state_hash"] != before["state_hash"] {
+		t.Fatalf("after the call: %v (before %v)", after, before)
+	}
+	// The twin loses the session: the next call rebuilds it from the journal, the refused call included.
+	p.stopTwin()
+	p.startTwin()
+	for i := 0; ; i++ {
+		code, r = p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"})
+		if code != http.StatusConflict || i > 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code != http.StatusOK || r["error"] != false {
+		t.Fatalf("call after the rebuild: %d %v", code, r)
+	}
+}
+
 func TestCallBadInputJournalsNothing(t *testing.T) {
 	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 	s := p.open(map[string]any{"seed": 1})
@@ -713,7 +762,6 @@ func TestCallBadInputJournalsNothing(t *testing.T) {
 		{"arguments an array", `{"name":"get_order_details","arguments":["#W0000001"]}`, 422, "body.arguments"},
 		{"arguments a string", `{"name":"get_order_details","arguments":"{\"order_id\":\"#W0000001\"}"}`, 422, "body.arguments"},
 		{"arguments missing", `{"name":"get_order_details"}`, 422, "arguments"},
-		{"wrong type", `{"name":"get_order_details","arguments":{"order_id":1}}`, 422, "body.arguments.order_id"},
 		{"no name", `{"arguments":{}}`, 422, "name"},
 		{"bad requestor", `{"name":"get_order_details","arguments":{"order_id":"#W0000001"},"requestor":"robot"}`, 422, "body.requestor"},
 		{"unknown tool", `{"name":"launch_rocket","arguments":{}}`, 404, "launch_rocket"},
@@ -820,9 +868,9 @@ func TestSessionCloseDropsWorld(t *testing.T) {
 		map[string]any{"name": "get_order_details", "arguments": map[string]any{}}); code != http.StatusNotFound {
 		t.Fatalf("call to a closed session with the opening key: %d, want 404", code)
 	}
-	// Another key of the same workspace may not act for the opening key.
-	if code, _ := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key2, nil); code != http.StatusForbidden {
-		t.Fatalf("another key of the workspace: %d, want 403", code)
+	// Any key of the workspace may read its sessions (spec §5; issue 13 defect 11: this was a 403).
+	if code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key2, nil); code != http.StatusOK || v["id"] != s.ID {
+		t.Fatalf("another key of the workspace: %d, want 200", code)
 	}
 }
 
@@ -916,7 +964,7 @@ func TestIdleSessionExpires(t *testing.T) {
 	t.Run("by the reaper", func(t *testing.T) {
 		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 		idle, busy := p.open(map[string]any{"seed": 1}), p.open(map[string]any{"seed": 2})
-		a := &activities.Sessions{DB: p.db, Twins: p.twins}
+		a := &activities.Sessions{DB: p.db, Twins: p.twins, Reaper: p.tp}
 		ctx := context.Background()
 		// An hour and a half later busy was used (its call is journaled then), idle was not.
 		later := time.Now().Add(90 * time.Minute)
@@ -974,7 +1022,7 @@ func TestToolListingFormats(t *testing.T) {
 		if len(nat) != 2 || nat[0]["name"] != "cancel_pending_order" || nat[1]["name"] != "get_order_details" {
 			t.Fatalf("native%s = %v", q, nat)
 		}
-		if k := keys(nat[1]); k != "attention,binding,description,inputSchema,name,rung,scores,twin" {
+		if k := keys(nat[1]); k != "answerable,attention,binding,description,inputSchema,name,rung,scores,twin" {
 			t.Fatalf("native entry keys = %s", k)
 		}
 		if b, _ := json.Marshal(nat[1]["inputSchema"]); string(b) != schemaOf || nat[1]["binding"] != "provided" || nat[1]["rung"] != "provided" {
@@ -1039,10 +1087,10 @@ func TestWorldHashGolden(t *testing.T) {
 
 // sameAnswer compares a twin answer with the recorded one: JSON-equal when both parse as JSON, else text-equal.
 func sameAnswer(got, want string) bool {
-	g, gerr := twin.ParseJSONString(got)
-	w, werr := twin.ParseJSONString(want)
+	g, gerr := jsonvalue.ParseString(got)
+	w, werr := jsonvalue.ParseString(want)
 	if gerr == nil && werr == nil {
-		return twin.Equal(g, w)
+		return jsonvalue.Equal(g, w)
 	}
 	return strings.TrimSpace(got) == strings.TrimSpace(want)
 }
@@ -1142,7 +1190,7 @@ func replayTauRetail(t *testing.T, bundle []byte, traces []trace.Trace, local bo
 func TestSessionTokensCache(t *testing.T) {
 	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 	s := p.open(map[string]any{"seed": 1})
-	c := &api.SessionTokens{DB: p.db, TTL: time.Hour}
+	c := toolplane.NewTokens(p.db, time.Hour)
 	ctx := context.Background()
 	got, ws, err := c.Resolve(ctx, s.Token)
 	if err != nil || got.ID != s.ID || ws.ID != p.ws.ID || got.Status != schema.SessionOpen {
@@ -1162,7 +1210,7 @@ func TestSessionTokensCache(t *testing.T) {
 	if _, _, err := c.Resolve(ctx, "ms_unknown"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("unknown token: %v", err)
 	}
-	short := &api.SessionTokens{DB: p.db, TTL: time.Millisecond}
+	short := toolplane.NewTokens(p.db, time.Millisecond)
 	s2 := p.open(map[string]any{"seed": 2})
 	if _, _, err := short.Resolve(ctx, s2.Token); err != nil {
 		t.Fatal(err)
@@ -1174,4 +1222,39 @@ func TestSessionTokensCache(t *testing.T) {
 	if got, _, _ := short.Resolve(ctx, s2.Token); got.Status != schema.SessionExpired {
 		t.Fatalf("after TTL: %s", got.Status)
 	}
+}
+
+// TestRevokedKeyEndsItsSessionsTokens: a session token's life ends with its session or with the key that opened
+// it (issue 13 defect 12: revoking the key left the token working). The session itself stays readable and
+// closable by the workspace's other keys.
+func TestRevokedKeyEndsItsSessionsTokens(t *testing.T) {
+	eachDriver(t, func(t *testing.T, driver string) {
+		p := newPlane(t, driver, shopBundle(t), planeOptions{})
+		ctx := context.Background()
+		k, plain, err := store.CreateKey(ctx, p.db, p.ws.ID, cred.KindWorkspace, "short-lived")
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out := p.do(http.MethodPost, "/v1/envs/"+p.env.Slug+"/sessions", plain, map[string]any{"seed": 3})
+		if code != http.StatusCreated {
+			t.Fatalf("open: %d %v", code, out)
+		}
+		s := session{ID: out["sessionId"].(string), Token: out["token"].(string)}
+		if code, _ := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusOK {
+			t.Fatalf("call before the revoke: %d", code)
+		}
+		if _, err := store.RevokeKey(ctx, p.db, p.ws.ID, k.ID); err != nil {
+			t.Fatal(err)
+		}
+		p.tp.Tokens().Forget(s.ID) // as another process would see it once its cache entry lapses (≤ 5 s)
+		if code, _ := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusUnauthorized {
+			t.Fatalf("token of a session whose opening key was revoked: %d, want 401", code)
+		}
+		if code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key2, nil); code != http.StatusOK || v["n_calls"] != float64(1) {
+			t.Fatalf("another key reads it: %d %v", code, v)
+		}
+		if code, v := p.do(http.MethodDelete, "/v1/sessions/"+s.ID, p.key2, nil); code != http.StatusOK || v["existed"] != true {
+			t.Fatalf("another key closes it: %d %v", code, v)
+		}
+	})
 }

@@ -4,18 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"reflect"
 	"sort"
-	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/uptrace/bun"
 
-	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -36,6 +34,7 @@ type NativeTool struct {
 	Attention   []string        `json:"attention" doc:"What a user should know about this tool's twin, one plain sentence each (e.g. that a write is only replayed); empty when nothing."`
 	Scores      ToolScores      `json:"scores" doc:"The build's figures for this tool."`
 	Twin        ToolTwinFacts   `json:"twin" doc:"Facts about how the twin serves this tool."`
+	Answerable  bool            `json:"answerable" doc:"Whether anything can answer a call: a handler, a recording or a configured model. A tool nothing can answer is left out of the openai and anthropic formats, and attention says why."`
 }
 
 // ToolScores are a tool's build-time figures.
@@ -110,12 +109,23 @@ type ListToolsOutput struct {
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
-// ToolEntries renders a bundle's tools in format, sorted by name.
-func ToolEntries(b *twin.Bundle, build *schema.Build, format string) (ToolList, error) {
+// unanswerable is the attention sentence of a tool nothing can answer.
+const unanswerable = "Nothing can answer this tool: it has no handler and no recorded answer, and no model is configured " +
+	"(model.base_url); it is left out of the openai and anthropic formats."
+
+// ToolEntries renders a bundle's tools in format, sorted by name. model says whether a model is configured (the
+// simulate rung answers): without one, a tool with no handler and no recording cannot be answered, so the provider
+// formats leave it out — an agent handed it could only fail — and its native entry says why.
+func ToolEntries(b *twin.Bundle, build *schema.Build, format string, model bool) (ToolList, error) {
 	tools := append([]twin.Tool(nil), b.Tools...)
 	sortTools(tools)
+	recorded := map[string]bool{}
+	for _, r := range b.Recordings {
+		recorded[r.Tool] = true
+	}
 	out := make(ToolList, 0, len(tools))
 	for _, t := range tools {
+		answerable := model || t.Provided != "" || t.Source != "" || recorded[t.Name]
 		in := t.InputSchema
 		if len(in) == 0 || string(in) == "null" {
 			in = emptyObjectSchema
@@ -126,17 +136,26 @@ func ToolEntries(b *twin.Bundle, build *schema.Build, format string) (ToolList, 
 			if att == nil {
 				att = []string{}
 			}
+			if !answerable {
+				att = append(att[:len(att):len(att)], unanswerable)
+			}
 			out = append(out, NativeTool{
 				Name: t.Name, Description: t.Description, InputSchema: in,
 				Binding: t.Binding, Rung: t.Rung, Attention: att,
 				Scores: ToolScores{Calls: t.Scores.Calls, Errors: t.Scores.Errors, Fit: t.Scores.Fit, FitCalls: t.Scores.FitCalls},
 				Twin: ToolTwinFacts{Kind: t.Kind, Entity: t.Table, KeyArg: t.KeyArg, Handler: t.Source != "",
 					Provided: t.Provided != "", OutputSchema: t.OutputSchema, BuildID: build.ID, BundleHash: build.BundleHash},
+				Answerable: answerable,
 			})
-		case FormatOpenAI:
+		case FormatOpenAI, FormatAnthropic:
+			if !answerable {
+				continue
+			}
+			if format == FormatAnthropic {
+				out = append(out, AnthropicTool{Name: t.Name, Description: t.Description, InputSchema: in})
+				continue
+			}
 			out = append(out, OpenAITool{Type: "function", Function: OpenAIFunction{Name: t.Name, Description: t.Description, Parameters: in}})
-		case FormatAnthropic:
-			out = append(out, AnthropicTool{Name: t.Name, Description: t.Description, InputSchema: in})
 		default:
 			return nil, Invalid("query.format", fmt.Sprintf("%q is not one of native, openai, anthropic", format))
 		}
@@ -146,78 +165,6 @@ func ToolEntries(b *twin.Bundle, build *schema.Build, format string) (ToolList, 
 
 func sortTools(ts []twin.Tool) {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
-}
-
-// Bundles loads build bundles from the blob store, keeping the few most recent in memory by build id.
-type Bundles struct {
-	Blob blob.Store
-	// Keep is how many bundles stay in memory (default 8).
-	Keep int
-
-	mu    sync.Mutex
-	byID  map[string]*bundleEntry
-	order []string
-}
-
-type bundleEntry struct {
-	once sync.Once
-	b    *twin.Bundle
-	err  error
-}
-
-// Get returns the bundle of build (loaded once; concurrent callers share the load).
-func (c *Bundles) Get(ctx context.Context, build *schema.Build) (*twin.Bundle, error) {
-	if c == nil || c.Blob == nil {
-		return nil, Unavailable("no blob store configured to read build bundles")
-	}
-	if build.BundleKey == "" {
-		return nil, NotReady("build %s has no bundle yet", build.ID)
-	}
-	c.mu.Lock()
-	if c.byID == nil {
-		c.byID = map[string]*bundleEntry{}
-	}
-	e, ok := c.byID[build.ID]
-	if !ok {
-		e = &bundleEntry{}
-		c.byID[build.ID] = e
-		c.order = append(c.order, build.ID)
-		keep := c.Keep
-		if keep <= 0 {
-			keep = 8
-		}
-		for len(c.order) > keep {
-			delete(c.byID, c.order[0])
-			c.order = c.order[1:]
-		}
-	}
-	c.mu.Unlock()
-	e.once.Do(func() { e.b, e.err = loadBundle(context.WithoutCancel(ctx), c.Blob, build) })
-	if e.err != nil {
-		c.mu.Lock()
-		if c.byID[build.ID] == e {
-			delete(c.byID, build.ID) // retry a failed load next time
-		}
-		c.mu.Unlock()
-	}
-	return e.b, e.err
-}
-
-func loadBundle(ctx context.Context, bs blob.Store, build *schema.Build) (*twin.Bundle, error) {
-	rc, err := bs.Get(ctx, build.BundleKey)
-	if err != nil {
-		return nil, fmt.Errorf("read bundle of build %s: %w", build.ID, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(rc)
-	if err != nil {
-		return nil, fmt.Errorf("read bundle of build %s: %w", build.ID, err)
-	}
-	b, err := twin.UnmarshalBundle(data)
-	if err != nil {
-		return nil, fmt.Errorf("bundle of build %s: %w", build.ID, err)
-	}
-	return b, nil
 }
 
 // activeBuild returns an environment's active build, or a 409 notReady when it has none yet.
@@ -232,36 +179,37 @@ func activeBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (*sch
 	return b, nil
 }
 
-func registerTools(a huma.API, db *bun.DB, bundles *Bundles) {
-	huma.Register(a, huma.Operation{
-		OperationID: "envs.tools",
-		Method:      http.MethodGet,
-		Path:        "/v1/envs/{slug}/tools",
-		Summary:     "List an environment's tools",
+func registerTools(a huma.API, db *bun.DB, bundles *toolplane.Bundles, model bool) {
+	Declare(a, Verb[ListToolsInput, ListToolsOutput]{
+		Name:    "envs.tools",
+		Method:  http.MethodGet,
+		Path:    "/v1/envs/{slug}/tools",
+		Summary: "List an environment's tools",
 		Description: "The active build's tools, sorted by name. `format=openai` and `format=anthropic` give entries " +
 			"in the shape of those SDKs' `tools=` parameter; `native` (the default) adds `binding`, `rung`, " +
 			"`attention`, `scores` and `twin` facts. An environment with no build yet answers 409 notReady.",
 		Tags:     []string{"envs", "tools"},
 		Security: WorkspaceKeyAuth(),
 		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
-	}, func(ctx context.Context, in *ListToolsInput) (*ListToolsOutput, error) {
-		p := PrincipalFrom(ctx)
-		env, err := store.GetEnv(ctx, db, p.Workspace.ID, in.Slug)
-		if err != nil {
-			return nil, StoreError(err, "environment "+in.Slug)
-		}
-		build, err := activeBuild(ctx, db, env)
-		if err != nil {
-			return nil, err
-		}
-		b, err := bundles.Get(ctx, build)
-		if err != nil {
-			return nil, err
-		}
-		list, err := ToolEntries(b, build, in.Format)
-		if err != nil {
-			return nil, err
-		}
-		return &ListToolsOutput{Body: list}, nil
+		Handler: func(ctx context.Context, in *ListToolsInput) (*ListToolsOutput, error) {
+			p := PrincipalFrom(ctx)
+			env, err := store.GetEnv(ctx, db, p.Workspace.ID, in.Slug)
+			if err != nil {
+				return nil, StoreError(err, "environment "+in.Slug)
+			}
+			build, err := activeBuild(ctx, db, env)
+			if err != nil {
+				return nil, err
+			}
+			b, err := bundles.Get(ctx, build)
+			if err != nil {
+				return nil, err
+			}
+			list, err := ToolEntries(b, build, in.Format, model)
+			if err != nil {
+				return nil, err
+			}
+			return &ListToolsOutput{Body: list}, nil
+		},
 	})
 }

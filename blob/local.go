@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 )
 
-// Local is a Store on a local directory. Each object is one file holding a small header (size, key, content type)
+// Local is a Store on a local directory. Its errors name keys, never the directory or its files. Each object is one file holding a small header (size, key, content type)
 // followed by the bytes, named by the SHA-256 of its key, so no key can name a path outside the directory.
 // Writes are atomic and durable: temp file, fsync, rename, fsync of the directory.
 type Local struct {
@@ -76,11 +76,11 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64, co
 	}
 	dir, final := l.path(key)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	tmp := f.Name()
 	defer func() {
@@ -95,36 +95,36 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64, co
 		src = newExactReader(ctx, r, size)
 	}
 	if _, err := writeHeader(f, localHeader{Key: key, ContentType: contentType}, max(size, 0)); err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	bw := bufio.NewWriterSize(f, 256<<10)
 	n, err := io.Copy(bw, src)
 	if err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	if size < 0 {
 		// The size was unknown when the header was written: fill it in now.
 		if _, err := f.WriteAt(binary.BigEndian.AppendUint64(nil, uint64(n)), sizeOffset); err != nil {
-			return fmt.Errorf("blob: put %q: %w", key, err)
+			return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 		}
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("blob: put %q: fsync: %w", key, err)
+		return fmt.Errorf("blob: put %q: fsync: %w", key, noPath(err))
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("blob: put %q: %w", key, err)
+		return fmt.Errorf("blob: put %q: %w", key, noPath(err))
 	}
 	return nil
 }
@@ -182,7 +182,7 @@ func (l *Local) open(key string) (*os.File, localHeader, int64, int64, error) {
 		return nil, localHeader{}, 0, 0, fmt.Errorf("%w: %q", ErrNotFound, key)
 	}
 	if err != nil {
-		return nil, localHeader{}, 0, 0, fmt.Errorf("blob: open %q: %w", key, err)
+		return nil, localHeader{}, 0, 0, fmt.Errorf("blob: open %q: %w", key, noPath(err))
 	}
 	h, size, off, err := readHeader(f)
 	if err == nil && h.Key != key {
@@ -196,7 +196,7 @@ func (l *Local) open(key string) (*os.File, localHeader, int64, int64, error) {
 	}
 	if err != nil {
 		_ = f.Close()
-		return nil, localHeader{}, 0, 0, fmt.Errorf("blob: open %q: %s: %w", key, p, err)
+		return nil, localHeader{}, 0, 0, fmt.Errorf("blob: open %q: %w", key, noPath(err))
 	}
 	return f, h, size, off, nil
 }
@@ -232,7 +232,7 @@ func (l *Local) Stat(ctx context.Context, key string) (Info, error) {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return Info{}, fmt.Errorf("blob: stat %q: %w", key, err)
+		return Info{}, fmt.Errorf("blob: stat %q: %w", key, noPath(err))
 	}
 	return Info{Key: key, Size: size, ContentType: h.ContentType, ModTime: fi.ModTime()}, nil
 }
@@ -251,10 +251,10 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("blob: delete %q: %w", key, err)
+		return fmt.Errorf("blob: delete %q: %w", key, noPath(err))
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("blob: delete %q: %w", key, err)
+		return fmt.Errorf("blob: delete %q: %w", key, noPath(err))
 	}
 	return nil
 }
@@ -266,14 +266,28 @@ func (l *Local) Ping(ctx context.Context) error {
 	}
 	f, err := os.CreateTemp(l.root, ".ping-*")
 	if err != nil {
-		return fmt.Errorf("blob: local store %s not writable: %w", l.root, err)
+		return fmt.Errorf("blob: local store not writable: %w", noPath(err))
 	}
 	name := f.Name()
 	_ = f.Close()
 	if err := os.Remove(name); err != nil {
-		return fmt.Errorf("blob: local store %s: %w", l.root, err)
+		return fmt.Errorf("blob: local store: %w", noPath(err))
 	}
 	return nil
+}
+
+// noPath drops the file path an os error names: the store's errors name keys and say what failed, never where
+// the store keeps its files (they reach build errors and the unauthenticated /readyz).
+func noPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return fmt.Errorf("%s: %w", le.Op, le.Err)
+	}
+	return err
 }
 
 func syncDir(dir string) error {

@@ -1,4 +1,5 @@
-// Package cli holds the client side of doppel subcommands that are not registry verbs, such as collect.
+// Package cli holds the client side of doppel's commands: collect, and every verb of GET /api/registry as
+// `doppel <group> <verb>` over tRPC (verbs.go).
 package cli
 
 import (

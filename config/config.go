@@ -189,17 +189,19 @@ func Keys() []Key {
 func Flags(fs *pflag.FlagSet) {
 	fs.String("config", "", "YAML configuration file")
 	for _, k := range Keys() {
+		// pflag takes a `quoted` word of the help for the flag's value type; the help quotes commands that way.
+		help := strings.ReplaceAll(k.Help, "`", "'")
 		switch d := k.Default.(type) {
 		case bool:
-			fs.Bool(k.Flag(), d, k.Help)
+			fs.Bool(k.Flag(), d, help)
 		case int:
-			fs.Int(k.Flag(), d, k.Help)
+			fs.Int(k.Flag(), d, help)
 		case int64:
-			fs.Int64(k.Flag(), d, k.Help)
+			fs.Int64(k.Flag(), d, help)
 		case float64:
-			fs.Float64(k.Flag(), d, k.Help)
+			fs.Float64(k.Flag(), d, help)
 		default:
-			fs.String(k.Flag(), fmt.Sprint(d), k.Help)
+			fs.String(k.Flag(), fmt.Sprint(d), help)
 		}
 	}
 }

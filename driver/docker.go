@@ -365,7 +365,7 @@ func (d *Docker) Inspect(ctx context.Context, h Handle) (Status, error) {
 // Stop removes the container (killing it). A container already gone is not an error.
 func (d *Docker) Stop(ctx context.Context, h Handle) error {
 	if h.Driver != DockerDriverName {
-		return fmt.Errorf("driver: docker: handle of driver %q", h.Driver)
+		return fmt.Errorf("docker: handle of driver %q: %w", h.Driver, ErrForeignHandle)
 	}
 	cctx, cancel := d.call(ctx)
 	_, err := d.api.ContainerRemove(cctx, h.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})

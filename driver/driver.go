@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // Driver runs twins. Start returns once the twin answers ready (or fails and leaves nothing running). Stop is
@@ -67,33 +68,20 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-// Handle identifies a started twin. Addr is the base URL of its RPC (twinrpc.NewClient(h.Addr, …)).
-type Handle struct {
-	Driver    string    `json:"driver"`
-	ID        string    `json:"id"`
-	EnvID     string    `json:"env_id"`
-	BuildID   string    `json:"build_id"`
-	Owner     string    `json:"owner,omitempty"`
-	Addr      string    `json:"addr"`
-	PID       int       `json:"pid,omitempty"`
-	StartedAt time.Time `json:"started_at"`
-}
+// Handle identifies a started twin (twinstate's, so the TwinWorkflow keeps handles without importing drivers).
+// Addr is the base URL of its RPC (twinrpc.NewClient(h.Addr, …)).
+type Handle = twinstate.Handle
 
-// State is what Inspect found.
-type State string
+// State is what Inspect found (twinstate.Health).
+type State = twinstate.Health
 
 // States of a twin.
 const (
-	// StateStarting: running, not ready yet (loading its bundle).
-	StateStarting State = "starting"
-	// StateReady: running and answering ready.
-	StateReady State = "ready"
-	// StateUnhealthy: running but its RPC does not answer.
-	StateUnhealthy State = "unhealthy"
-	// StateExited: it ran and stopped or died; Detail says how.
-	StateExited State = "exited"
-	// StateGone: no such twin (removed, or never started by this owner).
-	StateGone State = "gone"
+	StateStarting  = twinstate.Starting
+	StateReady     = twinstate.Healthy
+	StateUnhealthy = twinstate.Unhealthy
+	StateExited    = twinstate.Exited
+	StateGone      = twinstate.Gone
 )
 
 // Status is a twin's state as Inspect found it.
@@ -128,6 +116,8 @@ var (
 	ErrNotReady = errors.New("driver: twin did not become ready")
 	// ErrBundle: the bundle could not be read.
 	ErrBundle = errors.New("driver: bundle unavailable")
+	// ErrForeignHandle: the handle was made by another driver (twin.driver changed); this one cannot act on it.
+	ErrForeignHandle = errors.New("driver: handle of another driver")
 )
 
 // DefaultReadyTimeout bounds how long Start waits for a twin to answer ready.

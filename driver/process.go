@@ -313,7 +313,7 @@ func (p *Process) Inspect(ctx context.Context, h Handle) (Status, error) {
 // Stop ends the twin (SIGTERM, then SIGKILL after StopTimeout) and removes its record and log.
 func (p *Process) Stop(ctx context.Context, h Handle) error {
 	if h.Driver != ProcessDriverName {
-		return fmt.Errorf("driver: process: handle of driver %q", h.Driver)
+		return fmt.Errorf("process: handle of driver %q: %w", h.Driver, ErrForeignHandle)
 	}
 	p.mu.Lock()
 	c := p.children[h.ID]

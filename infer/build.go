@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -160,7 +161,7 @@ func (m *model) bundle() *twin.Bundle {
 			}
 		}
 		if in.n == 0 {
-			in.add(twin.NewObject(0))
+			in.add(jsonvalue.NewObject(0))
 		}
 		t.InputSchema = schemaJSON(in.schema())
 		if out.n > 0 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -19,11 +20,11 @@ type model struct {
 	tables     map[string]*tableInfo
 	tableNames []string
 	// base is the base world: table → key → row.
-	base map[string]map[string]*twin.Object
+	base map[string]map[string]*jsonvalue.Object
 	// sightings is every row seen anywhere: table → key → rows in trace order (first per trace).
-	sightings map[string]map[string][]*twin.Object
+	sightings map[string]map[string][]*jsonvalue.Object
 	// subs index nested objects by id (see subIndex).
-	subs    map[string]map[string]*twin.Object
+	subs    map[string]map[string]*jsonvalue.Object
 	subDefs map[string]twin.SubIndex
 }
 
@@ -140,7 +141,7 @@ func scalarText(v any) (string, bool) {
 	switch x := v.(type) {
 	case string:
 		return x, true
-	case twin.Number:
+	case jsonvalue.Number:
 		return string(x), true
 	}
 	return "", false
@@ -157,7 +158,7 @@ func findKey(ti *toolInfo) (string, string, bool) {
 		if !c.success || c.args == nil {
 			continue
 		}
-		o, ok := c.val.(*twin.Object)
+		o, ok := c.val.(*jsonvalue.Object)
 		if !ok || !c.isJSON {
 			continue
 		}
@@ -230,7 +231,7 @@ func externalKey(ti *toolInfo) (string, bool) {
 			return "", false
 		}
 		if c.success {
-			if _, ok := c.val.(*twin.Object); !ok || !c.isJSON {
+			if _, ok := c.val.(*jsonvalue.Object); !ok || !c.isJSON {
 				return "", false
 			}
 			objects++
@@ -261,7 +262,7 @@ func (m *model) classify() {
 			fields[tn] = map[string]bool{}
 		}
 		for _, c := range ti.calls {
-			if o, ok := c.val.(*twin.Object); ok && c.success && c.isJSON {
+			if o, ok := c.val.(*jsonvalue.Object); ok && c.success && c.isJSON {
 				for _, k := range o.Keys {
 					fields[tn][k] = true
 				}
@@ -320,7 +321,7 @@ func (m *model) classify() {
 func (m *model) resembles(ti *toolInfo, fields map[string]map[string]bool) (string, string, bool) {
 	var objs []*call
 	for _, c := range ti.calls {
-		if _, ok := c.val.(*twin.Object); ok && c.success && c.isJSON && c.args != nil {
+		if _, ok := c.val.(*jsonvalue.Object); ok && c.success && c.isJSON && c.args != nil {
 			objs = append(objs, c)
 		}
 	}
@@ -336,7 +337,7 @@ func (m *model) resembles(ti *toolInfo, fields map[string]map[string]bool) (stri
 		inter, union := 0, len(fields[tn])
 		carried := 0
 		for _, c := range objs {
-			o := c.val.(*twin.Object)
+			o := c.val.(*jsonvalue.Object)
 			if _, ok := o.Get(t.keyField); ok {
 				carried++
 			}
@@ -344,7 +345,7 @@ func (m *model) resembles(ti *toolInfo, fields map[string]map[string]bool) (stri
 		if carried*10 < len(objs)*9 {
 			continue
 		}
-		o := objs[0].val.(*twin.Object)
+		o := objs[0].val.(*jsonvalue.Object)
 		for _, k := range o.Keys {
 			if fields[tn][k] {
 				inter++
@@ -360,7 +361,7 @@ func (m *model) resembles(ti *toolInfo, fields map[string]map[string]bool) (stri
 		arg := ""
 		argNames := map[string]int{}
 		for _, c := range objs {
-			o := c.val.(*twin.Object)
+			o := c.val.(*jsonvalue.Object)
 			ki := o.Index(t.keyField)
 			if ki < 0 {
 				continue
@@ -414,11 +415,11 @@ func (m *model) behaviouralWrites() {
 		}
 		changed := false
 		for _, t := range m.traces {
-			last := map[string]*twin.Object{}
+			last := map[string]*jsonvalue.Object{}
 			for _, c := range t.calls {
 				tc := m.tools[c.tool]
 				if tc.write && c.success {
-					last = map[string]*twin.Object{}
+					last = map[string]*jsonvalue.Object{}
 					continue
 				}
 				tn, k, row, ok := m.rowOf(c)
@@ -426,7 +427,7 @@ func (m *model) behaviouralWrites() {
 					continue
 				}
 				id := tn + "\x00" + k
-				if prev, seen := last[id]; seen && c.tool == name && !twin.Equal(prev, row) {
+				if prev, seen := last[id]; seen && c.tool == name && !jsonvalue.Equal(prev, row) {
 					changed = true
 				}
 				last[id] = row
@@ -439,12 +440,12 @@ func (m *model) behaviouralWrites() {
 }
 
 // rowOf answers the table row a call's answer holds, if any.
-func (m *model) rowOf(c *call) (string, string, *twin.Object, bool) {
+func (m *model) rowOf(c *call) (string, string, *jsonvalue.Object, bool) {
 	ti := m.tools[c.tool]
 	if ti == nil || ti.table == "" || !c.success || !c.isJSON || c.args == nil {
 		return "", "", nil, false
 	}
-	o, ok := c.val.(*twin.Object)
+	o, ok := c.val.(*jsonvalue.Object)
 	if !ok {
 		return "", "", nil, false
 	}
@@ -483,13 +484,13 @@ func leafStrings(v any, into map[string]bool) {
 		if len(x) <= 80 {
 			into[x] = true
 		}
-	case twin.Number:
+	case jsonvalue.Number:
 		into[string(x)] = true
 	case []any:
 		for _, e := range x {
 			leafStrings(e, into)
 		}
-	case *twin.Object:
+	case *jsonvalue.Object:
 		for _, e := range x.Vals {
 			leafStrings(e, into)
 		}
@@ -503,14 +504,14 @@ func leafStrings(v any, into map[string]bool) {
 // entities seen no other way.
 func (m *model) buildBase() {
 	type cand struct {
-		row   *twin.Object
+		row   *jsonvalue.Object
 		canon string
 		votes int
 		first int
 		prio  int // 0: clean sighting; 1: after a write that mentioned it; 2: after a write that changed it
 	}
 	cands := map[string]map[string][]*cand{}
-	m.sightings = map[string]map[string][]*twin.Object{}
+	m.sightings = map[string]map[string][]*jsonvalue.Object{}
 	for ti, t := range m.traces {
 		cut := false
 		touched := map[string]bool{}
@@ -525,7 +526,7 @@ func (m *model) buildBase() {
 				if !sightHere[id] {
 					sightHere[id] = true
 					if m.sightings[tn] == nil {
-						m.sightings[tn] = map[string][]*twin.Object{}
+						m.sightings[tn] = map[string][]*jsonvalue.Object{}
 					}
 					m.sightings[tn][k] = append(m.sightings[tn][k], row)
 				}
@@ -563,7 +564,7 @@ func (m *model) buildBase() {
 				prio = 1
 			}
 			seenHere[id] = true
-			canon := string(twin.Canonical(row))
+			canon := string(jsonvalue.Canonical(row))
 			if cands[tn] == nil {
 				cands[tn] = map[string][]*cand{}
 			}
@@ -580,9 +581,9 @@ func (m *model) buildBase() {
 			}
 		}
 	}
-	m.base = map[string]map[string]*twin.Object{}
+	m.base = map[string]map[string]*jsonvalue.Object{}
 	for _, tn := range m.tableNames {
-		m.base[tn] = map[string]*twin.Object{}
+		m.base[tn] = map[string]*jsonvalue.Object{}
 		for k, cs := range cands[tn] {
 			best := cs[0]
 			for _, cd := range cs[1:] {
@@ -599,13 +600,13 @@ func (m *model) buildBase() {
 // over the base world.
 type view struct {
 	m    *model
-	rows map[string]*twin.Object
+	rows map[string]*jsonvalue.Object
 }
 
-func (m *model) newView() *view { return &view{m: m, rows: map[string]*twin.Object{}} }
+func (m *model) newView() *view { return &view{m: m, rows: map[string]*jsonvalue.Object{}} }
 
 // get answers the row as the trace knows it before the current call.
-func (v *view) get(table, key string) (*twin.Object, bool) {
+func (v *view) get(table, key string) (*jsonvalue.Object, bool) {
 	if r, ok := v.rows[table+"\x00"+key]; ok {
 		return r, r != nil
 	}
@@ -638,7 +639,7 @@ func (m *model) target(c *call) (string, string, bool) {
 }
 
 // anyRow answers some known version of a row: the base one, else any sighting.
-func (m *model) anyRow(table, key string) (*twin.Object, bool) {
+func (m *model) anyRow(table, key string) (*jsonvalue.Object, bool) {
 	if r, ok := m.base[table][key]; ok {
 		return r, true
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -29,7 +30,7 @@ func writeLit(b *strings.Builder, v any, indent string, multi bool) {
 		}
 	case string:
 		b.WriteString(strconv.Quote(x))
-	case twin.Number:
+	case jsonvalue.Number:
 		switch string(x) {
 		case "NaN":
 			b.WriteString(`float("nan")`)
@@ -63,7 +64,7 @@ func writeLit(b *strings.Builder, v any, indent string, multi bool) {
 			b.WriteString("\n" + indent)
 		}
 		b.WriteByte(']')
-	case *twin.Object:
+	case *jsonvalue.Object:
 		if x.Len() == 0 {
 			b.WriteString("{}")
 			return
@@ -130,10 +131,10 @@ func (p argPath) expr() string {
 // loopIndex in an argPath stands for the index of the loop the code is in.
 const loopIndex = -1 << 30
 
-func (p argPath) get(args *twin.Object) (any, bool) { return p.getAt(args, -1) }
+func (p argPath) get(args *jsonvalue.Object) (any, bool) { return p.getAt(args, -1) }
 
 // getAt reads the path, with loopIndex standing for index at.
-func (p argPath) getAt(args *twin.Object, at int) (any, bool) {
+func (p argPath) getAt(args *jsonvalue.Object, at int) (any, bool) {
 	var cur any = args
 	for _, e := range p {
 		if x, ok := e.(int); ok && x == loopIndex {
@@ -141,7 +142,7 @@ func (p argPath) getAt(args *twin.Object, at int) (any, bool) {
 		}
 		switch x := e.(type) {
 		case string:
-			o, ok := cur.(*twin.Object)
+			o, ok := cur.(*jsonvalue.Object)
 			if !ok {
 				return nil, false
 			}
@@ -160,7 +161,7 @@ func (p argPath) getAt(args *twin.Object, at int) (any, bool) {
 }
 
 // scalarLeaves lists the scalar leaves of the arguments with their paths, in order.
-func scalarLeaves(args *twin.Object) []struct {
+func scalarLeaves(args *jsonvalue.Object) []struct {
 	path argPath
 	v    any
 } {
@@ -171,7 +172,7 @@ func scalarLeaves(args *twin.Object) []struct {
 	var walk func(p argPath, v any)
 	walk = func(p argPath, v any) {
 		switch x := v.(type) {
-		case *twin.Object:
+		case *jsonvalue.Object:
 			for i, k := range x.Keys {
 				walk(append(append(argPath{}, p...), k), x.Vals[i])
 			}
@@ -179,7 +180,7 @@ func scalarLeaves(args *twin.Object) []struct {
 			for i, e := range x {
 				walk(append(append(argPath{}, p...), i), e)
 			}
-		case string, twin.Number:
+		case string, jsonvalue.Number:
 			out = append(out, struct {
 				path argPath
 				v    any
@@ -201,7 +202,7 @@ func wordChar(c byte) bool {
 }
 
 // templateOf splits a text into literals and the argument values it quotes.
-func templateOf(text string, args *twin.Object) []part {
+func templateOf(text string, args *jsonvalue.Object) []part {
 	leaves := scalarLeaves(args)
 	type occ struct {
 		at, end int
@@ -281,7 +282,7 @@ func commonTemplate(calls []*call) ([]part, bool) {
 	for i, c := range calls {
 		args := c.args
 		if args == nil {
-			args = twin.NewObject(0)
+			args = jsonvalue.NewObject(0)
 		}
 		ps := templateOf(c.text, args)
 		k := partsKey(ps)

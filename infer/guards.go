@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/doppel-dev/doppel/twin"
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // pexpr is a precondition: true means the call is refused.
@@ -27,7 +27,7 @@ func (p fieldNotIn) eval(c *ectx) (bool, bool) {
 		return false, false
 	}
 	for _, x := range p.vals {
-		if twin.Identical(v, x) {
+		if jsonvalue.Identical(v, x) {
 			return false, true
 		}
 	}
@@ -96,7 +96,7 @@ func (p pairEqual) eval(c *ectx) (bool, bool) {
 		return false, false
 	}
 	for i := 0; i < len(a) && i < len(b); i++ {
-		if twin.Identical(a[i], b[i]) {
+		if jsonvalue.Identical(a[i], b[i]) {
 			return true, true
 		}
 	}
@@ -120,7 +120,7 @@ func (p argNotField) eval(c *ectx) (bool, bool) {
 	if !ok1 || !ok2 {
 		return false, false
 	}
-	return !twin.Identical(a, v), true
+	return !jsonvalue.Identical(a, v), true
 }
 
 func (p argNotField) code() string {
@@ -148,7 +148,7 @@ func (p loopSub) failAt(c *ectx) (int, bool) {
 	}
 	idx := c.subs[p.table+"\x00"+p.name]
 	for i, e := range l {
-		o := idx[string(twin.Canonical(e))]
+		o := idx[string(jsonvalue.Canonical(e))]
 		if o == nil {
 			return i, true
 		}
@@ -158,7 +158,7 @@ func (p loopSub) failAt(c *ectx) (int, bool) {
 		}
 		in := false
 		for _, x := range p.vals {
-			if twin.Identical(f, x) {
+			if jsonvalue.Identical(f, x) {
 				in = true
 			}
 		}
@@ -271,7 +271,7 @@ func overlap(a, b map[string]bool) int {
 
 // renderParts writes a template's text for these arguments; at is the loop index a
 // loop template's element references stand for.
-func renderParts(ps []part, args *twin.Object, at int) (string, bool) {
+func renderParts(ps []part, args *jsonvalue.Object, at int) (string, bool) {
 	var b strings.Builder
 	for _, p := range ps {
 		if p.path == nil {
@@ -429,7 +429,7 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 	var out []pexpr
 	scalar := func(v any) bool {
 		switch v.(type) {
-		case string, twin.Number, bool, nil:
+		case string, jsonvalue.Number, bool, nil:
 			return true
 		}
 		return false
@@ -450,7 +450,7 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 				}
 				dup := false
 				for _, x := range vals {
-					if twin.Identical(x, sv) {
+					if jsonvalue.Identical(x, sv) {
 						dup = true
 					}
 				}
@@ -492,7 +492,7 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 					break
 				}
 				for _, e := range els {
-					o := idx[string(twin.Canonical(e))]
+					o := idx[string(jsonvalue.Canonical(e))]
 					if o == nil {
 						resolvable = false
 						break
@@ -506,7 +506,7 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 						}
 						dup := false
 						for _, x := range fieldVals[f] {
-							if twin.Identical(x, o.Vals[fi]) {
+							if jsonvalue.Identical(x, o.Vals[fi]) {
 								dup = true
 							}
 						}

@@ -6,14 +6,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/doppel-dev/doppel/twin"
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // fits reports whether e gives every target in its context.
 func fits(e vexpr, targets []any, ctxs []*ectx) bool {
 	for i := range targets {
 		v, ok := e.eval(ctxs[i])
-		if !ok || !twin.Identical(v, targets[i]) {
+		if !ok || !jsonvalue.Identical(v, targets[i]) {
 			return false
 		}
 	}
@@ -35,11 +35,11 @@ func (m *model) learnValue(name string, targets []any, ctxs []*ectx) (vexpr, boo
 		}
 	}
 	// An object built field by field.
-	if o0, ok := t0.(*twin.Object); ok {
+	if o0, ok := t0.(*jsonvalue.Object); ok {
 		order := strings.Join(o0.Keys, "\x00")
 		same := true
 		for _, t := range targets {
-			o, ok := t.(*twin.Object)
+			o, ok := t.(*jsonvalue.Object)
 			if !ok || strings.Join(o.Keys, "\x00") != order {
 				same = false
 				break
@@ -53,7 +53,7 @@ func (m *model) learnValue(name string, targets []any, ctxs []*ectx) (vexpr, boo
 			for ki, k := range o0.Keys {
 				ts := make([]any, len(targets))
 				for i, t := range targets {
-					ts[i], _ = t.(*twin.Object).Get(k)
+					ts[i], _ = t.(*jsonvalue.Object).Get(k)
 				}
 				e, found := m.learnValue(k, ts, ctxs)
 				if !found {
@@ -76,7 +76,7 @@ func (m *model) learnValue(name string, targets []any, ctxs []*ectx) (vexpr, boo
 				k := o0.Keys[ki]
 				ts := make([]any, len(targets))
 				for i, t := range targets {
-					ts[i], _ = t.(*twin.Object).Get(k)
+					ts[i], _ = t.(*jsonvalue.Object).Get(k)
 				}
 				e, found := m.signChoice(ts, ctxs, numeric)
 				if !found {
@@ -90,7 +90,7 @@ func (m *model) learnValue(name string, targets []any, ctxs []*ectx) (vexpr, boo
 			}
 		}
 	}
-	if _, ok := t0.(twin.Number); ok {
+	if _, ok := t0.(jsonvalue.Number); ok {
 		if e, ok := m.numeric(targets, ctxs); ok {
 			return e, true
 		}
@@ -103,7 +103,7 @@ func (m *model) learnValue(name string, targets []any, ctxs []*ectx) (vexpr, boo
 
 func allSame(ts []any) bool {
 	for _, t := range ts[1:] {
-		if !twin.Identical(t, ts[0]) {
+		if !jsonvalue.Identical(t, ts[0]) {
 			return false
 		}
 	}
@@ -162,7 +162,7 @@ func lastName(e vexpr) string {
 func (m *model) directCandidatesAll(c *ectx, t any) []vexpr {
 	var out []vexpr
 	add := func(e vexpr) {
-		if v, ok := e.eval(c); ok && twin.Identical(v, t) {
+		if v, ok := e.eval(c); ok && jsonvalue.Identical(v, t) {
 			out = append(out, e)
 		}
 	}
@@ -195,7 +195,7 @@ func (m *model) directCandidatesAll(c *ectx, t any) []vexpr {
 				if !ok {
 					continue
 				}
-				if so := o[string(twin.Canonical(kv))]; so != nil {
+				if so := o[string(jsonvalue.Canonical(kv))]; so != nil {
 					for _, f := range so.Keys {
 						add(subE{table: tn, index: ix, key: k, field: f})
 					}
@@ -207,7 +207,7 @@ func (m *model) directCandidatesAll(c *ectx, t any) []vexpr {
 }
 
 // argPaths are the paths of every argument value (scalars, lists and objects), top level first.
-func argPaths(args *twin.Object) []argPath {
+func argPaths(args *jsonvalue.Object) []argPath {
 	var out []argPath
 	var walk func(p argPath, v any, depth int)
 	walk = func(p argPath, v any, depth int) {
@@ -218,7 +218,7 @@ func argPaths(args *twin.Object) []argPath {
 			return
 		}
 		switch x := v.(type) {
-		case *twin.Object:
+		case *jsonvalue.Object:
 			for i, k := range x.Keys {
 				walk(append(append(argPath{}, p...), k), x.Vals[i], depth+1)
 			}
@@ -248,7 +248,7 @@ func valuePaths(v any, depth int) [][]any {
 			return
 		}
 		switch x := v.(type) {
-		case *twin.Object:
+		case *jsonvalue.Object:
 			for i, k := range x.Keys {
 				walk(append(append([]any{}, p...), k), x.Vals[i], d+1)
 			}
@@ -327,10 +327,10 @@ func (m *model) numericWhere(targets []any, ctxs []*ectx, accept func(vexpr) boo
 		}
 	}
 	// A whole-number rate times a number or a difference (a fee per unit added).
-	t0, _ := targets[0].(twin.Number)
+	t0, _ := targets[0].(jsonvalue.Number)
 	scaled := func(x vexpr) (vexpr, bool) {
 		v, ok := x.eval(c0)
-		n, isNum := v.(twin.Number)
+		n, isNum := v.(jsonvalue.Number)
 		if !ok || !isNum || n.IsFloat() || t0.IsFloat() || n == "0" {
 			return nil, false
 		}
@@ -371,7 +371,7 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 		if !ok {
 			return false
 		}
-		_, ok = v.(twin.Number)
+		_, ok = v.(jsonvalue.Number)
 		return ok
 	}
 	for _, p := range argPaths(c.args) {
@@ -406,14 +406,14 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 		for _, lp := range rowObjectLists(c.pre) {
 			l, _ := c.pre.Get(lp)
 			for _, el := range l.([]any) {
-				o, ok := el.(*twin.Object)
+				o, ok := el.(*jsonvalue.Object)
 				if !ok {
 					continue
 				}
 				for fi, f := range o.Keys {
-					if twin.Identical(o.Vals[fi], kv) {
+					if jsonvalue.Identical(o.Vals[fi], kv) {
 						for gi, g := range o.Keys {
-							if _, ok := o.Vals[gi].(twin.Number); ok {
+							if _, ok := o.Vals[gi].(jsonvalue.Number); ok {
 								r = append(r, findE{list: lp, field: f, key: key, get: g})
 							}
 						}
@@ -431,9 +431,9 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 		}
 		for _, name := range m.subNames() {
 			tn, ix := splitSub(name)
-			if so := c.subs[name][string(twin.Canonical(kv))]; so != nil {
+			if so := c.subs[name][string(jsonvalue.Canonical(kv))]; so != nil {
 				for fi, f := range so.Keys {
-					if _, ok := so.Vals[fi].(twin.Number); ok {
+					if _, ok := so.Vals[fi].(jsonvalue.Number); ok {
 						r = append(r, subE{table: tn, index: ix, key: key, field: f})
 					}
 				}
@@ -476,11 +476,11 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 }
 
 // rowObjectLists are the row's top-level fields holding lists of objects.
-func rowObjectLists(row *twin.Object) []string {
+func rowObjectLists(row *jsonvalue.Object) []string {
 	var out []string
 	for i, k := range row.Keys {
 		if l, ok := row.Vals[i].([]any); ok && len(l) > 0 {
-			if _, ok := l[0].(*twin.Object); ok {
+			if _, ok := l[0].(*jsonvalue.Object); ok {
 				out = append(out, k)
 			}
 		}
@@ -510,16 +510,16 @@ func (e findE) eval(c *ectx) (any, bool) {
 		return nil, false
 	}
 	for _, el := range ls {
-		o, ok := el.(*twin.Object)
+		o, ok := el.(*jsonvalue.Object)
 		if !ok {
 			continue
 		}
-		if f, ok := o.Get(e.field); ok && twin.Identical(f, kv) {
+		if f, ok := o.Get(e.field); ok && jsonvalue.Identical(f, kv) {
 			v, ok := o.Get(e.get)
 			if !ok {
 				return nil, false
 			}
-			return twin.Clone(v), true
+			return jsonvalue.Clone(v), true
 		}
 	}
 	return nil, false
@@ -535,7 +535,7 @@ func (m *model) signChoice(targets []any, ctxs []*ectx, numeric []vexpr) (vexpr,
 	for _, t := range targets {
 		dup := false
 		for _, v := range vals {
-			if twin.Identical(v, t) {
+			if jsonvalue.Identical(v, t) {
 				dup = true
 			}
 		}
@@ -558,7 +558,7 @@ func (m *model) signChoice(targets []any, ctxs []*ectx, numeric []vexpr) (vexpr,
 }
 
 // numDivExact answers a/b when both are integers and b divides a.
-func numDivExact(a, b twin.Number) (twin.Number, bool) {
+func numDivExact(a, b jsonvalue.Number) (jsonvalue.Number, bool) {
 	x, ok1 := new(big.Int).SetString(string(a), 10)
 	y, ok2 := new(big.Int).SetString(string(b), 10)
 	if !ok1 || !ok2 || y.Sign() == 0 {
@@ -568,5 +568,5 @@ func numDivExact(a, b twin.Number) (twin.Number, bool) {
 	if r.Sign() != 0 {
 		return "", false
 	}
-	return twin.Number(q.String()), true
+	return jsonvalue.Number(q.String()), true
 }

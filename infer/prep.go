@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -15,9 +16,9 @@ type call struct {
 	idx     int
 	tool    string
 	raw     string
-	args    *twin.Object // nil when the arguments are not a JSON object
-	canon   string       // canonical JSON of args ("" when args is nil)
-	answer  bool         // an answer was recorded
+	args    *jsonvalue.Object // nil when the arguments are not a JSON object
+	canon   string            // canonical JSON of args ("" when args is nil)
+	answer  bool              // an answer was recorded
 	text    string
 	val     any // the answer parsed as JSON (valid only when isJSON)
 	isJSON  bool
@@ -101,26 +102,26 @@ func prepare(traces []trace.Trace, w *warnings) []*ptrace {
 				w.add("call_without_tool_name", fmt.Sprintf("%s call %d", t.ID, c.Index))
 				continue
 			}
-			if v, err := twin.ParseJSONString(c.RawArgs); err == nil {
-				if o, ok := v.(*twin.Object); ok {
+			if v, err := jsonvalue.ParseString(c.RawArgs); err == nil {
+				if o, ok := v.(*jsonvalue.Object); ok {
 					pc.args = o
 				}
 			} else if strings.TrimSpace(c.RawArgs) == "" {
-				pc.args = twin.NewObject(0)
+				pc.args = jsonvalue.NewObject(0)
 			}
 			if pc.args == nil {
 				w.add("arguments_not_json_object", fmt.Sprintf("%s %s(%s)", t.ID, c.Tool, c.RawArgs))
 			} else {
-				pc.canon = string(twin.Canonical(pc.args))
+				pc.canon = string(jsonvalue.Canonical(pc.args))
 			}
 			if !c.Answered {
 				w.add("call_without_result", fmt.Sprintf("%s %s call %d", t.ID, c.Tool, c.Index))
 			} else {
 				pc.isErr = twin.IsErrorText(c.Result)
-				if twin.LooksJSON(c.Result) {
-					if v, err := twin.ParseJSONString(c.Result); err == nil {
+				if jsonvalue.LooksJSON(c.Result) {
+					if v, err := jsonvalue.ParseString(c.Result); err == nil {
 						pc.val, pc.isJSON = v, true
-						if o, ok := v.(*twin.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
+						if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
 							pc.isErr = true
 						}
 					} else if c.Result[0] == '{' || c.Result[0] == '[' {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -34,14 +35,14 @@ func jsonType(v any) string {
 		return "boolean"
 	case string:
 		return "string"
-	case twin.Number:
+	case jsonvalue.Number:
 		if x.IsFloat() {
 			return "number"
 		}
 		return "integer"
 	case []any:
 		return "array"
-	case *twin.Object:
+	case *jsonvalue.Object:
 		return "object"
 	}
 	return "string"
@@ -68,7 +69,7 @@ func (s *shape) add(v any) {
 		for _, e := range x {
 			s.items.add(e)
 		}
-	case *twin.Object:
+	case *jsonvalue.Object:
 		if s.props == nil {
 			s.props = map[string]*shape{}
 			s.present = map[string]int{}
@@ -87,7 +88,7 @@ func (s *shape) add(v any) {
 }
 
 // schema renders the accumulated shape as a JSON Schema (as an ordered object).
-func (s *shape) schema() *twin.Object { return s.schemaNamed("") }
+func (s *shape) schema() *jsonvalue.Object { return s.schemaNamed("") }
 
 // enumNameStop are words in a property name that say its values are open-ended.
 var enumNameStop = []string{"id", "name", "email", "phone", "address", "zip", "code", "number", "date", "time", "summary", "thought", "description", "text", "note", "comment"}
@@ -112,8 +113,8 @@ func (s *shape) enumWorthy(name string, vals []string) bool {
 	return true
 }
 
-func (s *shape) schemaNamed(name string) *twin.Object {
-	o := twin.NewObject(6)
+func (s *shape) schemaNamed(name string) *jsonvalue.Object {
+	o := jsonvalue.NewObject(6)
 	var types []string
 	for t := range s.types {
 		types = append(types, t)
@@ -135,7 +136,7 @@ func (s *shape) schemaNamed(name string) *twin.Object {
 		o.Set("type", l)
 	}
 	if s.props != nil && s.types["object"] > 0 {
-		props := twin.NewObject(len(s.order))
+		props := jsonvalue.NewObject(len(s.order))
 		var req []any
 		for _, k := range s.order {
 			props.Set(k, s.props[k].schemaNamed(k))
@@ -148,7 +149,7 @@ func (s *shape) schemaNamed(name string) *twin.Object {
 			o.Set("required", req)
 		}
 	} else if s.types["object"] > 0 && len(types) == 1 {
-		o.Set("properties", twin.NewObject(0))
+		o.Set("properties", jsonvalue.NewObject(0))
 	}
 	if s.items != nil {
 		o.Set("items", s.items.schemaNamed(name))
@@ -379,6 +380,6 @@ func keyShape(keys []string) string {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // schemaJSON renders a schema object compactly.
-func schemaJSON(o *twin.Object) json.RawMessage {
+func schemaJSON(o *jsonvalue.Object) json.RawMessage {
 	return json.RawMessage(twin.Render(o, twin.StyleCompact))
 }

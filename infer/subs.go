@@ -4,20 +4,21 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 )
 
 // subIndex finds nested objects addressable by an id field (a product's variants by
 // item_id, an order's items by item_id) in every row the traces showed. The map is
 // keyed by table + "\x00" + index name, then by the id's canonical JSON.
-func (m *model) subIndex() map[string]map[string]*twin.Object {
+func (m *model) subIndex() map[string]map[string]*jsonvalue.Object {
 	if m.subs != nil {
 		return m.subs
 	}
-	m.subs = map[string]map[string]*twin.Object{}
+	m.subs = map[string]map[string]*jsonvalue.Object{}
 	m.subDefs = map[string]twin.SubIndex{}
 	for _, tn := range m.tableNames {
-		var rows []*twin.Object
+		var rows []*jsonvalue.Object
 		for _, k := range sortedKeys(m.base[tn]) {
 			rows = append(rows, m.base[tn][k])
 		}
@@ -26,19 +27,19 @@ func (m *model) subIndex() map[string]map[string]*twin.Object {
 		}
 		type cand struct {
 			def    twin.SubIndex
-			idx    map[string]*twin.Object
+			idx    map[string]*jsonvalue.Object
 			broken bool
 		}
 		cands := map[string]*cand{}
 		for _, r := range rows {
 			for i, f := range r.Keys {
 				var path string
-				var elems []*twin.Object
+				var elems []*jsonvalue.Object
 				switch x := r.Vals[i].(type) {
-				case *twin.Object:
+				case *jsonvalue.Object:
 					path = f + ".*"
 					for _, v := range x.Vals {
-						o, ok := v.(*twin.Object)
+						o, ok := v.(*jsonvalue.Object)
 						if !ok {
 							elems = nil
 							break
@@ -48,7 +49,7 @@ func (m *model) subIndex() map[string]map[string]*twin.Object {
 				case []any:
 					path = f + "[]"
 					for _, v := range x {
-						o, ok := v.(*twin.Object)
+						o, ok := v.(*jsonvalue.Object)
 						if !ok {
 							elems = nil
 							break
@@ -69,10 +70,10 @@ func (m *model) subIndex() map[string]map[string]*twin.Object {
 						name := path + ":" + g
 						c := cands[name]
 						if c == nil {
-							c = &cand{def: twin.SubIndex{Name: name, Path: path, Field: g}, idx: map[string]*twin.Object{}}
+							c = &cand{def: twin.SubIndex{Name: name, Path: path, Field: g}, idx: map[string]*jsonvalue.Object{}}
 							cands[name] = c
 						}
-						cv := string(twin.Canonical(s))
+						cv := string(jsonvalue.Canonical(s))
 						if seenHere[name+"\x00"+cv] {
 							c.broken = true // not unique within a row: not an id
 						}

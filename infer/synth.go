@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 	"go.starlark.net/starlark"
 )
@@ -21,13 +22,13 @@ func (m *model) detectStyle() {
 					continue
 				}
 				switch c.val.(type) {
-				case *twin.Object, []any:
+				case *jsonvalue.Object, []any:
 					if twin.Render(c.val, st) == c.text {
 						n++
 					}
-				case twin.Number:
+				case jsonvalue.Number:
 					// A computed float's spelling tells Python (1200.0) from JavaScript (1200).
-					if c.val.(twin.Number).IsFloat() && st.FormatFloat(c.val.(twin.Number).Float64()) == c.text {
+					if c.val.(jsonvalue.Number).IsFloat() && st.FormatFloat(c.val.(jsonvalue.Number).Float64()) == c.text {
 						n++
 					}
 				}
@@ -177,7 +178,7 @@ func (m *model) synthLookup(ti *toolInfo) bool {
 	}
 	type hit struct {
 		table, key string
-		row        *twin.Object
+		row        *jsonvalue.Object
 		asRow      bool
 		c          *call
 	}
@@ -199,7 +200,7 @@ func (m *model) synthLookup(ti *toolInfo) bool {
 					break
 				}
 			}
-		} else if o, ok := c.val.(*twin.Object); ok {
+		} else if o, ok := c.val.(*jsonvalue.Object); ok {
 			for _, tn := range m.tableNames {
 				t := m.tables[tn]
 				if !t.keyInRow {
@@ -207,7 +208,7 @@ func (m *model) synthLookup(ti *toolInfo) bool {
 				}
 				if kv, ok := o.Get(t.keyField); ok {
 					if k, ok := scalarText(kv); ok {
-						if r, ok := m.anyRow(tn, k); ok && twin.Equal(r, o) {
+						if r, ok := m.anyRow(tn, k); ok && jsonvalue.Equal(r, o) {
 							h = &hit{tn, k, r, true, c}
 							break
 						}
@@ -344,10 +345,10 @@ func contains(xs []string, x string) bool {
 
 // pathsWithValue answers the dotted object paths in row whose scalar value is s,
 // exactly and ignoring case.
-func pathsWithValue(row *twin.Object, s string) (map[string]bool, map[string]bool) {
+func pathsWithValue(row *jsonvalue.Object, s string) (map[string]bool, map[string]bool) {
 	exact, folded := map[string]bool{}, map[string]bool{}
-	var walk func(prefix string, o *twin.Object)
-	walk = func(prefix string, o *twin.Object) {
+	var walk func(prefix string, o *jsonvalue.Object)
+	walk = func(prefix string, o *jsonvalue.Object) {
 		for i, k := range o.Keys {
 			if strings.Contains(k, ".") {
 				continue // a dotted path cannot name this field
@@ -357,7 +358,7 @@ func pathsWithValue(row *twin.Object, s string) (map[string]bool, map[string]boo
 				p = prefix + "." + k
 			}
 			switch x := o.Vals[i].(type) {
-			case *twin.Object:
+			case *jsonvalue.Object:
 				walk(p, x)
 			default:
 				if v, ok := scalarText(x); ok {
@@ -480,7 +481,7 @@ func (m *model) synthPure(ti *toolInfo) bool {
 		} else if c.args.Keys[0] != arg {
 			return false
 		}
-		if _, ok := c.val.(twin.Number); !ok || !c.isJSON {
+		if _, ok := c.val.(jsonvalue.Number); !ok || !c.isJSON {
 			return false
 		}
 	}

@@ -3,12 +3,15 @@ package infer
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 
 	"github.com/doppel-dev/doppel/twin"
 )
 
-// Upload is what the build route stores as one blob: everything a build takes besides the collected traces.
+// Upload is an environment's build inputs, stored as one blob: everything a build takes besides the collected
+// traces. The build route stores the environment's current inputs with the parts it was given replacing theirs
+// (see With); every build, automatic rebuilds included, records the inputs it used.
 type Upload struct {
 	// Tools are tool definitions in the native, OpenAI or Anthropic shape (see ParseToolDefs).
 	Tools json.RawMessage `json:"tools,omitempty"`
@@ -16,6 +19,25 @@ type Upload struct {
 	Code map[string]string `json:"code,omitempty"`
 	// Config is the build configuration.
 	Config *Config `json:"config,omitempty"`
+}
+
+// With returns u with the parts next gives replacing u's: next's tool definitions replace all of u's, its config
+// replaces u's config, and each of its code files replaces u's code for that tool. What next does not give is
+// carried forward from u. Neither u nor next is changed.
+func (u Upload) With(next Upload) Upload {
+	out := Upload{Tools: u.Tools, Config: u.Config}
+	if len(next.Tools) > 0 {
+		out.Tools = next.Tools
+	}
+	if next.Config != nil {
+		out.Config = next.Config
+	}
+	if len(u.Code)+len(next.Code) > 0 {
+		out.Code = make(map[string]string, len(u.Code)+len(next.Code))
+		maps.Copy(out.Code, u.Code)
+		maps.Copy(out.Code, next.Code)
+	}
+	return out
 }
 
 // Options validates the upload and turns it into build options. Errors wrap ErrBadInput and name the field.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -13,12 +14,12 @@ import (
 // write, and inside loops the current element and pair index.
 type ectx struct {
 	m    *model
-	args *twin.Object
-	pre  *twin.Object
+	args *jsonvalue.Object
+	pre  *jsonvalue.Object
 	elem any // the element a loop is at (its state before this write touched it)
 	i    int // the pair index in a loop over argument lists; -1 outside
 	// subs resolves nested objects by id (world.sub) while learning.
-	subs map[string]map[string]*twin.Object
+	subs map[string]map[string]*jsonvalue.Object
 }
 
 // vexpr is a value a write stores: it evaluates in Go while learning and prints as Starlark.
@@ -29,7 +30,7 @@ type vexpr interface {
 
 type constE struct{ v any }
 
-func (e constE) eval(*ectx) (any, bool) { return twin.Clone(e.v), true }
+func (e constE) eval(*ectx) (any, bool) { return jsonvalue.Clone(e.v), true }
 func (e constE) code() string           { return lit(e.v) }
 
 // argE reads args at a path; sorted sorts a list of strings.
@@ -50,7 +51,7 @@ func (e argE) eval(c *ectx) (any, bool) {
 		}
 		return sortedList(l)
 	}
-	return twin.Clone(v), true
+	return jsonvalue.Clone(v), true
 }
 
 func (e argE) code() string {
@@ -109,7 +110,7 @@ func (e pairArgE) eval(c *ectx) (any, bool) {
 	if i < 0 || i >= len(l) {
 		return nil, false
 	}
-	return twin.Clone(l[i]), true
+	return jsonvalue.Clone(l[i]), true
 }
 
 func (e pairArgE) code() string {
@@ -136,7 +137,7 @@ func (e rowE) eval(c *ectx) (any, bool) {
 	for _, p := range e.path {
 		switch x := p.(type) {
 		case string:
-			o, ok := cur.(*twin.Object)
+			o, ok := cur.(*jsonvalue.Object)
 			if !ok {
 				return nil, false
 			}
@@ -158,7 +159,7 @@ func (e rowE) eval(c *ectx) (any, bool) {
 			cur = l[i]
 		}
 	}
-	return twin.Clone(cur), true
+	return jsonvalue.Clone(cur), true
 }
 
 func (e rowE) code() string {
@@ -191,18 +192,18 @@ func (e subE) eval(c *ectx) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	o := c.subs[e.table+"\x00"+e.index][string(twin.Canonical(k))]
+	o := c.subs[e.table+"\x00"+e.index][string(jsonvalue.Canonical(k))]
 	if o == nil {
 		return nil, false
 	}
 	if e.field == "" {
-		return twin.Clone(o), true
+		return jsonvalue.Clone(o), true
 	}
 	v, ok := o.Get(e.field)
 	if !ok {
 		return nil, false
 	}
-	return twin.Clone(v), true
+	return jsonvalue.Clone(v), true
 }
 
 func (e subE) code() string {
@@ -224,7 +225,7 @@ func (e numE) eval(c *ectx) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	an, ok := a.(twin.Number)
+	an, ok := a.(jsonvalue.Number)
 	if !ok {
 		return nil, false
 	}
@@ -240,13 +241,13 @@ func (e numE) eval(c *ectx) (any, bool) {
 		if !an.IsFloat() {
 			return an, true
 		}
-		return twin.Number(c.m.style.FormatFloat(twin.PyRound(an.Float64(), 2))), true
+		return jsonvalue.Number(c.m.style.FormatFloat(twin.PyRound(an.Float64(), 2))), true
 	}
 	b, ok := e.b.eval(c)
 	if !ok {
 		return nil, false
 	}
-	bn, ok := b.(twin.Number)
+	bn, ok := b.(jsonvalue.Number)
 	if !ok {
 		return nil, false
 	}
@@ -274,17 +275,17 @@ func paren(s string) string {
 	return s
 }
 
-func numNeg(n twin.Number, st twin.Style) twin.Number {
+func numNeg(n jsonvalue.Number, st twin.Style) jsonvalue.Number {
 	if !n.IsFloat() {
 		var z big.Int
 		if _, ok := z.SetString(string(n), 10); ok {
-			return twin.Number(z.Neg(&z).String())
+			return jsonvalue.Number(z.Neg(&z).String())
 		}
 	}
-	return twin.Number(st.FormatFloat(-n.Float64()))
+	return jsonvalue.Number(st.FormatFloat(-n.Float64()))
 }
 
-func numBin(op string, a, b twin.Number, st twin.Style) (any, bool) {
+func numBin(op string, a, b jsonvalue.Number, st twin.Style) (any, bool) {
 	if !a.IsFloat() && !b.IsFloat() {
 		var x, y big.Int
 		if _, ok := x.SetString(string(a), 10); !ok {
@@ -295,11 +296,11 @@ func numBin(op string, a, b twin.Number, st twin.Style) (any, bool) {
 		}
 		switch op {
 		case "+":
-			return twin.Number(x.Add(&x, &y).String()), true
+			return jsonvalue.Number(x.Add(&x, &y).String()), true
 		case "-":
-			return twin.Number(x.Sub(&x, &y).String()), true
+			return jsonvalue.Number(x.Sub(&x, &y).String()), true
 		case "*":
-			return twin.Number(x.Mul(&x, &y).String()), true
+			return jsonvalue.Number(x.Mul(&x, &y).String()), true
 		}
 		return nil, false
 	}
@@ -315,7 +316,7 @@ func numBin(op string, a, b twin.Number, st twin.Style) (any, bool) {
 	default:
 		return nil, false
 	}
-	return twin.Number(st.FormatFloat(r)), true
+	return jsonvalue.Number(st.FormatFloat(r)), true
 }
 
 // pairSumE is Python's "d = 0; for each pair i: d += a_i - b_i" (or + a_i alone).
@@ -333,7 +334,7 @@ func (e pairSumE) eval(c *ectx) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	var acc twin.Number = "0"
+	var acc jsonvalue.Number = "0"
 	for i := range l {
 		cc := *c
 		cc.i = i
@@ -341,7 +342,7 @@ func (e pairSumE) eval(c *ectx) (any, bool) {
 		if !ok {
 			return nil, false
 		}
-		an, ok := av.(twin.Number)
+		an, ok := av.(jsonvalue.Number)
 		if !ok {
 			return nil, false
 		}
@@ -351,7 +352,7 @@ func (e pairSumE) eval(c *ectx) (any, bool) {
 			if !ok {
 				return nil, false
 			}
-			bn, ok := bv.(twin.Number)
+			bn, ok := bv.(jsonvalue.Number)
 			if !ok {
 				return nil, false
 			}
@@ -359,13 +360,13 @@ func (e pairSumE) eval(c *ectx) (any, bool) {
 			if !ok {
 				return nil, false
 			}
-			term = t.(twin.Number)
+			term = t.(jsonvalue.Number)
 		}
 		s, ok := numBin("+", acc, term, c.m.style)
 		if !ok {
 			return nil, false
 		}
-		acc = s.(twin.Number)
+		acc = s.(jsonvalue.Number)
 	}
 	return acc, true
 }
@@ -390,7 +391,7 @@ func (e condE) eval(c *ectx) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	n, ok := x.(twin.Number)
+	n, ok := x.(jsonvalue.Number)
 	if !ok {
 		return nil, false
 	}
@@ -411,7 +412,7 @@ type objE struct {
 }
 
 func (e objE) eval(c *ectx) (any, bool) {
-	o := twin.NewObject(len(e.keys))
+	o := jsonvalue.NewObject(len(e.keys))
 	for i, k := range e.keys {
 		v, ok := e.vals[i].eval(c)
 		if !ok {

@@ -6,31 +6,32 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
 )
 
 // wex is one recorded write: the target row before it, the arguments and the answer.
 type wex struct {
 	c    *call
-	pre  *twin.Object
-	post *twin.Object // nil for an error answer
+	pre  *jsonvalue.Object
+	post *jsonvalue.Object // nil for an error answer
 }
 
 // stmt is one step of a learned write, applied to the row being changed.
 type stmt interface {
-	apply(c *ectx, row *twin.Object) bool
+	apply(c *ectx, row *jsonvalue.Object) bool
 	code(b *strings.Builder, indent string)
 }
 
 // objAt walks object keys from the row.
-func objAt(row *twin.Object, path []string) (*twin.Object, bool) {
+func objAt(row *jsonvalue.Object, path []string) (*jsonvalue.Object, bool) {
 	cur := row
 	for _, p := range path {
 		v, ok := cur.Get(p)
 		if !ok {
 			return nil, false
 		}
-		if cur, ok = v.(*twin.Object); !ok {
+		if cur, ok = v.(*jsonvalue.Object); !ok {
 			return nil, false
 		}
 	}
@@ -38,7 +39,7 @@ func objAt(row *twin.Object, path []string) (*twin.Object, bool) {
 }
 
 // listAt returns the list at path in row and the object holding it.
-func listAt(row *twin.Object, path []string) (*twin.Object, []any, bool) {
+func listAt(row *jsonvalue.Object, path []string) (*jsonvalue.Object, []any, bool) {
 	parent, ok := objAt(row, path[:len(path)-1])
 	if !ok {
 		return nil, nil, false
@@ -64,7 +65,7 @@ type setS struct {
 	val  vexpr
 }
 
-func (s setS) apply(c *ectx, row *twin.Object) bool {
+func (s setS) apply(c *ectx, row *jsonvalue.Object) bool {
 	o, ok := objAt(row, s.path)
 	if !ok {
 		return false
@@ -87,7 +88,7 @@ type delS struct {
 	key  string
 }
 
-func (s delS) apply(c *ectx, row *twin.Object) bool {
+func (s delS) apply(c *ectx, row *jsonvalue.Object) bool {
 	o, ok := objAt(row, s.path)
 	if !ok {
 		return false
@@ -106,7 +107,7 @@ type appendEachS struct {
 	val  vexpr
 }
 
-func (s appendEachS) apply(c *ectx, row *twin.Object) bool {
+func (s appendEachS) apply(c *ectx, row *jsonvalue.Object) bool {
 	before, ok := rowE{path: toAny(s.path)}.eval(c)
 	if !ok {
 		return false
@@ -143,7 +144,7 @@ type appendS struct {
 	vals []vexpr
 }
 
-func (s appendS) apply(c *ectx, row *twin.Object) bool {
+func (s appendS) apply(c *ectx, row *jsonvalue.Object) bool {
 	parent, l, ok := listAt(row, s.path)
 	if !ok {
 		return false
@@ -172,12 +173,12 @@ type appendIfS struct {
 	cond int // the index in val of the number that must not be zero
 }
 
-func (s appendIfS) apply(c *ectx, row *twin.Object) bool {
+func (s appendIfS) apply(c *ectx, row *jsonvalue.Object) bool {
 	v, ok := s.val.vals[s.cond].eval(c)
 	if !ok {
 		return false
 	}
-	if n, ok := v.(twin.Number); !ok || n.Float64() == 0 {
+	if n, ok := v.(jsonvalue.Number); !ok || n.Float64() == 0 {
 		return ok
 	}
 	return appendS{path: s.path, vals: []vexpr{s.val}}.apply(c, row)
@@ -217,7 +218,7 @@ func (m *model) learnAppendIf(path []string, before, after [][]any, ctxs []*ectx
 	zeroWithout := func(e vexpr) bool {
 		for _, c := range without {
 			x, ok := e.eval(c)
-			if n, isNum := x.(twin.Number); !ok || !isNum || n.Float64() != 0 {
+			if n, isNum := x.(jsonvalue.Number); !ok || !isNum || n.Float64() != 0 {
 				return false
 			}
 		}
@@ -226,7 +227,7 @@ func (m *model) learnAppendIf(path []string, before, after [][]any, ctxs []*ectx
 	nonzeroWith := func(e vexpr) bool {
 		for _, c := range with {
 			x, ok := e.eval(c)
-			if n, isNum := x.(twin.Number); !ok || !isNum || n.Float64() == 0 {
+			if n, isNum := x.(jsonvalue.Number); !ok || !isNum || n.Float64() == 0 {
 				return false
 			}
 		}
@@ -235,9 +236,9 @@ func (m *model) learnAppendIf(path []string, before, after [][]any, ctxs []*ectx
 	for k, v := range obj.vals {
 		fts := make([]any, len(ts))
 		for i, t := range ts {
-			fts[i], _ = t.(*twin.Object).Get(obj.keys[k])
+			fts[i], _ = t.(*jsonvalue.Object).Get(obj.keys[k])
 		}
-		if _, isNum := fts[0].(twin.Number); !isNum {
+		if _, isNum := fts[0].(jsonvalue.Number); !isNum {
 			continue
 		}
 		if _, isConst := v.(constE); isConst || !zeroWithout(v) || !nonzeroWith(v) {
@@ -264,7 +265,7 @@ type updateS struct {
 	vals  []vexpr
 }
 
-func (s updateS) apply(c *ectx, row *twin.Object) bool {
+func (s updateS) apply(c *ectx, row *jsonvalue.Object) bool {
 	v, ok := s.list.get(c.args)
 	if !ok {
 		return false
@@ -279,17 +280,17 @@ func (s updateS) apply(c *ectx, row *twin.Object) bool {
 	}
 	for i, id := range ids {
 		for _, e := range l {
-			o, ok := e.(*twin.Object)
+			o, ok := e.(*jsonvalue.Object)
 			if !ok {
 				continue
 			}
 			f, ok := o.Get(s.field)
-			if !ok || !twin.Identical(f, id) {
+			if !ok || !jsonvalue.Identical(f, id) {
 				continue
 			}
 			cc := *c
 			cc.i = i
-			cc.elem = twin.Clone(o)
+			cc.elem = jsonvalue.Clone(o)
 			for k, key := range s.keys {
 				nv, ok := s.vals[k].eval(&cc)
 				if !ok {
@@ -317,12 +318,12 @@ func (s updateS) code(b *strings.Builder, ind string) {
 // replaceS replaces the whole row (when the write reorders its fields).
 type replaceS struct{ val objE }
 
-func (s replaceS) apply(c *ectx, row *twin.Object) bool {
+func (s replaceS) apply(c *ectx, row *jsonvalue.Object) bool {
 	v, ok := s.val.eval(c)
 	if !ok {
 		return false
 	}
-	o := v.(*twin.Object)
+	o := v.(*jsonvalue.Object)
 	row.Keys, row.Vals = o.Keys, o.Vals
 	return true
 }
@@ -350,7 +351,7 @@ func (m *model) writeExamples(ti *toolInfo) []wex {
 					if pre, ok := v.get(tn, k); ok {
 						x := wex{c: c, pre: pre}
 						if c.success {
-							if o, ok := c.val.(*twin.Object); ok && c.isJSON {
+							if o, ok := c.val.(*jsonvalue.Object); ok && c.isJSON {
 								x.post = o
 							}
 						}
@@ -396,8 +397,8 @@ func (m *model) synthWrite(ti *toolInfo) {
 	var stmts []stmt
 	learned := false
 	if len(succ) > 0 {
-		pres := make([]*twin.Object, len(succ))
-		posts := make([]*twin.Object, len(succ))
+		pres := make([]*jsonvalue.Object, len(succ))
+		posts := make([]*jsonvalue.Object, len(succ))
 		ctxs := make([]*ectx, len(succ))
 		for i, x := range succ {
 			pres[i], posts[i], ctxs[i] = x.pre, x.post, ctx(x)
@@ -408,14 +409,14 @@ func (m *model) synthWrite(ti *toolInfo) {
 		if learned {
 			// Check the whole program on every example.
 			for i, x := range succ {
-				row := twin.Clone(x.pre).(*twin.Object)
+				row := jsonvalue.Clone(x.pre).(*jsonvalue.Object)
 				for _, s := range stmts {
 					if !s.apply(ctxs[i], row) {
 						learned = false
 						break
 					}
 				}
-				if !learned || !twin.Identical(row, x.post) {
+				if !learned || !jsonvalue.Identical(row, x.post) {
 					learned = false
 					why = "the learned changes do not reproduce every recorded answer"
 					break
@@ -469,7 +470,7 @@ func (m *model) synthWrite(ti *toolInfo) {
 
 // learnObject explains how each example's object at path changed. It answers the
 // steps, or why it could not.
-func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*ectx) ([]stmt, string) {
+func (m *model) learnObject(path []string, pres, posts []*jsonvalue.Object, ctxs []*ectx) ([]stmt, string) {
 	var keys []string
 	seen := map[string]bool{}
 	for _, o := range posts {
@@ -502,7 +503,7 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 			if qok {
 				inPost++
 			}
-			if !pok || !qok || !twin.Identical(pv, qv) {
+			if !pok || !qok || !jsonvalue.Identical(pv, qv) {
 				same = false
 			}
 		}
@@ -531,11 +532,11 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 		sub := append(append([]string{}, path...), k)
 		if inPre == n {
 			// Objects changed inside: recurse.
-			subPres, subPosts, objs := make([]*twin.Object, n), make([]*twin.Object, n), true
+			subPres, subPosts, objs := make([]*jsonvalue.Object, n), make([]*jsonvalue.Object, n), true
 			for i := range pres {
 				pv, _ := pres[i].Get(k)
-				a, ok1 := pv.(*twin.Object)
-				b, ok2 := targets[i].(*twin.Object)
+				a, ok1 := pv.(*jsonvalue.Object)
+				b, ok2 := targets[i].(*jsonvalue.Object)
 				if !ok1 || !ok2 {
 					objs = false
 					break
@@ -580,11 +581,11 @@ func (m *model) learnObject(path []string, pres, posts []*twin.Object, ctxs []*e
 	return stmts, ""
 }
 
-func namedArgFits(k string, posts []*twin.Object, ctxs []*ectx) bool {
+func namedArgFits(k string, posts []*jsonvalue.Object, ctxs []*ectx) bool {
 	for i, p := range posts {
 		v, _ := p.Get(k)
 		a, ok := ctxs[i].args.Get(k)
-		if !ok || !twin.Identical(a, v) {
+		if !ok || !jsonvalue.Identical(a, v) {
 			return false
 		}
 	}
@@ -603,7 +604,7 @@ func setsFromArgs(stmts []stmt) bool {
 }
 
 // rebuildObject explains an object whose fields were reordered: it is built anew.
-func (m *model) rebuildObject(path []string, pres, posts []*twin.Object, ctxs []*ectx) ([]stmt, string) {
+func (m *model) rebuildObject(path []string, pres, posts []*jsonvalue.Object, ctxs []*ectx) ([]stmt, string) {
 	order := posts[0].Keys
 	for _, p := range posts[1:] {
 		if strings.Join(p.Keys, "\x00") != strings.Join(order, "\x00") {
@@ -620,7 +621,7 @@ func (m *model) rebuildObject(path []string, pres, posts []*twin.Object, ctxs []
 		unchanged := true
 		for i := range pres {
 			pv, ok := pres[i].Get(k)
-			if !ok || !twin.Identical(pv, targets[i]) {
+			if !ok || !jsonvalue.Identical(pv, targets[i]) {
 				unchanged = false
 				break
 			}
@@ -644,7 +645,7 @@ func (m *model) rebuildObject(path []string, pres, posts []*twin.Object, ctxs []
 
 // learnList explains a list field's change: elements appended (one per old element,
 // or a fixed number), or elements named by an argument list updated in place.
-func (m *model) learnList(path []string, pres []*twin.Object, targets []any, ctxs []*ectx) ([]stmt, bool) {
+func (m *model) learnList(path []string, pres []*jsonvalue.Object, targets []any, ctxs []*ectx) ([]stmt, bool) {
 	n := len(pres)
 	before := make([][]any, n)
 	after := make([][]any, n)
@@ -665,7 +666,7 @@ func (m *model) learnList(path []string, pres []*twin.Object, targets []any, ctx
 			break
 		}
 		for j := range before[i] {
-			if !twin.Identical(before[i][j], after[i][j]) {
+			if !jsonvalue.Identical(before[i][j], after[i][j]) {
 				appended = false
 				break
 			}
@@ -754,7 +755,7 @@ func (m *model) learnUpdate(path []string, before, after [][]any, ctxs []*ectx) 
 			return nil, false
 		}
 	}
-	first, ok := before[0][0].(*twin.Object)
+	first, ok := before[0][0].(*jsonvalue.Object)
 	if !ok {
 		return nil, false
 	}
@@ -770,7 +771,7 @@ func (m *model) learnUpdate(path []string, before, after [][]any, ctxs []*ectx) 
 }
 
 // argLists are the argument paths holding lists of scalars.
-func argLists(args *twin.Object) []argPath {
+func argLists(args *jsonvalue.Object) []argPath {
 	var out []argPath
 	for i, k := range args.Keys {
 		if l, ok := args.Vals[i].([]any); ok {
@@ -792,8 +793,8 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 	// Which elements each argument id names, and what they became.
 	type hit struct {
 		ctx    *ectx
-		old    *twin.Object
-		now    *twin.Object
+		old    *jsonvalue.Object
+		now    *jsonvalue.Object
 		target int
 	}
 	var hits []hit
@@ -812,11 +813,11 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 		for i, id := range ids {
 			found := -1
 			for j, el := range before[e] {
-				o, ok := el.(*twin.Object)
+				o, ok := el.(*jsonvalue.Object)
 				if !ok {
 					return nil, false
 				}
-				if f, ok := o.Get(idField); ok && twin.Identical(f, id) && !used[j] {
+				if f, ok := o.Get(idField); ok && jsonvalue.Identical(f, id) && !used[j] {
 					found = j
 					break
 				}
@@ -825,8 +826,8 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 				return nil, false
 			}
 			used[found] = true
-			old := before[e][found].(*twin.Object)
-			now, ok := after[e][found].(*twin.Object)
+			old := before[e][found].(*jsonvalue.Object)
+			now, ok := after[e][found].(*jsonvalue.Object)
 			if !ok || strings.Join(old.Keys, "\x00") != strings.Join(now.Keys, "\x00") {
 				return nil, false
 			}
@@ -835,7 +836,7 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 			cc.elem = old
 			hits = append(hits, hit{ctx: &cc, old: old, now: now, target: found})
 			for k, key := range old.Keys {
-				if !twin.Identical(old.Vals[k], now.Vals[k]) && !changedKeys[key] {
+				if !jsonvalue.Identical(old.Vals[k], now.Vals[k]) && !changedKeys[key] {
 					changedKeys[key] = true
 					keyOrder = append(keyOrder, key)
 				}
@@ -843,7 +844,7 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 		}
 		// Elements nobody named must be unchanged.
 		for j := range before[e] {
-			if !used[j] && !twin.Identical(before[e][j], after[e][j]) {
+			if !used[j] && !jsonvalue.Identical(before[e][j], after[e][j]) {
 				return nil, false
 			}
 		}

@@ -10,7 +10,7 @@ import (
 
 // FuzzDecode checks, for any body: Decode never panics; a rejected body gets field-named errors;
 // a body encoding/json finds invalid is rejected; an accepted body is valid JSON, and its canonical
-// encoding and blob read back to the same batch.
+// encoding and blob read back to the same batch; every accepted trace has an id and at least one message.
 func FuzzDecode(f *testing.F) {
 	seeds := []string{
 		body(tr("t1", sys, user, call, answer, final)),
@@ -39,6 +39,11 @@ func FuzzDecode(f *testing.F) {
 				}
 			}
 			return
+		}
+		for i := range p.Batch.Traces {
+			if tr := &p.Batch.Traces[i]; tr.ID == "" || len(tr.Messages) == 0 {
+				t.Fatalf("accepted traces[%d] with id %q and %d messages", i, tr.ID, len(tr.Messages))
+			}
 		}
 		if !json.Valid(b) {
 			t.Fatalf("accepted a body encoding/json finds invalid: %q", b)

@@ -83,6 +83,8 @@ type Parsed struct {
 	// Messages and Calls count the batch's messages and tool calls.
 	Messages int
 	Calls    int
+	// TraceBytes are the bytes each trace takes in the body, parallel to Batch.Traces.
+	TraceBytes []int64
 }
 
 // TraceIDs returns the batch's trace ids in batch order.
@@ -141,6 +143,7 @@ func Decode(body []byte, opts Options) (*Parsed, error) {
 		return nil, &Error{Fields: p.errs, Truncated: p.truncated, OverLimit: p.overLimit}
 	}
 	out.Slug = Slug(out.Batch.Project)
+	out.TraceBytes = p.traceBytes
 	out.Tools, out.Messages, out.Calls = summarize(out.Batch.Traces)
 	return &out, nil
 }

@@ -40,6 +40,8 @@ type parser struct {
 	scratch  []byte
 	traceIDs map[string]int
 	callIDs  map[string]struct{}
+	// traceBytes are the bytes each trace of the body takes, in order.
+	traceBytes []int64
 }
 
 func newParser(buf []byte, opts Options) *parser {
@@ -652,7 +654,9 @@ func (p *parser) traces(b *trace.Batch) (ok bool, err error) {
 		}
 		b.Traces = append(b.Traces, trace.Trace{})
 		p.pushIdx(i)
+		start := p.pos
 		err = p.trace(&b.Traces[i], i)
+		p.traceBytes = append(p.traceBytes, int64(p.pos-start))
 		p.pop()
 		if err != nil {
 			return false, err

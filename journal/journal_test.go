@@ -13,6 +13,7 @@ import (
 
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // seedSessions creates a workspace, an environment and n open sessions, returning the session ids.
@@ -22,7 +23,7 @@ func seedSessions(t testing.TB, db *bun.DB, n int) []string {
 	now := schema.Now()
 	ws := &schema.Workspace{ID: schema.NewID(schema.PrefixWorkspace), Name: "journal", Access: schema.AccessGranted, CreatedAt: now}
 	env := &schema.Environment{ID: schema.NewID(schema.PrefixEnv), WorkspaceID: ws.ID, Slug: "retail", Name: "retail",
-		Status: schema.EnvReady, SchemaSource: "traces", TwinState: schema.TwinStopped, CreatedAt: now, UpdatedAt: now}
+		Status: schema.EnvReady, SchemaSource: "traces", TwinState: twinstate.Stopped, CreatedAt: now, UpdatedAt: now}
 	if _, err := db.NewInsert().Model(ws).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -29,13 +29,6 @@ const (
 	EnvFailed     = "failed"
 )
 
-// Twin states (spec §3).
-const (
-	TwinStopped = "stopped"
-	TwinBooting = "booting"
-	TwinReady   = "ready"
-)
-
 // Build status values.
 const (
 	BuildQueued    = "queued"
@@ -105,6 +98,7 @@ type Environment struct {
 	HasAgent       bool      `bun:"has_agent,notnull"`
 	Headline       string    `bun:"headline,notnull"`
 	ActiveBuildID  string    `bun:"active_build_id,nullzero"`
+	InputsKey      string    `bun:"inputs_key,notnull"` // blob of the current build inputs (an infer.Upload); "" for none
 	CollectedBytes int64     `bun:"collected_bytes,notnull"`
 	TwinState      string    `bun:"twin_state,notnull"`
 	TwinEndpoint   string    `bun:"twin_endpoint,notnull"`
@@ -128,7 +122,7 @@ type Build struct {
 	ReportKey   string          `bun:"report_key,notnull"` // a blob key for a large one
 	Error       string          `bun:"error,notnull"`
 	WorkflowID  string          `bun:"workflow_id,notnull"`
-	UploadKey   string          `bun:"upload_key,notnull"` // blob of the build route's upload; "" for rebuilds
+	UploadKey   string          `bun:"upload_key,notnull"` // blob of the inputs the build used (an infer.Upload); "" for none
 	CreatedAt   time.Time       `bun:"created_at,notnull"`
 	StartedAt   *time.Time      `bun:"started_at"`
 	FinishedAt  *time.Time      `bun:"finished_at"`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // A child process started by TestMigrateConcurrentProcesses migrates and prints what it applied.
@@ -283,7 +284,7 @@ func TestModelsRoundTrip(t *testing.T) {
 		key := &schema.APIKey{ID: schema.NewID(schema.PrefixKey), WorkspaceID: ws.ID, Kind: schema.KeyKindMCP, Hash: "ab12", Prefix: "mcp_at_ab…", Name: "ci", CreatedAt: at, RevokedAt: &later}
 		env := &schema.Environment{ID: schema.NewID(schema.PrefixEnv), WorkspaceID: ws.ID, Slug: "retail", Name: "Retail", Status: schema.EnvReady,
 			Framework: "openai-agents", Language: "python", NTraces: 7, NTools: 3, SchemaSource: "traces", CoveredPct: 87.5, SimulatedPct: 2.25,
-			HasAgent: true, Headline: "h", CollectedBytes: 1 << 40, TwinState: schema.TwinBooting, TwinEndpoint: "http://127.0.0.1:1", CreatedAt: at, UpdatedAt: later}
+			HasAgent: true, Headline: "h", CollectedBytes: 1 << 40, TwinState: twinstate.Booting, TwinEndpoint: "http://127.0.0.1:1", CreatedAt: at, UpdatedAt: later}
 		bld := &schema.Build{ID: schema.NewID(schema.PrefixBuild), EnvID: env.ID, WorkspaceID: ws.ID, Status: schema.BuildSucceeded, Progress: 1,
 			Stage: "done", BundleKey: "bundles/x", BundleHash: "sha256:00", Report: json.RawMessage(`{"tools":{"a":1}}`), Error: "", WorkflowID: "wf", CreatedAt: at, StartedAt: &us, FinishedAt: &later, UpdatedAt: later}
 		env.ActiveBuildID = bld.ID

@@ -9,13 +9,45 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 )
 
-// CreateBuild inserts a build for b.EnvID. It fills ID, WorkspaceID (from the environment),
-// Status (queued) and the times when they are empty.
+// CreateBuild inserts a build for b.EnvID over the environment's current inputs: b.UploadKey is set to the
+// environment's inputs key ("" when it has none), read in the same transaction as the insert, so every build
+// (a rebuild after collected traces included) records the inputs it used. It fills ID, WorkspaceID (from the
+// environment), Status (queued) and the times when they are empty.
 func CreateBuild(ctx context.Context, db bun.IDB, b *schema.Build) error {
-	env, err := GetEnvByID(ctx, db, b.EnvID)
-	if err != nil {
-		return fmt.Errorf("store: create build: %w", err)
-	}
+	return inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		env, err := GetEnvByID(ctx, tx, b.EnvID)
+		if err != nil {
+			return fmt.Errorf("store: create build: %w", err)
+		}
+		b.UploadKey = env.InputsKey
+		return insertBuild(ctx, tx, env, b)
+	})
+}
+
+// CreateBuildWithInputs makes inputsKey the environment's current inputs and inserts build b over them
+// (b.UploadKey = inputsKey), in one transaction. prevKey is the inputs the caller read and built inputsKey from:
+// when another build replaced them meanwhile, it fails with ErrConflict and changes nothing.
+func CreateBuildWithInputs(ctx context.Context, db bun.IDB, b *schema.Build, prevKey, inputsKey string) error {
+	return inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewUpdate().Model((*schema.Environment)(nil)).
+			Set("inputs_key = ?", inputsKey).Set("updated_at = ?", now()).
+			Where("id = ? AND inputs_key = ?", b.EnvID, prevKey).Exec(ctx)
+		if err != nil {
+			return wrap(err, "set inputs of env %q", b.EnvID)
+		}
+		env, err := GetEnvByID(ctx, tx, b.EnvID)
+		if err != nil {
+			return fmt.Errorf("store: create build: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("store: create build: env %q: %w: its inputs changed since they were read", b.EnvID, ErrConflict)
+		}
+		b.UploadKey = inputsKey
+		return insertBuild(ctx, tx, env, b)
+	})
+}
+
+func insertBuild(ctx context.Context, db bun.IDB, env *schema.Environment, b *schema.Build) error {
 	if b.WorkspaceID != "" && b.WorkspaceID != env.WorkspaceID {
 		return fmt.Errorf("store: create build: env %q: %w", b.EnvID, ErrNotFound)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // Slugify turns a project name into its environment slug by ingest.Slug's rule (lowercase ASCII letters and
@@ -33,7 +34,7 @@ func UpsertEnvByProject(ctx context.Context, db bun.IDB, workspaceID, project st
 	t := now()
 	env := &schema.Environment{
 		ID: schema.NewID(schema.PrefixEnv), WorkspaceID: workspaceID, Slug: Slugify(project), Name: project,
-		Status: schema.EnvCollecting, SchemaSource: "traces", TwinState: schema.TwinStopped, CreatedAt: t, UpdatedAt: t,
+		Status: schema.EnvCollecting, SchemaSource: "traces", TwinState: twinstate.Stopped, CreatedAt: t, UpdatedAt: t,
 	}
 	err := db.NewInsert().Model(env).
 		On("CONFLICT (workspace_id, slug) DO UPDATE").
@@ -97,7 +98,7 @@ func UpdateEnv(ctx context.Context, db bun.IDB, env *schema.Environment, columns
 // SetTwinState records an environment's twin state and where it answers.
 func SetTwinState(ctx context.Context, db bun.IDB, envID, state, endpoint string) error {
 	switch state {
-	case schema.TwinStopped, schema.TwinBooting, schema.TwinReady:
+	case twinstate.Stopped, twinstate.Booting, twinstate.Ready:
 	default:
 		return fmt.Errorf("store: set twin state: %w: %q is not stopped|booting|ready", ErrInvalid, state)
 	}

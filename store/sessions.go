@@ -73,7 +73,10 @@ func SessionByToken(ctx context.Context, db bun.IDB, token string) (*schema.Sess
 		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
 	}
 	s := new(schema.Session)
-	if err := db.NewSelect().Model(s).Where("token_hash = ?", cred.Hash(token)).Scan(ctx); err != nil {
+	// A token's life ends with its session or with the key that opened it: a revoked opening key revokes it.
+	if err := db.NewSelect().Model(s).Where("token_hash = ?", cred.Hash(token)).
+		Where("NOT EXISTS (SELECT 1 FROM api_keys AS k WHERE k.id = session.opened_by_key_id AND k.revoked_at IS NOT NULL)").
+		Scan(ctx); err != nil {
 		return nil, wrap(err, "session by token")
 	}
 	if !cred.Matches(token, s.TokenHash) {

@@ -16,6 +16,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 var ctx = context.Background()
@@ -273,7 +274,7 @@ func TestEnvs(t *testing.T) {
 			}
 		}
 		retail, err := store.GetEnv(ctx, db, ws.ID, "retail-agent")
-		if err != nil || retail.ID != ids[0] || retail.Name != "Retail Agent" || retail.Status != schema.EnvCollecting || retail.TwinState != schema.TwinStopped {
+		if err != nil || retail.ID != ids[0] || retail.Name != "Retail Agent" || retail.Status != schema.EnvCollecting || retail.TwinState != twinstate.Stopped {
 			t.Fatalf("GetEnv = %+v, %v", retail, err)
 		}
 		airline, _ := store.UpsertEnvByProject(ctx, db, ws.ID, "airline")
@@ -308,10 +309,10 @@ func TestEnvs(t *testing.T) {
 		if got.Status != schema.EnvReady || got.NTools != 12 || got.CoveredPct != 91.5 || got.Framework != "" || !got.UpdatedAt.After(got.CreatedAt) {
 			t.Errorf("after UpdateEnv: %+v", got)
 		}
-		if err := store.SetTwinState(ctx, db, retail.ID, schema.TwinReady, "http://127.0.0.1:9"); err != nil {
+		if err := store.SetTwinState(ctx, db, retail.ID, twinstate.Ready, "http://127.0.0.1:9"); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := store.GetEnvByID(ctx, db, retail.ID); got.TwinState != schema.TwinReady || got.TwinEndpoint != "http://127.0.0.1:9" {
+		if got, _ := store.GetEnvByID(ctx, db, retail.ID); got.TwinState != twinstate.Ready || got.TwinEndpoint != "http://127.0.0.1:9" {
 			t.Errorf("twin state = %q %q", got.TwinState, got.TwinEndpoint)
 		}
 		if err := store.SetTwinState(ctx, db, retail.ID, "melting", ""); !errors.Is(err, store.ErrInvalid) {

@@ -21,6 +21,8 @@ type BatchResult struct {
 	Inserted []string
 	// Duplicates are the trace ids already present (or repeated within the batch), in batch order.
 	Duplicates []string
+	// Bytes is what the environment's collected_bytes grew by.
+	Bytes int64
 }
 
 // InsertTraceBatch records one collect batch for batch.EnvID: the batch row, and a trace row
@@ -32,6 +34,16 @@ type BatchResult struct {
 // traceIDs are the batch's trace ids in order (Trace.Idx is the position). The caller sets
 // EnvID, BlobKey, Bytes and ToolsSeen; ID, CreatedAt, NTraces and NDuplicates are filled in.
 func InsertTraceBatch(ctx context.Context, db bun.IDB, batch *schema.TraceBatch, traceIDs []string) (*BatchResult, error) {
+	return InsertTraceBatchSized(ctx, db, batch, traceIDs, nil)
+}
+
+// InsertTraceBatchSized is InsertTraceBatch knowing the bytes each trace takes in the batch (traceBytes, parallel
+// to traceIDs; nil: unknown): duplicates cost nothing, so collected_bytes grows by batch.Bytes less the bytes of
+// the duplicate traces, when at least one trace is new.
+func InsertTraceBatchSized(ctx context.Context, db bun.IDB, batch *schema.TraceBatch, traceIDs []string, traceBytes []int64) (*BatchResult, error) {
+	if traceBytes != nil && len(traceBytes) != len(traceIDs) {
+		return nil, fmt.Errorf("store: insert trace batch: %w: %d trace sizes for %d traces", ErrInvalid, len(traceBytes), len(traceIDs))
+	}
 	if batch.EnvID == "" || batch.BlobKey == "" {
 		return nil, fmt.Errorf("store: insert trace batch: %w: env id and blob key are required", ErrInvalid)
 	}
@@ -80,11 +92,15 @@ func InsertTraceBatch(ctx context.Context, db bun.IDB, batch *schema.TraceBatch,
 			}
 		}
 		dupSeen := map[string]bool{}
-		for _, id := range traceIDs {
+		dupBytes := int64(0)
+		for i, id := range traceIDs {
 			if fresh[id] && !dupSeen[id] {
 				res.Inserted = append(res.Inserted, id)
 			} else {
 				res.Duplicates = append(res.Duplicates, id)
+				if traceBytes != nil {
+					dupBytes += traceBytes[i]
+				}
 			}
 			dupSeen[id] = true
 		}
@@ -94,8 +110,9 @@ func InsertTraceBatch(ctx context.Context, db bun.IDB, batch *schema.TraceBatch,
 		}
 		bytes := int64(0)
 		if batch.NTraces > 0 {
-			bytes = batch.Bytes
+			bytes = max(batch.Bytes-dupBytes, 0)
 		}
+		res.Bytes = bytes
 		r, err := tx.NewUpdate().Model((*schema.Environment)(nil)).
 			Set("n_traces = n_traces + ?", batch.NTraces).
 			Set("collected_bytes = collected_bytes + ?", bytes).
@@ -114,6 +131,24 @@ func InsertTraceBatch(ctx context.Context, db bun.IDB, batch *schema.TraceBatch,
 		return nil, err
 	}
 	return res, nil
+}
+
+// HeldTraceIDs returns which of ids the environment already holds.
+func HeldTraceIDs(ctx context.Context, db bun.IDB, envID string, ids []string) (map[string]bool, error) {
+	held := map[string]bool{}
+	for start := 0; start < len(ids); start += insertChunk {
+		var got []string
+		err := db.NewSelect().Model((*schema.Trace)(nil)).Column("trace_id").
+			Where("env_id = ? AND trace_id IN (?)", envID, bun.In(ids[start:min(start+insertChunk, len(ids))])).
+			Scan(ctx, &got)
+		if err != nil {
+			return nil, wrap(err, "held traces of env %q", envID)
+		}
+		for _, id := range got {
+			held[id] = true
+		}
+	}
+	return held, nil
 }
 
 // ListTraceBatches returns an environment's batches, oldest first.

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // FormatVersion is the bundle format this package writes and reads.
@@ -233,11 +235,11 @@ func (b *Bundle) Marshal() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal bundle: %w", err)
 	}
-	v, err := ParseJSON(raw)
+	v, err := jsonvalue.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("marshal bundle: %w", err)
 	}
-	return Canonical(v), nil
+	return jsonvalue.Canonical(v), nil
 }
 
 // Hash is the bundle's content address: "sha256:" + hex of its canonical bytes.

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sort"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // World hashing. world_hash and state_hash are "sha256:" + hex of a SHA-256 tree over the canonical world, so
@@ -96,7 +98,7 @@ func (rt *Runtime) worldHash(tableDigest func(name string, t *baseTable) digest)
 		t := rt.tables[name]
 		d := tableDigest(name, t)
 		scratch.Reset()
-		writeMinimalString(&scratch, name)
+		jsonvalue.AppendString(&scratch, name)
 		scratch.WriteByte(':')
 		scratch.Write(d[:])
 		h.Write(scratch.Bytes())
@@ -173,7 +175,7 @@ func (s *Session) currentHash() string {
 }
 
 // bucketDigest hashes bucket b of a table as the session sees it: the base rows merged with the overlay's keys.
-func (s *Session) bucketDigest(t *baseTable, over map[string]*Object, b int, okeys []string) digest {
+func (s *Session) bucketDigest(t *baseTable, over map[string]*jsonvalue.Object, b int, okeys []string) digest {
 	sort.Strings(okeys)
 	h := sha256.New()
 	var scratch bytes.Buffer
@@ -198,9 +200,9 @@ func (s *Session) bucketDigest(t *baseTable, over map[string]*Object, b int, oke
 		if row := over[k]; row != nil {
 			sep()
 			scratch.Reset()
-			writeMinimalString(&scratch, k)
+			jsonvalue.AppendString(&scratch, k)
 			scratch.WriteByte(':')
-			writeCanonical(&scratch, row)
+			jsonvalue.AppendCanonical(&scratch, row)
 			h.Write(scratch.Bytes())
 		}
 	}

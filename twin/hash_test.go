@@ -8,11 +8,13 @@ import (
 	"math/rand/v2"
 	"sort"
 	"testing"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // referenceHash computes the world hash of hash.go's tree from the world's rows alone, with none of the base
 // digests or per-session state the incremental hash keeps.
-func referenceHash(rt *Runtime, world map[string]map[string]*Object) string {
+func referenceHash(rt *Runtime, world map[string]map[string]*jsonvalue.Object) string {
 	h := sha256.New()
 	h.Write([]byte(worldHashDomain))
 	for _, name := range rt.tableNames {
@@ -24,7 +26,7 @@ func referenceHash(rt *Runtime, world map[string]map[string]*Object) string {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			members[bucketOf(k, nb)] = append(members[bucketOf(k, nb)], string(Canonical(k))+":"+string(Canonical(world[name][k])))
+			members[bucketOf(k, nb)] = append(members[bucketOf(k, nb)], string(jsonvalue.Canonical(k))+":"+string(jsonvalue.Canonical(world[name][k])))
 		}
 		th := sha256.New()
 		for _, ms := range members {
@@ -32,7 +34,7 @@ func referenceHash(rt *Runtime, world map[string]map[string]*Object) string {
 			th.Write(d[:])
 		}
 		var nameJSON bytes.Buffer
-		writeMinimalString(&nameJSON, name)
+		jsonvalue.AppendString(&nameJSON, name)
 		h.Write(nameJSON.Bytes())
 		h.Write([]byte{':'})
 		h.Write(th.Sum(nil))
@@ -55,9 +57,9 @@ func joinComma(ms []string) string {
 // change that the incremental hash equals the hash computed afresh from the visible rows.
 func TestIncrementalHash(t *testing.T) {
 	rt := newBank(t, RuntimeOptions{})
-	world := map[string]map[string]*Object{}
+	world := map[string]map[string]*jsonvalue.Object{}
 	for _, name := range rt.tableNames {
-		world[name] = map[string]*Object{}
+		world[name] = map[string]*jsonvalue.Object{}
 		for k, r := range rt.tables[name].rows {
 			world[name][k] = r
 		}
@@ -82,8 +84,8 @@ func TestIncrementalHash(t *testing.T) {
 			s.put(name, key, nil)
 			delete(world[name], key)
 		} else {
-			row := NewObject(1)
-			row.Set("n", Number(fmt.Sprint(rng.IntN(1000))))
+			row := jsonvalue.NewObject(1)
+			row.Set("n", jsonvalue.Number(fmt.Sprint(rng.IntN(1000))))
 			if base, ok := bt.rows[key]; ok && rng.IntN(2) == 0 {
 				row = base // back to the base row: the hash must forget the change
 			}

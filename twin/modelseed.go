@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // SeedRow is one row put in a session's world by seeding.
@@ -94,11 +96,11 @@ func (s *Session) applySeedRows(rows []SeedRow) (map[string][]string, error) {
 		if t == nil {
 			return nil, fmt.Errorf("seed_rows[%d].table: no table %q", i, r.Table)
 		}
-		v, err := ParseJSON(r.Row)
+		v, err := jsonvalue.Parse(r.Row)
 		if err != nil {
 			return nil, fmt.Errorf("seed_rows[%d].row: %w", i, err)
 		}
-		obj, ok := v.(*Object)
+		obj, ok := v.(*jsonvalue.Object)
 		if !ok {
 			return nil, fmt.Errorf("seed_rows[%d].row: not a JSON object", i)
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
 )
 
-// tableSeeder stands in for the model behind twin.Seeder (the model side is tested in package model against a
+// tableSeeder stands in for the model behind twin.Seeder (the model side is tested in package llm against a
 // local server speaking the chat-completions protocol): it answers fixed rows and counts its calls.
 type tableSeeder struct {
 	rows  []twin.SeedRow

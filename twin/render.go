@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // Style is how a backend spells JSON text: separators, string escapes and how it
@@ -54,7 +56,7 @@ func renderTo(b *strings.Builder, v any, st Style) {
 		}
 	case string:
 		writeStyledString(b, x, st)
-	case Number:
+	case jsonvalue.Number:
 		b.WriteString(string(x))
 	case []any:
 		b.WriteByte('[')
@@ -65,7 +67,7 @@ func renderTo(b *strings.Builder, v any, st Style) {
 			renderTo(b, e, st)
 		}
 		b.WriteByte(']')
-	case *Object:
+	case *jsonvalue.Object:
 		b.WriteByte('{')
 		for i, k := range x.Keys {
 			if i > 0 {
@@ -274,7 +276,7 @@ func TextOf(v any, st Style) string {
 	switch x := v.(type) {
 	case string:
 		return x
-	case Number:
+	case jsonvalue.Number:
 		return string(x)
 	case nil:
 		if st.Floats == "python" {
@@ -290,4 +292,20 @@ func TextOf(v any, st Style) string {
 		}
 	}
 	return Render(v, st)
+}
+
+// AnswersAgree compares two tool answers the way the self-check does: JSON-equal
+// where both parse as JSON, else text-equal.
+func AnswersAgree(a, b string) bool {
+	if a == b {
+		return true
+	}
+	if jsonvalue.LooksJSON(a) && jsonvalue.LooksJSON(b) {
+		va, err1 := jsonvalue.ParseString(a)
+		vb, err2 := jsonvalue.ParseString(b)
+		if err1 == nil && err2 == nil {
+			return jsonvalue.Equal(va, vb)
+		}
+	}
+	return false
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // seedStream keys the seeding PRNG: the session seed and a constant stream id.
@@ -150,7 +152,7 @@ func (sd *seeder) clause(c string) error {
 	}
 	var parent *baseTable
 	parentKey := ""
-	sets := NewObject(4)
+	sets := jsonvalue.NewObject(4)
 	for i < len(toks) {
 		switch strings.ToLower(toks[i]) {
 		case "for", "of", "belonging":
@@ -191,7 +193,7 @@ func (sd *seeder) clause(c string) error {
 	}
 	if parent != nil {
 		if _, ok := sd.s.row(parent.def.Name, parentKey); !ok {
-			if err := sd.create(parent, parentKey, NewObject(0)); err != nil {
+			if err := sd.create(parent, parentKey, jsonvalue.NewObject(0)); err != nil {
 				return err
 			}
 		}
@@ -204,7 +206,7 @@ func (sd *seeder) clause(c string) error {
 	}
 	if key != "" {
 		if r, ok := sd.s.row(t.def.Name, key); ok {
-			c := Clone(r).(*Object)
+			c := jsonvalue.Clone(r).(*jsonvalue.Object)
 			if err := applySets(c, sets); err != nil {
 				return err
 			}
@@ -251,7 +253,7 @@ func refTo(t *Table, parent string) (Ref, bool) {
 
 // fieldValue reads "<field> <value...>" (field words may be joined by spaces or
 // underscores; the value runs to the next "and"/"with" or the end).
-func (sd *seeder) fieldValue(t *baseTable, toks []string, i int, sets *Object) (int, error) {
+func (sd *seeder) fieldValue(t *baseTable, toks []string, i int, sets *jsonvalue.Object) (int, error) {
 	fields := sd.fieldNames(t)
 	// The longest run of words naming a field.
 	best, bestLen := "", 0
@@ -294,7 +296,7 @@ func (sd *seeder) fieldNames(t *baseTable) []string {
 		r := t.rows[k]
 		for i, f := range r.Keys {
 			set[f] = true
-			if o, ok := r.Vals[i].(*Object); ok {
+			if o, ok := r.Vals[i].(*jsonvalue.Object); ok {
 				for _, g := range o.Keys {
 					set[f+"."+g] = true
 				}
@@ -329,9 +331,9 @@ func (sd *seeder) typed(t *baseTable, field, raw string) any {
 		return nil
 	}
 	switch sample.(type) {
-	case Number:
+	case jsonvalue.Number:
 		if _, err := strconv.ParseFloat(raw, 64); err == nil {
-			return Number(raw)
+			return jsonvalue.Number(raw)
 		}
 	case bool:
 		switch strings.ToLower(raw) {
@@ -344,7 +346,7 @@ func (sd *seeder) typed(t *baseTable, field, raw string) any {
 	return raw
 }
 
-func applySets(row *Object, sets *Object) error {
+func applySets(row *jsonvalue.Object, sets *jsonvalue.Object) error {
 	for i, f := range sets.Keys {
 		if !strings.Contains(f, ".") {
 			row.Set(f, sets.Vals[i])
@@ -354,9 +356,9 @@ func applySets(row *Object, sets *Object) error {
 		cur := row
 		for _, p := range parts[:len(parts)-1] {
 			v, ok := cur.Get(p)
-			o, isObj := v.(*Object)
+			o, isObj := v.(*jsonvalue.Object)
 			if !ok || !isObj {
-				o = NewObject(1)
+				o = jsonvalue.NewObject(1)
 				cur.Set(p, o)
 			}
 			cur = o
@@ -370,7 +372,7 @@ func (sd *seeder) pin(table, key string) { sd.pinned[table] = append(sd.pinned[t
 
 // create adds row key to t, copied from a base row the PRNG picks (preferring rows
 // that already have the requested field values), with the requested fields set.
-func (sd *seeder) create(t *baseTable, key string, sets *Object) error {
+func (sd *seeder) create(t *baseTable, key string, sets *jsonvalue.Object) error {
 	if len(t.keys) == 0 {
 		return fmt.Errorf("no %s rows to model a new one on", t.def.Name)
 	}
@@ -378,7 +380,7 @@ func (sd *seeder) create(t *baseTable, key string, sets *Object) error {
 	for _, k := range t.keys {
 		ok := true
 		for i, f := range sets.Keys {
-			if v, has := PathGet(t.rows[k], f); !has || !Equal(v, sets.Vals[i]) {
+			if v, has := PathGet(t.rows[k], f); !has || !jsonvalue.Equal(v, sets.Vals[i]) {
 				ok = false
 				break
 			}
@@ -391,7 +393,7 @@ func (sd *seeder) create(t *baseTable, key string, sets *Object) error {
 		pool = t.keys
 	}
 	tmpl := pool[sd.rng.IntN(len(pool))]
-	row := Clone(t.rows[tmpl]).(*Object)
+	row := jsonvalue.Clone(t.rows[tmpl]).(*jsonvalue.Object)
 	if t.def.KeyInRow {
 		row.Set(t.def.Key, key)
 	}
@@ -424,7 +426,7 @@ func (sd *seeder) link(child *baseTable, key string, parent *baseTable, parentKe
 		if !ok {
 			return nil
 		}
-		c := Clone(pr).(*Object)
+		c := jsonvalue.Clone(pr).(*jsonvalue.Object)
 		l, _ := c.Get(r.Field)
 		list, _ := l.([]any)
 		for _, e := range list {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 )
@@ -24,7 +25,7 @@ func toStar(v any) starlark.Value {
 		return starlark.Bool(x)
 	case string:
 		return starlark.String(x)
-	case Number:
+	case jsonvalue.Number:
 		if !x.IsFloat() {
 			if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
 				return starlark.MakeInt64(i)
@@ -41,7 +42,7 @@ func toStar(v any) starlark.Value {
 			elems[i] = toStar(e)
 		}
 		return starlark.NewList(elems)
-	case *Object:
+	case *jsonvalue.Object:
 		d := starlark.NewDict(len(x.Keys))
 		for i, k := range x.Keys {
 			_ = d.SetKey(starlark.String(k), toStar(x.Vals[i]))
@@ -57,7 +58,7 @@ func fromStar(v starlark.Value, st Style) (any, error) {
 }
 
 func fromStarDepth(v starlark.Value, st Style, depth int) (any, error) {
-	if depth > maxDepth {
+	if depth > jsonvalue.MaxDepth {
 		return nil, errors.New("value nested too deeply")
 	}
 	switch x := v.(type) {
@@ -68,9 +69,9 @@ func fromStarDepth(v starlark.Value, st Style, depth int) (any, error) {
 	case starlark.String:
 		return string(x), nil
 	case starlark.Int:
-		return Number(x.String()), nil
+		return jsonvalue.Number(x.String()), nil
 	case starlark.Float:
-		return Number(st.FormatFloat(float64(x))), nil
+		return jsonvalue.Number(st.FormatFloat(float64(x))), nil
 	case *starlark.List:
 		out := make([]any, x.Len())
 		for i := range out {
@@ -93,7 +94,7 @@ func fromStarDepth(v starlark.Value, st Style, depth int) (any, error) {
 		return out, nil
 	case *starlark.Dict:
 		items := x.Items()
-		o := NewObject(len(items))
+		o := jsonvalue.NewObject(len(items))
 		for _, it := range items {
 			var k string
 			if s, ok := it[0].(starlark.String); ok {
@@ -147,8 +148,8 @@ func (d *declined) Hash() (uint32, error) { return starlark.String(d.reason).Has
 // callEnv is what builtins see of the call in progress (a thread local).
 type callEnv struct {
 	sess  *Session
-	txn   map[tableKey]*Object // writes of this call, committed when it answers
-	order []tableKey           // write order, for determinism
+	txn   map[tableKey]*jsonvalue.Object // writes of this call, committed when it answers
+	order []tableKey                     // write order, for determinism
 	dels  map[tableKey]bool
 }
 
@@ -165,7 +166,7 @@ func envOf(th *starlark.Thread) (*callEnv, error) {
 }
 
 // rowOf answers the row (table, key) as this call sees it: its own writes, then the session, then the base.
-func (e *callEnv) rowOf(table, key string) (*Object, bool) {
+func (e *callEnv) rowOf(table, key string) (*jsonvalue.Object, bool) {
 	tk := tableKey{table, key}
 	if e.dels[tk] {
 		return nil, false
@@ -302,13 +303,13 @@ func bWorldPut(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if err != nil {
 		return nil, fmt.Errorf("world.put: %w", err)
 	}
-	o, ok := v.(*Object)
+	o, ok := v.(*jsonvalue.Object)
 	if !ok {
 		return nil, fmt.Errorf("world.put: a row must be a dict, not %s", row.Type())
 	}
 	tk := tableKey{table, k}
 	if e.txn == nil {
-		e.txn = map[tableKey]*Object{}
+		e.txn = map[tableKey]*jsonvalue.Object{}
 	}
 	if _, seen := e.txn[tk]; !seen {
 		e.order = append(e.order, tk)

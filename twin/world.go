@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // baseTable is one entity table of the immutable base world, shared by every session.
 type baseTable struct {
 	def  *Table
-	rows map[string]*Object
+	rows map[string]*jsonvalue.Object
 	keys []string // sorted
 	// body is the canonical JSON of the table's members ("k":row,...) and off[i] the start of
 	// the i-th key's member in it (after its comma), so hashing reads a base row's canonical bytes as they are.
@@ -33,7 +35,7 @@ type baseTable struct {
 
 type subHit struct {
 	key string
-	obj *Object
+	obj *jsonvalue.Object
 }
 
 func indexID(path string, fold bool) string {
@@ -50,13 +52,13 @@ func indexValue(v any, fold bool) string {
 			v = strings.ToLower(s)
 		}
 	}
-	return string(Canonical(v))
+	return string(jsonvalue.Canonical(v))
 }
 
 // PathGet walks a dotted path ("name.first_name") through nested objects.
 func PathGet(v any, path string) (any, bool) {
 	for path != "" {
-		o, ok := v.(*Object)
+		o, ok := v.(*jsonvalue.Object)
 		if !ok {
 			return nil, false
 		}
@@ -75,7 +77,7 @@ func PathGet(v any, path string) (any, bool) {
 }
 
 // subObjects walks a sub-index path ("variants.*", "items[]", "a.b[]") to the nested objects it names.
-func subObjects(row *Object, path string) []*Object {
+func subObjects(row *jsonvalue.Object, path string) []*jsonvalue.Object {
 	cur := []any{row}
 	for _, seg := range strings.Split(path, ".") {
 		var next []any
@@ -85,7 +87,7 @@ func subObjects(row *Object, path string) []*Object {
 			seg = strings.TrimSuffix(seg, "[]")
 		}
 		for _, c := range cur {
-			o, ok := c.(*Object)
+			o, ok := c.(*jsonvalue.Object)
 			if !ok {
 				continue
 			}
@@ -107,9 +109,9 @@ func subObjects(row *Object, path string) []*Object {
 		}
 		cur = next
 	}
-	out := make([]*Object, 0, len(cur))
+	out := make([]*jsonvalue.Object, 0, len(cur))
 	for _, c := range cur {
-		if o, ok := c.(*Object); ok {
+		if o, ok := c.(*jsonvalue.Object); ok {
 			out = append(out, o)
 		}
 	}
@@ -117,14 +119,14 @@ func subObjects(row *Object, path string) []*Object {
 }
 
 func newBaseTable(def *Table) (*baseTable, error) {
-	t := &baseTable{def: def, rows: make(map[string]*Object, len(def.Rows)), indexes: map[string]map[string][]string{},
+	t := &baseTable{def: def, rows: make(map[string]*jsonvalue.Object, len(def.Rows)), indexes: map[string]map[string][]string{},
 		subs: map[string]map[string]subHit{}, subDefs: map[string]SubIndex{}}
 	for i, r := range def.Rows {
-		v, err := ParseJSONString(r.JSON)
+		v, err := jsonvalue.ParseString(r.JSON)
 		if err != nil {
 			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: %w", ErrBadBundle, def.Name, i, err)
 		}
-		o, ok := v.(*Object)
+		o, ok := v.(*jsonvalue.Object)
 		if !ok {
 			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: not an object", ErrBadBundle, def.Name, i)
 		}
@@ -142,9 +144,9 @@ func newBaseTable(def *Table) (*baseTable, error) {
 		if i > 0 {
 			body.WriteByte(',')
 		}
-		writeMinimalString(&body, k)
+		jsonvalue.AppendString(&body, k)
 		body.WriteByte(':')
-		writeCanonical(&body, t.rows[k])
+		jsonvalue.AppendCanonical(&body, t.rows[k])
 	}
 	t.off[len(t.keys)] = body.Len()
 	t.body = body.Bytes()
@@ -158,7 +160,7 @@ func newBaseTable(def *Table) (*baseTable, error) {
 		for _, k := range t.keys {
 			for _, o := range subObjects(t.rows[k], sd.Path) {
 				if v, ok := o.Get(sd.Field); ok {
-					cv := string(Canonical(v))
+					cv := string(jsonvalue.Canonical(v))
 					if _, seen := m[cv]; !seen {
 						m[cv] = subHit{key: k, obj: o}
 					}
@@ -200,7 +202,7 @@ type criterion struct {
 	fold  bool
 }
 
-func matches(def *Table, key string, row *Object, cs []criterion) bool {
+func matches(def *Table, key string, row *jsonvalue.Object, cs []criterion) bool {
 	for _, c := range cs {
 		var v any
 		var ok bool
@@ -217,13 +219,13 @@ func matches(def *Table, key string, row *Object, cs []criterion) bool {
 }
 
 // fingerprint is a short, stable digest of a row (or "-" for no row), used to match recordings to state.
-func fingerprint(row *Object) string {
+func fingerprint(row *jsonvalue.Object) string {
 	if row == nil {
 		return "-"
 	}
-	s := sha256.Sum256(Canonical(row))
+	s := sha256.Sum256(jsonvalue.Canonical(row))
 	return hex.EncodeToString(s[:12])
 }
 
 // Fingerprint is the state fingerprint recordings carry for a target row (nil: absent).
-func Fingerprint(row *Object) string { return fingerprint(row) }
+func Fingerprint(row *jsonvalue.Object) string { return fingerprint(row) }

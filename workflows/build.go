@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // Registered names of the build workflows; never change them (running histories refer to them).
@@ -112,7 +113,7 @@ func (b *builder) run(ctx workflow.Context) (BuildResult, error) {
 		return b.fail(short, err)
 	}
 	if workflow.GetVersion(ctx, "build-activates-twin", workflow.DefaultVersion, 1) == 1 {
-		b.activateTwin(ctx, activities.TwinBuild{BuildID: b.in.BuildID, BundleKey: inferred.BundleKey, BundleHash: inferred.BundleHash})
+		b.activateTwin(ctx, twinstate.Build{BuildID: b.in.BuildID, BundleKey: inferred.BundleKey, BundleHash: inferred.BundleHash})
 	}
 	b.progress = BuildProgress{Stage: "succeeded", Percent: 100}
 	workflow.SetCurrentDetails(ctx, "**succeeded**")
@@ -122,7 +123,7 @@ func (b *builder) run(ctx workflow.Context) (BuildResult, error) {
 // activateTwin tells the environment's twin workflow, when one runs, that the new build is active: new sessions
 // open on its bundle while open sessions stay on theirs. With no twin workflow running there is nothing to tell:
 // the next wake starts one on the active build.
-func (b *builder) activateTwin(ctx workflow.Context, tb activities.TwinBuild) {
+func (b *builder) activateTwin(ctx workflow.Context, tb twinstate.Build) {
 	err := workflow.SignalExternalWorkflow(ctx, TwinWorkflowID(b.in.EnvID), "", NewBuildSignal, tb).Get(ctx, nil)
 	if err != nil {
 		workflow.GetLogger(ctx).Info("no twin to move to the new build", "env", b.in.EnvID, "build", b.in.BuildID, "reason", err)

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
@@ -36,7 +37,7 @@ func TestBuildSucceeds(t *testing.T) {
 	env.OnActivity(a.SelfCheck, mock.Anything, plan, inf).Return(chk, nil).Once()
 	env.OnActivity(a.ActivateBuild, mock.Anything, plan, inf, chk).Return(nil).Once()
 	env.OnSignalExternalWorkflow(mock.Anything, TwinWorkflowID("env_1"), "", NewBuildSignal,
-		activities.TwinBuild{BuildID: "bld_1", BundleKey: "bundles/bb", BundleHash: "sha256:bb"}).Return(nil).Once()
+		twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/bb", BundleHash: "sha256:bb"}).Return(nil).Once()
 
 	var stages []string
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // SessionOpenWorkflowName is the registered name of the session-open workflow; never change it.
@@ -135,14 +136,14 @@ type TwinDirectory struct {
 var _ activities.TwinDirectory = (*TwinDirectory)(nil)
 
 // WakeTwin implements activities.TwinDirectory with the TwinWorkflow's wake update.
-func (d *TwinDirectory) WakeTwin(ctx context.Context, w activities.TwinWake) (activities.TwinState, error) {
+func (d *TwinDirectory) WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error) {
 	in := d.Input
 	in.EnvID, in.Active, in.Twins = w.EnvID, w.Active, nil
-	st, err := WakeTwin(ctx, d.Client, d.TaskQueue, in, WakeRequest{Build: w.Build, Wait: w.Wait, Suspect: w.Suspect})
+	st, err := WakeTwin(ctx, d.Client, d.TaskQueue, in, WakeRequest{Build: w.Build, Wait: w.Wait, Suspect: w.Suspect, Idle: d.Input.Idle})
 	if err != nil {
-		return activities.TwinState{}, err
+		return twinstate.Status{}, err
 	}
-	out := activities.TwinState{State: st.State, Addr: st.Addr, BuildID: st.Build.BuildID, Error: st.Error, ErrorType: st.ErrorType}
+	out := twinstate.Status{State: st.State, Addr: st.Addr, BuildID: st.Build.BuildID, Error: st.Error, ErrorType: st.ErrorType}
 	if st.Handle != nil {
 		out.HandleID = st.Handle.ID
 	}
@@ -150,8 +151,8 @@ func (d *TwinDirectory) WakeTwin(ctx context.Context, w activities.TwinWake) (ac
 }
 
 // RunningTwins implements activities.TwinDirectory with the TwinWorkflow's status query (no twin is booted).
-func (d *TwinDirectory) RunningTwins(ctx context.Context, envID string) (map[string]activities.TwinState, error) {
-	out := map[string]activities.TwinState{}
+func (d *TwinDirectory) RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error) {
+	out := map[string]twinstate.Status{}
 	v, err := d.Client.QueryWorkflow(ctx, TwinWorkflowID(envID), "", TwinStatusQuery)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
@@ -165,10 +166,10 @@ func (d *TwinDirectory) RunningTwins(ctx context.Context, envID string) (map[str
 		return nil, fmt.Errorf("twins of %s: %w", envID, err)
 	}
 	for _, t := range st.Twins {
-		if t.State != TwinReady || t.Handle == nil {
+		if t.State != twinstate.Ready || t.Handle == nil {
 			continue
 		}
-		out[t.Build.BuildID] = activities.TwinState{State: t.State, Addr: t.Handle.Addr, BuildID: t.Build.BuildID, HandleID: t.Handle.ID}
+		out[t.Build.BuildID] = twinstate.Status{State: t.State, Addr: t.Handle.Addr, BuildID: t.Build.BuildID, HandleID: t.Handle.ID}
 	}
 	return out, nil
 }

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // Registered name and message names of the twin workflow; never change them.
@@ -25,18 +25,10 @@ const (
 	WakeUpdate = "wake"
 	// TwinStatusQuery answers the TwinStatus of the active build.
 	TwinStatusQuery = "status"
-	// NewBuildSignal (activities.TwinBuild) makes a build the active one.
+	// NewBuildSignal (twinstate.Build) makes a build the active one.
 	NewBuildSignal = "build"
 	// StopTwinSignal stops every twin of the environment and ends the workflow (the environment is deleted).
 	StopTwinSignal = "stop"
-)
-
-// States of a twin in TwinStatus and TwinSlot.
-const (
-	TwinStopped = "stopped"
-	TwinBooting = "booting"
-	TwinReady   = "ready"
-	TwinFailed  = "failed"
 )
 
 // Defaults of TwinInput.
@@ -63,7 +55,7 @@ func TwinWorkflowID(envID string) string { return "twin/" + envID }
 type TwinInput struct {
 	EnvID string
 	// Active is the environment's active build: new sessions open on its twin. Zero until the first build.
-	Active activities.TwinBuild
+	Active twinstate.Build
 	// Idle is how long a twin serves no session request before it stops (zero: DefaultTwinIdle).
 	Idle time.Duration
 	// HealthEvery is how often a ready twin is inspected (zero: DefaultTwinHealthEvery); a dead one is restarted.
@@ -77,9 +69,9 @@ type TwinInput struct {
 
 // TwinSlot is one build's twin.
 type TwinSlot struct {
-	Build  activities.TwinBuild
+	Build  twinstate.Build
 	State  string
-	Handle *driver.Handle `json:",omitempty"`
+	Handle *twinstate.Handle `json:",omitempty"`
 	// Error and ErrorType say why the last boot or inspection failed (empty once it succeeds).
 	Error     string `json:",omitempty"`
 	ErrorType string `json:",omitempty"`
@@ -98,22 +90,25 @@ type TwinSlot struct {
 // own, so its twin is booted again if it stopped. Suspect is the handle ID of a twin the caller could not reach:
 // it is inspected at once and restarted if dead. Wait answers only once the twin is ready or failed.
 type WakeRequest struct {
-	Build   activities.TwinBuild
+	Build   twinstate.Build
 	Wait    bool
 	Suspect string
+	// Idle, when set, is the caller's configured idle time: the workflow adopts it, so a twin.idle changed across a
+	// restart takes effect on a TwinWorkflow that was already running (it kept the idle time it started with).
+	Idle time.Duration `json:",omitempty"`
 }
 
 // TwinStatus is the state of one build's twin (the woken one, or the active one for the query).
 type TwinStatus struct {
 	EnvID string
-	Build activities.TwinBuild
+	Build twinstate.Build
 	State string
 	// Addr is the twin RPC's base URL when State is ready.
 	Addr      string
-	Handle    *driver.Handle `json:",omitempty"`
-	Error     string         `json:",omitempty"`
-	ErrorType string         `json:",omitempty"`
-	Active    activities.TwinBuild
+	Handle    *twinstate.Handle `json:",omitempty"`
+	Error     string            `json:",omitempty"`
+	ErrorType string            `json:",omitempty"`
+	Active    twinstate.Build
 	// Twins lists every build's twin the workflow holds, by build id.
 	Twins []TwinSlot
 }
@@ -156,7 +151,7 @@ func Twin(ctx workflow.Context, in TwinInput) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		ch := workflow.GetSignalChannel(ctx, NewBuildSignal)
 		for {
-			var b activities.TwinBuild
+			var b twinstate.Build
 			ch.Receive(ctx, &b)
 			w.newBuild(ctx, b)
 		}
@@ -229,7 +224,7 @@ func (w *twinWF) continueAsNew(ctx workflow.Context) bool {
 		return false
 	}
 	for _, s := range w.slots {
-		if s.busy || s.State == TwinBooting || s.suspect {
+		if s.busy || s.State == twinstate.Booting || s.suspect {
 			return false
 		}
 	}
@@ -239,7 +234,7 @@ func (w *twinWF) continueAsNew(ctx workflow.Context) bool {
 // awake reports whether some twin runs or is starting.
 func (w *twinWF) awake() bool {
 	for _, s := range w.slots {
-		if s.Handle != nil || s.busy || s.State == TwinBooting {
+		if s.Handle != nil || s.busy || s.State == twinstate.Booting {
 			return true
 		}
 	}
@@ -267,11 +262,11 @@ func (w *twinWF) find(buildID string) *slot {
 }
 
 // slotFor returns the build's slot, adding a stopped one if there is none.
-func (w *twinWF) slotFor(ctx workflow.Context, b activities.TwinBuild) *slot {
+func (w *twinWF) slotFor(ctx workflow.Context, b twinstate.Build) *slot {
 	if s := w.find(b.BuildID); s != nil {
 		return s
 	}
-	s := &slot{TwinSlot: TwinSlot{Build: b, State: TwinStopped, Since: workflow.Now(ctx)}}
+	s := &slot{TwinSlot: TwinSlot{Build: b, State: twinstate.Stopped, Since: workflow.Now(ctx)}}
 	w.add(ctx, s)
 	return s
 }
@@ -316,23 +311,26 @@ func (w *twinWF) validateWake(ctx workflow.Context, req WakeRequest) error {
 
 // wake boots the build's twin if it is stopped or failed, and answers its state (once ready or failed with Wait).
 func (w *twinWF) wake(ctx workflow.Context, req WakeRequest) (TwinStatus, error) {
+	if req.Idle > 0 {
+		w.in.Idle = req.Idle
+	}
 	b := req.Build
 	if b.IsZero() {
 		b = w.in.Active
 	}
 	s := w.slotFor(ctx, b)
 	switch s.State {
-	case TwinStopped, TwinFailed:
+	case twinstate.Stopped, twinstate.Failed:
 		s.wanted = true
-		s.set(ctx, TwinBooting)
-	case TwinReady:
+		s.set(ctx, twinstate.Booting)
+	case twinstate.Ready:
 		if req.Suspect != "" && s.Handle != nil && s.Handle.ID == req.Suspect {
 			s.suspect = true
 		}
 	}
 	if req.Wait {
 		if err := workflow.Await(ctx, func() bool {
-			return !s.suspect && (s.State == TwinReady || s.State == TwinFailed) || w.stopping
+			return !s.suspect && (s.State == twinstate.Ready || s.State == twinstate.Failed) || w.stopping
 		}); err != nil {
 			return TwinStatus{}, err
 		}
@@ -340,35 +338,35 @@ func (w *twinWF) wake(ctx workflow.Context, req WakeRequest) (TwinStatus, error)
 	return w.statusOf(s), nil
 }
 
-func (w *twinWF) newBuild(ctx workflow.Context, b activities.TwinBuild) {
+func (w *twinWF) newBuild(ctx workflow.Context, b twinstate.Build) {
 	if b.IsZero() || b.BuildID == w.in.Active.BuildID || w.stopping {
 		return
 	}
 	awake := false
 	for _, s := range w.slots {
-		awake = awake || s.State == TwinReady || s.State == TwinBooting
+		awake = awake || s.State == twinstate.Ready || s.State == twinstate.Booting
 	}
 	w.in.Active = b
 	s := w.slotFor(ctx, b)
-	if awake && (s.State == TwinStopped || s.State == TwinFailed) {
+	if awake && (s.State == twinstate.Stopped || s.State == twinstate.Failed) {
 		s.wanted = true
-		s.set(ctx, TwinBooting)
+		s.set(ctx, twinstate.Booting)
 	}
 }
 
 // status answers the state of build b's twin (stopped when the workflow holds none).
-func (w *twinWF) status(b activities.TwinBuild) TwinStatus {
+func (w *twinWF) status(b twinstate.Build) TwinStatus {
 	if s := w.find(b.BuildID); s != nil {
 		return w.statusOf(s)
 	}
-	return w.statusOf(&slot{TwinSlot: TwinSlot{Build: b, State: TwinStopped}})
+	return w.statusOf(&slot{TwinSlot: TwinSlot{Build: b, State: twinstate.Stopped}})
 }
 
 // statusOf answers s's state; s may have been dropped from the workflow meanwhile (a failed old build).
 func (w *twinWF) statusOf(s *slot) TwinStatus {
 	st := TwinStatus{EnvID: w.in.EnvID, Build: s.Build, State: s.State, Error: s.Error, ErrorType: s.ErrorType,
 		Active: w.in.Active}
-	if s.State == TwinReady && s.Handle != nil {
+	if s.State == twinstate.Ready && s.Handle != nil {
 		h := *s.Handle
 		st.Handle, st.Addr = &h, h.Addr
 	}
@@ -389,27 +387,27 @@ func (w *twinWF) lifecycle(ctx workflow.Context, s *slot) {
 	defer func() { s.done = true }()
 	for !w.stopping {
 		switch s.State {
-		case TwinStopped, TwinFailed:
+		case twinstate.Stopped, twinstate.Failed:
 			if !s.wanted && !w.isActive(s) {
 				w.remove(s)
 				return
 			}
 			_ = workflow.Await(ctx, func() bool { return s.wanted || w.stopping || !w.isActive(s) })
 			if s.wanted && !w.stopping {
-				s.set(ctx, TwinBooting)
+				s.set(ctx, twinstate.Booting)
 			}
-		case TwinBooting:
+		case twinstate.Booting:
 			w.boot(ctx, s)
-		case TwinReady:
+		case twinstate.Ready:
 			w.watch(ctx, s)
 		default:
-			s.set(ctx, TwinStopped)
+			s.set(ctx, twinstate.Stopped)
 		}
 	}
 	if s.Handle != nil {
 		w.stop(ctx, s)
 	}
-	s.set(ctx, TwinStopped)
+	s.set(ctx, twinstate.Stopped)
 }
 
 func (w *twinWF) boot(ctx workflow.Context, s *slot) {
@@ -428,21 +426,21 @@ func (w *twinWF) boot(ctx workflow.Context, s *slot) {
 				activities.ErrTypeTwinBundle, activities.ErrTypeBadInput},
 		},
 	})
-	var h driver.Handle
+	var h twinstate.Handle
 	s.busy = true
 	err := workflow.ExecuteActivity(actx, a.StartTwin, activities.StartTwinInput{EnvID: w.in.EnvID, Build: s.Build}).Get(ctx, &h)
 	s.busy = false
 	s.wanted = false
 	if err != nil {
 		s.Error, s.ErrorType = errorText(err)
-		s.set(ctx, TwinFailed)
+		s.set(ctx, twinstate.Failed)
 		return
 	}
 	s.Handle = &h
 	s.Error, s.ErrorType = "", ""
 	s.Boots++
 	s.idleFor = 0
-	s.set(ctx, TwinReady)
+	s.set(ctx, twinstate.Ready)
 }
 
 // watch inspects a ready twin every HealthEvery (sooner when its idle time is nearly up, at once when a caller
@@ -454,7 +452,7 @@ func (w *twinWF) watch(ctx workflow.Context, s *slot) {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
 	})
 	unhealthy := 0
-	for s.State == TwinReady && !w.stopping {
+	for s.State == twinstate.Ready && !w.stopping {
 		wait := w.in.HealthEvery
 		if left := w.in.Idle - s.idleFor; left < wait {
 			wait = max(left, time.Second)
@@ -470,25 +468,25 @@ func (w *twinWF) watch(ctx workflow.Context, s *slot) {
 			continue
 		}
 		switch hh.State {
-		case driver.StateReady:
+		case twinstate.Healthy:
 			unhealthy = 0
 			s.idleFor, s.Sessions = hh.IdleFor, hh.Sessions
 			s.Error, s.ErrorType = "", ""
 			if hh.IdleFor >= w.in.Idle || (!w.isActive(s) && hh.Sessions == 0) {
 				w.stop(ctx, s)
-				s.set(ctx, TwinStopped)
+				s.set(ctx, twinstate.Stopped)
 			}
-		case driver.StateStarting, driver.StateUnhealthy:
+		case twinstate.Starting, twinstate.Unhealthy:
 			unhealthy++
 			if unhealthy >= 2 || s.suspect {
 				s.LastExit = "unresponsive: " + hh.Detail
 				s.Restarts++
-				s.set(ctx, TwinBooting)
+				s.set(ctx, twinstate.Booting)
 			}
 		default: // exited or gone
 			s.LastExit = string(hh.State) + ": " + hh.Detail
 			s.Restarts++
-			s.set(ctx, TwinBooting)
+			s.set(ctx, twinstate.Booting)
 		}
 		s.suspect = false
 	}
@@ -568,7 +566,7 @@ func WakeTwin(ctx context.Context, c client.Client, taskQueue string, in TwinInp
 
 // ActivateTwinBuild tells the environment's twin workflow, if one runs, that b is the active build. (With none
 // running, the next WakeTwin starts one with the active build in its input.)
-func ActivateTwinBuild(ctx context.Context, c client.Client, envID string, b activities.TwinBuild) error {
+func ActivateTwinBuild(ctx context.Context, c client.Client, envID string, b twinstate.Build) error {
 	err := c.SignalWorkflow(ctx, TwinWorkflowID(envID), "", NewBuildSignal, b)
 	var notFound *serviceerror.NotFound
 	if err != nil && !errors.As(err, &notFound) {

@@ -9,19 +9,22 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/twinstate"
 )
+
+// TwinReconciler lists the twins a driver runs and removes those not kept (a driver.Driver that is a
+// driver.Reconciler is one).
+type TwinReconciler interface {
+	List(ctx context.Context) ([]twinstate.Handle, error)
+	Reconcile(ctx context.Context, keep func(twinstate.Handle) bool, grace time.Duration) ([]twinstate.Handle, error)
+}
 
 // ReconcileTwins removes the driver's twins that no environment's TwinWorkflow holds: twins left behind by a
 // crashed worker whose environment's workflow ended or was lost. A TwinWorkflow reaps strays only of its own
 // environment while it runs; this covers the rest, at worker start. Twins younger than grace are kept (a start
-// may still be returning their handle). A driver that cannot reconcile is left alone.
-func ReconcileTwins(ctx context.Context, c client.Client, drv driver.Driver, grace time.Duration) ([]driver.Handle, error) {
-	rec, ok := drv.(driver.Reconciler)
-	if !ok {
-		return nil, nil
-	}
-	handles, err := drv.List(ctx)
+// may still be returning their handle).
+func ReconcileTwins(ctx context.Context, c client.Client, rec TwinReconciler, grace time.Duration) ([]twinstate.Handle, error) {
+	handles, err := rec.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile twins: %w", err)
 	}
@@ -50,7 +53,7 @@ func ReconcileTwins(ctx context.Context, c client.Client, drv driver.Driver, gra
 			}
 		}
 	}
-	removed, err := rec.Reconcile(ctx, func(h driver.Handle) bool { return held[h.ID] }, grace)
+	removed, err := rec.Reconcile(ctx, func(h twinstate.Handle) bool { return held[h.ID] }, grace)
 	if err != nil {
 		return removed, fmt.Errorf("reconcile twins: %w", err)
 	}

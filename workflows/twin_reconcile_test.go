@@ -20,6 +20,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // TestReconcileTwins: on a real Temporal frontend, with real twin processes, a twin no TwinWorkflow holds (left by
@@ -47,7 +48,7 @@ func TestReconcileTwins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := activities.TwinBuild{BuildID: schema.NewID(schema.PrefixBuild), BundleKey: key, BundleHash: twin.HashBytes(data)}
+	build := twinstate.Build{BuildID: schema.NewID(schema.PrefixBuild), BundleKey: key, BundleHash: twin.HashBytes(data)}
 
 	stray, err := drv.Start(ctx, driver.Spec{EnvID: schema.NewID(schema.PrefixEnv), BuildID: build.BuildID, BundleKey: key})
 	if err != nil {
@@ -70,7 +71,7 @@ func TestReconcileTwins(t *testing.T) {
 	defer w.Stop()
 	heldEnv := schema.NewID(schema.PrefixEnv)
 	st, err := WakeTwin(ctx, c, queue, TwinInput{EnvID: heldEnv, Active: build, Idle: time.Hour}, WakeRequest{Wait: true})
-	if err != nil || st.State != TwinReady || st.Handle == nil {
+	if err != nil || st.State != twinstate.Ready || st.Handle == nil {
 		t.Fatalf("wake: %+v, %v", st, err)
 	}
 	t.Cleanup(func() {

@@ -27,6 +27,7 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // fleet stands in for the twin activities: it keeps the twins "started", answers inspections from their scripted
@@ -43,7 +44,7 @@ type fleet struct {
 }
 
 type fakeTwin struct {
-	h        driver.Handle
+	h        twinstate.Handle
 	dead     bool
 	lastUse  time.Time
 	sessions int
@@ -59,34 +60,34 @@ func newFleet(env *testsuite.TestWorkflowEnvironment) *fleet {
 	return f
 }
 
-func (f *fleet) start(_ context.Context, in activities.StartTwinInput) (driver.Handle, error) {
+func (f *fleet) start(_ context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.starts = append(f.starts, in.Build.BuildID)
 	if f.startErr != nil {
-		return driver.Handle{}, f.startErr
+		return twinstate.Handle{}, f.startErr
 	}
 	f.n++
-	h := driver.Handle{Driver: "fake", ID: fmt.Sprintf("twin-%d", f.n), EnvID: in.EnvID, BuildID: in.Build.BuildID,
+	h := twinstate.Handle{Driver: "fake", ID: fmt.Sprintf("twin-%d", f.n), EnvID: in.EnvID, BuildID: in.Build.BuildID,
 		Addr: fmt.Sprintf("http://127.0.0.1:%d", 9000+f.n)}
 	f.twins[h.ID] = &fakeTwin{h: h, lastUse: f.env.Now()}
 	return h, nil
 }
 
-func (f *fleet) inspect(_ context.Context, h driver.Handle) (activities.TwinHealth, error) {
+func (f *fleet) inspect(_ context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.twins[h.ID]
 	switch {
 	case t == nil:
-		return activities.TwinHealth{State: driver.StateGone, Detail: "no such twin"}, nil
+		return activities.TwinHealth{State: twinstate.Gone, Detail: "no such twin"}, nil
 	case t.dead:
-		return activities.TwinHealth{State: driver.StateExited, Detail: "killed"}, nil
+		return activities.TwinHealth{State: twinstate.Exited, Detail: "killed"}, nil
 	}
-	return activities.TwinHealth{State: driver.StateReady, IdleFor: f.env.Now().Sub(t.lastUse), Sessions: t.sessions}, nil
+	return activities.TwinHealth{State: twinstate.Healthy, IdleFor: f.env.Now().Sub(t.lastUse), Sessions: t.sessions}, nil
 }
 
-func (f *fleet) stop(_ context.Context, h driver.Handle) error {
+func (f *fleet) stop(_ context.Context, h twinstate.Handle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.stops = append(f.stops, h.ID)
@@ -129,8 +130,8 @@ func newTwinEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fleet) {
 }
 
 var (
-	build1 = activities.TwinBuild{BuildID: "bld_1", BundleKey: "bundles/1", BundleHash: "sha256:1"}
-	build2 = activities.TwinBuild{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}
+	build1 = twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/1", BundleHash: "sha256:1"}
+	build2 = twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}
 )
 
 // wake sends a wake update at the current workflow time and records its answer in *got (or its error in *gotErr).
@@ -171,13 +172,33 @@ func queryStatus(t *testing.T, env *testsuite.TestWorkflowEnvironment) TwinStatu
 	return st
 }
 
+// A wake carrying another idle time changes the running workflow's (issue 13 defect 8: a twin.idle changed across
+// a restart never took effect, so the twin never stopped on the new idle time).
+func TestTwinWakeAdoptsIdle(t *testing.T) {
+	env, f := newTwinEnv(t)
+	var st TwinStatus
+	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Idle: 2 * time.Minute}, &st, nil) }, time.Second)
+	env.RegisterDelayedCallback(func() { f.use(build1.BuildID, 1) }, 2*time.Second)
+	// Started with 15 minutes idle; the wake asked for 2: unused since 2s, it is stopped by 4 minutes.
+	env.RegisterDelayedCallback(func() {
+		if got := queryStatus(t, env); got.State != twinstate.Stopped {
+			t.Errorf("4 minutes after the last use with a 2-minute idle time: %s, want stopped", got.State)
+		}
+		env.SignalWorkflow(StopTwinSignal, nil)
+	}, 4*time.Minute)
+	env.ExecuteWorkflow(TwinWorkflowName, TwinInput{EnvID: "env_1", Active: build1, Idle: 15 * time.Minute, HealthEvery: time.Minute})
+	if !env.IsWorkflowCompleted() || env.GetWorkflowError() != nil {
+		t.Fatalf("workflow: completed=%v err=%v", env.IsWorkflowCompleted(), env.GetWorkflowError())
+	}
+}
+
 // stopped → booting → ready → (idle) → stopped, and a wake boots it again.
 func TestTwinWakeIdleStop(t *testing.T) {
 	env, f := newTwinEnv(t)
 	var first, second, afterIdle TwinStatus
 	var atBoot, atIdle TwinStatus
 	env.RegisterDelayedCallback(func() {
-		if st := queryStatus(t, env); st.State != TwinStopped {
+		if st := queryStatus(t, env); st.State != twinstate.Stopped {
 			t.Errorf("before any wake: %s, want stopped", st.State)
 		}
 		wake(t, env, "w1", WakeRequest{}, &first, nil)
@@ -191,7 +212,7 @@ func TestTwinWakeIdleStop(t *testing.T) {
 	// Last use at 4m, idle 5m: stopped by the check at or after 9m.
 	env.RegisterDelayedCallback(func() { atIdle = queryStatus(t, env) }, 8*time.Minute+30*time.Second)
 	env.RegisterDelayedCallback(func() {
-		if st := queryStatus(t, env); st.State != TwinStopped {
+		if st := queryStatus(t, env); st.State != twinstate.Stopped {
 			t.Errorf("after 5 idle minutes: %+v, want stopped", st)
 		}
 		wake(t, env, "w3", WakeRequest{Wait: true}, &afterIdle, nil)
@@ -202,16 +223,16 @@ func TestTwinWakeIdleStop(t *testing.T) {
 	if !env.IsWorkflowCompleted() || env.GetWorkflowError() != nil {
 		t.Fatalf("workflow: completed=%v err=%v", env.IsWorkflowCompleted(), env.GetWorkflowError())
 	}
-	if first.State != TwinBooting || first.Addr != "" {
+	if first.State != twinstate.Booting || first.Addr != "" {
 		t.Errorf("first wake = %+v, want booting (202)", first)
 	}
-	if atBoot.State != TwinReady || atBoot.Addr == "" || second.State != TwinReady || second.Addr != atBoot.Addr {
+	if atBoot.State != twinstate.Ready || atBoot.Addr == "" || second.State != twinstate.Ready || second.Addr != atBoot.Addr {
 		t.Errorf("after boot: query %+v, wake %+v; want ready (200) at one address", atBoot, second)
 	}
-	if atIdle.State != TwinReady {
+	if atIdle.State != twinstate.Ready {
 		t.Errorf("4.5 minutes after the last use: %s, want ready", atIdle.State)
 	}
-	if afterIdle.State != TwinReady || afterIdle.Addr == "" || afterIdle.Addr == second.Addr {
+	if afterIdle.State != twinstate.Ready || afterIdle.Addr == "" || afterIdle.Addr == second.Addr {
 		t.Errorf("wake after idle stop = %+v, want a new ready twin", afterIdle)
 	}
 	if len(afterIdle.Twins) != 1 || afterIdle.Twins[0].Boots != 2 {
@@ -259,14 +280,14 @@ func TestTwinRestartsDeadTwin(t *testing.T) {
 	if env.GetWorkflowError() != nil {
 		t.Fatal(env.GetWorkflowError())
 	}
-	if ready.State != TwinReady || atCrash.Addr != ready.Addr {
+	if ready.State != twinstate.Ready || atCrash.Addr != ready.Addr {
 		t.Fatalf("ready = %+v, at crash %+v", ready, atCrash)
 	}
-	if afterCheck.State != TwinReady || afterCheck.Addr == ready.Addr || len(afterCheck.Twins) != 1 ||
+	if afterCheck.State != twinstate.Ready || afterCheck.Addr == ready.Addr || len(afterCheck.Twins) != 1 ||
 		!strings.Contains(afterCheck.Twins[0].LastExit, "exited") || afterCheck.Twins[0].Restarts != 1 {
 		t.Errorf("after the health check: %+v, want a new ready twin with the crash reported", afterCheck)
 	}
-	if afterSuspect.State != TwinReady || afterSuspect.Addr == afterCheck.Addr {
+	if afterSuspect.State != twinstate.Ready || afterSuspect.Addr == afterCheck.Addr {
 		t.Errorf("wake with the dead twin as suspect = %+v, want a new ready twin", afterSuspect)
 	}
 	if took := suspectAnsweredAt.Sub(start.Add(3*time.Minute + 10*time.Second)); took > 5*time.Second {
@@ -306,16 +327,16 @@ func TestTwinNewBuild(t *testing.T) {
 	if env.GetWorkflowError() != nil {
 		t.Fatal(env.GetWorkflowError())
 	}
-	if afterBuild.Active != build2 || afterBuild.Build != build2 || afterBuild.State != TwinReady {
+	if afterBuild.Active != build2 || afterBuild.Build != build2 || afterBuild.State != twinstate.Ready {
 		t.Fatalf("after the new build: %+v, want build 2 active and ready", afterBuild)
 	}
-	if len(afterBuild.Twins) != 2 || afterBuild.Twins[0].State != TwinReady {
+	if len(afterBuild.Twins) != 2 || afterBuild.Twins[0].State != twinstate.Ready {
 		t.Fatalf("after the new build the old twin must still serve its sessions: %+v", afterBuild.Twins)
 	}
 	if len(afterDrain.Twins) != 1 || afterDrain.Twins[0].Build != build2 {
 		t.Fatalf("after the old twin's sessions closed: %+v, want only build 2's twin", afterDrain.Twins)
 	}
-	if oldWoken.Build != build1 || oldWoken.State != TwinReady || oldWoken.Active != build2 {
+	if oldWoken.Build != build1 || oldWoken.State != twinstate.Ready || oldWoken.Active != build2 {
 		t.Fatalf("waking the old build = %+v, want its twin ready and build 2 still active", oldWoken)
 	}
 	f.mu.Lock()
@@ -343,10 +364,10 @@ func TestTwinBootFailure(t *testing.T) {
 	if env.GetWorkflowError() != nil {
 		t.Fatal(env.GetWorkflowError())
 	}
-	if failed.State != TwinFailed || failed.ErrorType != activities.ErrTypeEngineUnreachable || !strings.Contains(failed.Error, "unreachable") {
+	if failed.State != twinstate.Failed || failed.ErrorType != activities.ErrTypeEngineUnreachable || !strings.Contains(failed.Error, "unreachable") {
 		t.Fatalf("wake with the engine down = %+v", failed)
 	}
-	if retried.State != TwinReady {
+	if retried.State != twinstate.Ready {
 		t.Fatalf("wake after the engine came back = %+v", retried)
 	}
 	if starts, _ := f.counts(); starts != 2 {
@@ -360,7 +381,7 @@ func TestTwinWakeValidation(t *testing.T) {
 	var unused TwinStatus
 	env.RegisterDelayedCallback(func() {
 		wake(t, env, "w1", WakeRequest{}, &unused, &noBuild)
-		wake(t, env, "w2", WakeRequest{Build: activities.TwinBuild{BuildID: "bld_9"}}, &unused, &noKey)
+		wake(t, env, "w2", WakeRequest{Build: twinstate.Build{BuildID: "bld_9"}}, &unused, &noKey)
 	}, time.Second)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(StopTwinSignal, nil) }, time.Minute)
 	env.ExecuteWorkflow(TwinWorkflowName, TwinInput{EnvID: "env_1"})
@@ -394,7 +415,7 @@ func TestTwinContinuesAsNew(t *testing.T) {
 	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
 		t.Fatal(err)
 	}
-	if len(next.Twins) != 1 || next.Twins[0].State != TwinReady || next.Twins[0].Handle == nil || next.Active != build1 || next.HealthEvery != 10*time.Second {
+	if len(next.Twins) != 1 || next.Twins[0].State != twinstate.Ready || next.Twins[0].Handle == nil || next.Active != build1 || next.HealthEvery != 10*time.Second {
 		t.Fatalf("carried input = %+v", next)
 	}
 }
@@ -425,7 +446,7 @@ func TestTwinWithRealActivities(t *testing.T) {
 	env.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
 	env.RegisterActivity(&activities.Twins{Driver: d})
 
-	build := activities.TwinBuild{BuildID: "bld_1", BundleKey: "bank", BundleHash: twin.HashBytes(data)}
+	build := twinstate.Build{BuildID: "bld_1", BundleKey: "bank", BundleHash: twin.HashBytes(data)}
 	var ready TwinStatus
 	var callErr error
 	var content string
@@ -445,7 +466,7 @@ func TestTwinWithRealActivities(t *testing.T) {
 	if env.GetWorkflowError() != nil {
 		t.Fatal(env.GetWorkflowError())
 	}
-	if ready.State != TwinReady || ready.Addr == "" {
+	if ready.State != twinstate.Ready || ready.Addr == "" {
 		t.Fatalf("wake = %+v", ready)
 	}
 	if callErr != nil || !strings.Contains(content, "15") {
@@ -497,7 +518,7 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 	env.RegisterActivity(&activities.Twins{Driver: d})
 
 	ctx := context.Background()
-	build := activities.TwinBuild{BuildID: "bld_1", BundleKey: "bank", BundleHash: twin.HashBytes(data)}
+	build := twinstate.Build{BuildID: "bld_1", BundleKey: "bank", BundleHash: twin.HashBytes(data)}
 	spec := twinrpc.SessionSpec{Seed: 5}
 	var first, restarted TwinStatus
 	var journal []twinrpc.JournalEntry
@@ -560,7 +581,7 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 	if !errors.Is(killErr, twinrpc.ErrUnreachable) {
 		t.Fatalf("call after kill -9: %v, want ErrUnreachable", killErr)
 	}
-	if restarted.State != TwinReady || restarted.Handle == nil || restarted.Handle.PID == first.Handle.PID || restarted.Twins[0].Restarts != 1 {
+	if restarted.State != twinstate.Ready || restarted.Handle == nil || restarted.Handle.PID == first.Handle.PID || restarted.Twins[0].Restarts != 1 {
 		t.Fatalf("after the suspect wake: %+v", restarted)
 	}
 	if rebuildErr != nil || rebuiltHash != beforeKill {

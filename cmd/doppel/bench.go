@@ -29,6 +29,7 @@ func runBench(ctx context.Context, e env) error {
 	sessions := fs.Int("sessions", 64, "sessions to open and spread calls over")
 	rate := fs.Int("rate", 1000, "calls per second to offer; 0 sends as fast as the sessions allow (peak)")
 	duration := fs.Duration("duration", 10*time.Second, "how long to send calls")
+	transport := fs.String("transport", "rest", "how calls are sent: rest (POST /v1/sessions/{id}/call) or trpc (POST /trpc/sessions.call)")
 	seedInstr := fs.String("seed-instructions", "", "seed instructions for every session open (seeded opens); empty: unseeded")
 	if err := parseClient(fs, e.args); err != nil {
 		if errors.Is(err, errHelp) {
@@ -41,6 +42,9 @@ func runBench(ctx context.Context, e env) error {
 	}
 	if *sessions < 1 || *rate < 0 || *duration <= 0 {
 		return usageError{"bench: --sessions must be ≥ 1, --rate ≥ 0 and --duration > 0"}
+	}
+	if *transport != "rest" && *transport != "trpc" {
+		return usageError{"bench: --transport is rest or trpc"}
 	}
 	c, err := newAPIClient(*url, *key)
 	if err != nil {
@@ -72,6 +76,8 @@ func runBench(ctx context.Context, e env) error {
 		auth string
 		conn *benchConn
 		mu   sync.Mutex // calls of one session are ordered, as an agent makes them
+		// prefix starts a tRPC call's body: the session id, to which the call's fields are appended.
+		prefix []byte
 	}
 	var opened []*session
 	var opens []time.Duration
@@ -89,8 +95,12 @@ func runBench(ctx context.Context, e env) error {
 			return fmt.Errorf("open session %d: %w", i, err)
 		}
 		opens = append(opens, time.Since(t0))
-		opened = append(opened, &session{id: o.SessionID, path: target.path + "/v1/sessions/" + o.SessionID + "/call",
-			auth: "Bearer " + o.Token, conn: target.conn()})
+		path := target.path + "/v1/sessions/" + o.SessionID + "/call"
+		if *transport == "trpc" {
+			path = target.path + "/trpc/sessions.call"
+		}
+		opened = append(opened, &session{id: o.SessionID, path: path, auth: "Bearer " + o.Token, conn: target.conn(),
+			prefix: []byte(`{"session_id":"` + o.SessionID + `",`)})
 	}
 	for _, s := range opened {
 		if err := s.conn.ready(ctx); err != nil {
@@ -126,6 +136,9 @@ func runBench(ctx context.Context, e env) error {
 		failures atomic.Int64
 	)
 	call := func(s *session, body []byte) {
+		if *transport == "trpc" {
+			body = append(s.prefix[:len(s.prefix):len(s.prefix)], body[1:]...)
+		}
 		s.mu.Lock()
 		t0 := time.Now()
 		status, timing, answer, err := s.conn.post(ctx, s.path, s.auth, body)
@@ -169,7 +182,18 @@ func runBench(ctx context.Context, e env) error {
 		var out struct {
 			Fidelity string `json:"fidelity"`
 		}
-		if sm.status != http.StatusOK || json.Unmarshal(sm.answer, &out) != nil {
+		answer := sm.answer
+		if *transport == "trpc" {
+			var r struct {
+				Result struct {
+					Data json.RawMessage `json:"data"`
+				} `json:"result"`
+			}
+			if json.Unmarshal(answer, &r) == nil {
+				answer = r.Result.Data
+			}
+		}
+		if sm.status != http.StatusOK || json.Unmarshal(answer, &out) != nil || out.Fidelity == "" {
 			failures.Add(1)
 			bad[sm.status]++
 			if example == "" {
@@ -183,9 +207,9 @@ func runBench(ctx context.Context, e env) error {
 			stages[st.name] = append(stages[st.name], st.d)
 		}
 	}
-	mode := fmt.Sprintf("offered %d/s", *rate)
+	mode := fmt.Sprintf("%s, offered %d/s", *transport, *rate)
 	if *rate == 0 {
-		mode = "peak"
+		mode = *transport + ", peak"
 	}
 	fmt.Fprintf(e.stdout, "calls (%s, %d sessions, %s)  %d ok, %d failed, %.0f calls/s  p50 %s  p99 %s  max %s\n",
 		mode, len(opened), duration.String(), len(lat), failures.Load(), float64(len(lat))/elapsed.Seconds(),

@@ -41,6 +41,11 @@ func runKeys(ctx context.Context, e env) error {
 	fs, url, key := clientFlagSet(e, "keys "+verb, usage)
 	name := fs.String("name", "cli", "label of the new key (create)")
 	kind := fs.String("kind", "workspace", "workspace (mk_live_) or mcp (mcp_at_) (create)")
+	switch verb {
+	case "-h", "--help", "help":
+		fs.Usage()
+		return nil
+	}
 	if err := parseClient(fs, e.args[1:]); err != nil {
 		if errors.Is(err, errHelp) {
 			return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -88,12 +89,18 @@ func asAPIError(err error, target **apiError) bool {
 
 func TestUnknownCommandAndHelp(t *testing.T) {
 	var out, errb bytes.Buffer
-	if err := run(context.Background(), nil, nil, &out, &errb); err != nil || !strings.Contains(out.String(), "Commands:") {
+	if err := run(context.Background(), nil, nil, &out, &errb); err != nil || !strings.Contains(out.String(), "Local commands:") {
 		t.Fatalf("help: %v %q", err, out.String())
 	}
-	err := run(context.Background(), []string{"nope"}, nil, &out, &errb)
+	// A command that is neither local nor a verb of the server's registry is a usage error (exit 2).
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"verbs":[]}`))
+	}))
+	defer reg.Close()
+	err := run(context.Background(), []string{"nope"}, []string{"DOPPEL_URL=" + reg.URL}, &out, &errb)
 	if _, ok := err.(usageError); !ok {
-		t.Fatalf("unknown command: %v", err)
+		t.Fatalf("unknown command: %v, want a usage error (exit 2)", err)
 	}
 }
 

@@ -246,7 +246,7 @@ func (s *crashStreamer) batch(k int) *crashBatch {
 }
 
 // post sends one batch and returns the state it ends in.
-func (s *crashStreamer) post(b *crashBatch) (int, string, *api.CollectResponse) {
+func (s *crashStreamer) post(b *crashBatch) (int, string, *api.CollectAccepted) {
 	req, err := http.NewRequest(http.MethodPost, s.url+"/api/collect", bytes.NewReader(b.body))
 	if err != nil {
 		return batchInFlight, err.Error(), nil
@@ -265,7 +265,7 @@ func (s *crashStreamer) post(b *crashBatch) (int, string, *api.CollectResponse) 
 	if resp.StatusCode/100 != 2 {
 		return batchRejected, fmt.Sprintf("%d %s", resp.StatusCode, data), nil
 	}
-	var cr api.CollectResponse
+	var cr api.CollectAccepted
 	if err := json.Unmarshal(data, &cr); err != nil {
 		// A 2xx is an acknowledgement whatever its body says.
 		return batchAcked, fmt.Sprintf("%d undecodable %s", resp.StatusCode, data), nil
@@ -761,7 +761,7 @@ func crashServicesDown(t *testing.T, bin string, corpus []map[string]json.RawMes
 		http: &http.Client{Timeout: 3 * time.Minute}}
 	p := srv.start(t)
 
-	send := func(k int) (*crashBatch, int, string, *api.CollectResponse) {
+	send := func(k int) (*crashBatch, int, string, *api.CollectAccepted) {
 		b := s.batch(k)
 		s.batches = append(s.batches, b)
 		state, answer, cr := s.post(b)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -215,6 +216,18 @@ func e2eSessions(t *testing.T, twinDriver string) {
 	}
 	if st, body := s.try(http.MethodPost, "/v1/sessions/"+a.SessionID+"/call", a.Token, strings.NewReader(`{"name":"x","arguments":{}}`), "application/json"); st != http.StatusUnauthorized {
 		t.Errorf("closed session's token: %d %s, want 401", st, body)
+	}
+	// A graceful stop of doppel dev stops the child-process twins it started (issue 13: they ran on, with nothing
+	// to reap them until the next start).
+	if twinDriver == "process" {
+		s.stop(t)
+		d, err := driver.NewProcess(driver.ProcessOptions{StateDir: filepath.Join(dir, "twins")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hs, err := d.List(context.Background()); err != nil || len(hs) != 0 {
+			t.Errorf("after a graceful stop, %d twin processes still run (%v): %+v", len(hs), err, hs)
+		}
 	}
 }
 

@@ -27,6 +27,8 @@ import (
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/workflows"
 )
@@ -251,7 +253,10 @@ func e2eWorkflowStatus(t *testing.T, c client.Client, id string) enumspb.Workflo
 	return d.GetWorkflowExecutionInfo().GetStatus()
 }
 
-// e2eBuildForm is a multipart body with the tool definitions as the "tools" part.
+// e2eScenarios is the config part of the multipart build: a scenario sessions open by name.
+const e2eScenarios = `{"scenarios": {"pending": "1 order with status pending"}}`
+
+// e2eBuildForm is a multipart body with the tool definitions as the "tools" part and e2eScenarios as "config".
 func e2eBuildForm(t *testing.T, toolsPath string) (*bytes.Buffer, string) {
 	t.Helper()
 	data, err := os.ReadFile(toolsPath)
@@ -270,10 +275,29 @@ func e2eBuildForm(t *testing.T, toolsPath string) (*bytes.Buffer, string) {
 	if _, err := pw.Write(data); err != nil {
 		t.Fatal(err)
 	}
+	if err := mw.WriteField("config", e2eScenarios); err != nil {
+		t.Fatal(err)
+	}
 	if err := mw.Close(); err != nil {
 		t.Fatal(err)
 	}
 	return &buf, mw.FormDataContentType()
+}
+
+// e2eOneMoreTrace is a collect body of one retail trace under a new id.
+func e2eOneMoreTrace(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile(e2eRetailTraces)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b trace.Batch
+	if err := json.Unmarshal(data, &b); err != nil {
+		t.Fatal(err)
+	}
+	one := b.Traces[0]
+	one.ID += "-again"
+	return ingest.AppendBody(nil, b.Project, [][]byte{ingest.AppendTrace(nil, &one)})
 }
 
 // e2eBuildsState lists an environment's builds for a failure message.
@@ -491,6 +515,31 @@ func TestE2EDevStack(t *testing.T) {
 		if err := twin.CheckHandler(src.Name, src.Source); err != nil {
 			t.Errorf("get_order_details source does not compile as a Starlark handler: %v\n%s", err, src.Source)
 		}
+
+		// Issue #13: a trace collected after the upload rebuilds the environment from its uploaded inputs, so the
+		// tool definitions and the scenario stay.
+		s.call(t, http.MethodPost, "/api/collect", bytes.NewReader(e2eOneMoreTrace(t)), "application/json", http.StatusAccepted, nil)
+		e2ePoll(t, e2eBuildTimeout, time.Second, "the rebuild after one more trace", func() (bool, string) {
+			env = api.EnvDetail{}
+			s.call(t, http.MethodGet, "/v1/envs/"+slug, nil, "", http.StatusOK, &env)
+			if env.ActiveBuild == nil || env.ActiveBuild.ID == providedBuild {
+				return false, s.e2eBuildsState(slug)
+			}
+			return env.ActiveBuild.Status == "succeeded", s.e2eBuildsState(slug)
+		})
+		if env.SchemaSource != "provided" {
+			t.Errorf("after the rebuild: schema_source %q, want the uploaded tools (provided)", env.SchemaSource)
+		}
+		var det2 api.BuildDetail
+		s.call(t, http.MethodGet, "/v1/envs/"+slug+"/builds/"+env.ActiveBuild.ID, nil, "", http.StatusOK, &det2)
+		if det2.InputsKey == "" || det2.InputsKey != det.InputsKey {
+			t.Errorf("rebuild used inputs %q, want the upload's %q", det2.InputsKey, det.InputsKey)
+		}
+		var opened api.OpenSessionBodyOut
+		s.call(t, http.MethodPost, "/v1/envs/"+slug+"/sessions", strings.NewReader(`{"scenario": "pending", "seed": 1}`),
+			"application/json", http.StatusCreated, &opened)
+		s.call(t, http.MethodDelete, "/v1/sessions/"+opened.SessionID, nil, "", http.StatusOK, nil)
+		providedBuild = env.ActiveBuild.ID // the build the restart must keep active
 
 		envBeforeStop = env
 		s.call(t, http.MethodGet, "/v1/envs/"+slug+"/builds", nil, "", http.StatusOK, &buildsBeforeSt)

@@ -6,11 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
 	"syscall"
+	"time"
+
+	"github.com/doppel-dev/doppel/cli"
+	"github.com/doppel-dev/doppel/config"
 )
 
 func main() {
@@ -64,16 +69,42 @@ func commands() map[string]command {
 
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	e := env{environ: environ, stdout: stdout, stderr: stderr}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || (args[0] == "help" && len(args) == 1) {
 		usage(stdout, cmds)
+		o := verbOptions(e)
+		o.HTTP = &http.Client{Timeout: 5 * time.Second}
+		if err := cli.VerbHelp(ctx, o, stdout); err != nil {
+			fmt.Fprintf(stdout, "\nRegistry verbs (envs, sessions, builds, …) are listed when a doppel API answers: %v\n", err)
+		}
 		return nil
+	}
+	if args[0] == "help" { // doppel help <group> [verb]: the command's own --help
+		args = append(args[1:len(args):len(args)], "--help")
 	}
 	c, ok := cmds[args[0]]
 	if !ok {
-		usage(stderr, cmds)
-		return usageError{fmt.Sprintf("unknown command %q", args[0])}
+		// Not a local command: a verb of the server's registry (GET /api/registry), sent over tRPC.
+		err := cli.RunVerb(ctx, verbOptions(e), args)
+		var u *cli.UsageError
+		if errors.As(err, &u) {
+			return usageError{u.Msg}
+		}
+		return err
 	}
-	return c.run(ctx, env{args: args[1:], environ: environ, stdout: stdout, stderr: stderr})
+	e.args = args[1:]
+	return c.run(ctx, e)
+}
+
+// verbOptions are the defaults of a registry verb's --url and --key: DOPPEL_URL, DOPPEL_KEY (or DOPPEL_BOOTSTRAP_KEY).
+func verbOptions(e env) cli.VerbOptions {
+	o := cli.VerbOptions{URL: config.Lookup(e.environ, "DOPPEL_URL"), Stdout: e.stdout, Stderr: e.stderr}
+	for _, n := range []string{"DOPPEL_KEY", "DOPPEL_BOOTSTRAP_KEY"} {
+		if o.Key = config.Lookup(e.environ, n); o.Key != "" {
+			break
+		}
+	}
+	return o
 }
 
 func usage(w io.Writer, cmds map[string]command) {
@@ -83,7 +114,7 @@ func usage(w io.Writer, cmds map[string]command) {
 	}
 	sort.Strings(names)
 	var b strings.Builder
-	b.WriteString("doppel: working doubles of agents' tool backends, built from their traces.\n\nUsage: doppel <command> [flags]\n\nCommands:\n")
+	b.WriteString("doppel: working doubles of agents' tool backends, built from their traces.\n\nUsage: doppel <command> [flags]\n       doppel <group> <verb> [args] [flags]   (a verb of the server's registry, e.g. doppel envs list)\n\nLocal commands:\n")
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-8s %s\n", n, cmds[n].summary)
 	}

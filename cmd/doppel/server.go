@@ -26,9 +26,9 @@ import (
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
-	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
 )
@@ -60,11 +60,12 @@ func runDev(ctx context.Context, e env) error {
 		return fmt.Errorf("bootstrap workspace key: %w", err)
 	}
 
-	w, err := startWorker(ctx, st)
+	w, drv, err := startWorker(ctx, st)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
+	defer stopChildTwins(st, drv)
 
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
@@ -77,6 +78,28 @@ func runDev(ctx context.Context, e env) error {
 		fmt.Fprintf(e.stdout, "  Twins        %s\n", twinsLine(st))
 		fmt.Fprintln(e.stdout, "Ctrl-C stops.")
 	})
+}
+
+// stopChildTwins stops the process twins `doppel dev` started, when it stops gracefully: dev is one process, and
+// its child twins would otherwise run on with nothing to reap them until the next start. Sessions lose nothing: each
+// is rebuilt from its journal on its next call after a restart, as with in-process twins. Other drivers' twins are
+// left as they are (in-process twins end with the process; containers are reconciled).
+func stopChildTwins(st *stack, drv driver.Driver) {
+	if twinDriver(st) != "process" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	hs, err := drv.List(ctx)
+	if err != nil {
+		st.log.Warn("list twins to stop", "error", err)
+		return
+	}
+	for _, h := range hs {
+		if err := drv.Stop(ctx, h); err != nil {
+			st.log.Warn("stop twin", "twin", h.ID, "error", err)
+		}
+	}
 }
 
 // twinsLine says where `doppel dev` runs its twins.
@@ -167,7 +190,7 @@ func runWorker(ctx context.Context, e env) error {
 	}
 	defer st.close()
 	cfg, logger := st.cfg, st.log
-	w, err := startWorker(ctx, st)
+	w, _, err := startWorker(ctx, st)
 	if err != nil {
 		return err
 	}
@@ -193,33 +216,41 @@ func runOpenAPI(_ context.Context, e env) error {
 
 // startWorker starts the Temporal worker with the twin driver, then the duties of a starting worker: the idle
 // session reaper, rebuilds a crash left unscheduled, and removing twins nobody holds. The caller stops it.
-func startWorker(ctx context.Context, st *stack) (sdkworker.Worker, error) {
+func startWorker(ctx context.Context, st *stack) (sdkworker.Worker, driver.Driver, error) {
 	drv, err := openDriver(ctx, st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	w := newWorker(st, drv)
+	w, err := newWorker(st, drv)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := w.Start(); err != nil {
-		return nil, fmt.Errorf("temporal worker: %w", err)
+		return nil, nil, fmt.Errorf("temporal worker: %w", err)
 	}
 	if err := startReaper(ctx, st); err != nil {
 		w.Stop()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := scheduleMissedBuilds(ctx, st); err != nil {
 		w.Stop()
-		return nil, fmt.Errorf("schedule missed rebuilds: %w", err)
+		return nil, nil, fmt.Errorf("schedule missed rebuilds: %w", err)
 	}
 	reconcileTwins(ctx, st, drv)
-	return w, nil
+	return w, drv, nil
 }
 
-func newWorker(st *stack, drv driver.Driver) sdkworker.Worker {
+func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
+	plane, err := st.toolPlane()
+	if err != nil {
+		return nil, err
+	}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
-		Builds:   &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
-		Twins:    &activities.Twins{Driver: drv},
-		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Log: st.log.With("component", "sessions")},
-	})
+		Builds: &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
+		Twins:  &activities.Twins{Driver: drv},
+		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
+			Log: st.log.With("component", "sessions")},
+	}), nil
 }
 
 // twinDirectory finds environments' twins through their TwinWorkflows, starting one with the configured idle time.
@@ -256,7 +287,14 @@ const twinStartGrace = 4 * time.Minute
 // reconcileTwins removes twins of this deployment no TwinWorkflow holds (left by a crashed worker). Start-up goes
 // on when it fails: the TwinWorkflows reap their own environments' strays as they run.
 func reconcileTwins(ctx context.Context, st *stack, drv driver.Driver) {
-	removed, err := workflows.ReconcileTwins(ctx, st.temporal, drv, twinStartGrace)
+	rec, ok := drv.(interface {
+		driver.Driver
+		driver.Reconciler
+	})
+	if !ok {
+		return // a driver that cannot reconcile is left alone
+	}
+	removed, err := workflows.ReconcileTwins(ctx, st.temporal, rec, twinStartGrace)
 	if err != nil {
 		st.log.Warn("reconcile twins at start", "error", err)
 	}
@@ -290,20 +328,17 @@ func apiOptions(st *stack) (api.Options, error) {
 			return err
 		},
 	}
-	calls, err := journal.NewCalls(st.db, journal.CallOptions{})
+	plane, err := st.toolPlane()
 	if err != nil {
-		return opts, fmt.Errorf("call journal: %w", err)
+		return opts, err
 	}
-	st.onClose(calls.Close)
 	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
 	c := st.cfg.Collect
-	bundles := &api.Bundles{Blob: st.blobs}
-	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: bundles}
-	sessions := &api.SessionRoutes{Opener: sessionWorkflows(st), Twins: twinDirectory(st), Journal: calls,
-		Bundles: bundles, Idle: st.cfg.Session.Idle, Locals: st.locals}
+	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles()}
+	sessions := &api.SessionRoutes{Plane: plane, Model: st.cfg.Model.BaseURL != ""}
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
-	wake := &api.WakeRoutes{Twins: twinDirectory(st)}
+	wake := &api.WakeRoutes{Plane: plane}
 	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
@@ -319,7 +354,7 @@ func liveTwinState(ctx context.Context, st *stack, envID string) (string, error)
 	v, err := st.temporal.QueryWorkflow(ctx, workflows.TwinWorkflowID(envID), "", workflows.TwinStatusQuery)
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
-		return workflows.TwinStopped, nil
+		return twinstate.Stopped, nil
 	}
 	if err != nil {
 		return "", err
@@ -328,8 +363,8 @@ func liveTwinState(ctx context.Context, st *stack, envID string) (string, error)
 	if err := v.Get(&ts); err != nil {
 		return "", err
 	}
-	if ts.State == workflows.TwinFailed {
-		return workflows.TwinStopped, nil
+	if ts.State == twinstate.Failed {
+		return twinstate.Stopped, nil
 	}
 	return ts.State, nil
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
 	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
 )
 
@@ -32,6 +34,24 @@ type stack struct {
 	// the session activities call them directly.
 	locals  twinrpc.Locals
 	closers []func() error
+	plane   *toolplane.Plane
+}
+
+// toolPlane is the process's one tool plane (made on first use, with its call journal): the API serves sessions
+// through it and the worker's reaper expires them through it.
+func (s *stack) toolPlane() (*toolplane.Plane, error) {
+	if s.plane != nil {
+		return s.plane, nil
+	}
+	calls, err := journal.NewCalls(s.db, journal.CallOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("call journal: %w", err)
+	}
+	s.onClose(calls.Close)
+	s.plane = toolplane.New(toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
+		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
+		Log: s.log.With("component", "toolplane")})
+	return s.plane, nil
 }
 
 func (s *stack) onClose(f func() error) { s.closers = append(s.closers, f) }

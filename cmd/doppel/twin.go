@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/doppel-dev/doppel/config"
-	"github.com/doppel-dev/doppel/model"
+	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 )
@@ -61,12 +61,12 @@ func twinRuntimeOptions(cfg *config.Config) (twin.RuntimeOptions, error) {
 	if cfg.Model.BaseURL == "" {
 		return opts, nil
 	}
-	c, err := model.New(model.Options{BaseURL: cfg.Model.BaseURL, APIKey: cfg.Model.APIKey, Model: cfg.Model.Name, Timeout: cfg.Model.Timeout})
+	c, err := llm.New(llm.Options{BaseURL: cfg.Model.BaseURL, APIKey: cfg.Model.APIKey, Model: cfg.Model.Name, Timeout: cfg.Model.Timeout})
 	if err != nil {
 		return opts, fmt.Errorf("model: %w", err)
 	}
-	opts.Simulator = model.TwinSimulator{S: model.NewSimulator(c, nil)}
-	opts.Seeder = model.TwinSeeder{S: model.NewSeeder(c, nil)}
+	opts.Simulator = llm.TwinSimulator{S: llm.NewSimulator(c, nil)}
+	opts.Seeder = llm.TwinSeeder{S: llm.NewSeeder(c, nil)}
 	opts.SeedBudget = seedBudget
 	return opts, nil
 }

@@ -1,0 +1,83 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+)
+
+// inputsAttempts bounds how often queueBuild starts over when a concurrent build replaced the inputs it read.
+const inputsAttempts = 3
+
+// queueBuild creates build row b over the environment's inputs. With parts (nil: the form gave none), the parts
+// replace the current inputs' (infer.Upload.With), the result is validated as a whole and stored, and it becomes
+// the environment's current inputs in the transaction that creates the row. Invalid inputs answer 422 naming the
+// part and change nothing.
+func (br *BuildRoutes) queueBuild(ctx context.Context, d *Deps, env *schema.Environment, parts *infer.Upload, b *schema.Build) error {
+	if parts == nil {
+		return store.CreateBuild(ctx, d.DB, b)
+	}
+	what := "environment " + env.Slug
+	for attempt := 1; ; attempt++ {
+		cur, err := br.inputs(ctx, env.InputsKey)
+		if err != nil {
+			return err
+		}
+		next := cur.With(*parts)
+		if _, err := next.Options(); err != nil {
+			return inputsError(err)
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("encode build inputs: %w", err)
+		}
+		key, err := blob.PutContent(ctx, br.Blobs, "uploads/", data, "application/json")
+		if err != nil {
+			loggerFrom(ctx).WarnContext(ctx, "build: store inputs", slog.String("request_id", RequestID(ctx)), slog.Any("error", err))
+			return Unavailable("the blob store is not answering; no build was started, retry")
+		}
+		err = store.CreateBuildWithInputs(ctx, d.DB, b, env.InputsKey, key)
+		if !errors.Is(err, store.ErrConflict) || attempt == inputsAttempts {
+			return StoreError(err, what)
+		}
+		// Another build replaced the inputs since they were read: start over from the new ones.
+		if env, err = store.GetEnvByID(ctx, d.DB, b.EnvID); err != nil {
+			return StoreError(err, what)
+		}
+	}
+}
+
+// inputs reads the inputs blob key names ("" is no inputs).
+func (br *BuildRoutes) inputs(ctx context.Context, key string) (infer.Upload, error) {
+	var up infer.Upload
+	if key == "" {
+		return up, nil
+	}
+	rc, err := br.Blobs.Get(ctx, key)
+	if err != nil {
+		return up, fmt.Errorf("read build inputs %s: %w", key, err)
+	}
+	defer rc.Close()
+	if err := json.NewDecoder(rc).Decode(&up); err != nil {
+		return up, fmt.Errorf("decode build inputs %s: %w", key, err)
+	}
+	return up, nil
+}
+
+// inputsError is the 422 for inputs that do not validate, located at the part the message names (body.tools,
+// body.code.<tool>, body.config.bindings.<tool>, …).
+func inputsError(err error) error {
+	loc, msg := "body", trimBadInput(err)
+	if field, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(field, " ") {
+		loc, msg = "body."+field, rest
+	}
+	return Invalid(loc, msg)
+}

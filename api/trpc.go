@@ -1,0 +1,339 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/danielgtaylor/huma/v2"
+)
+
+// tRPC (spec §1): every registry verb is the procedure /trpc/<verb>, spoken as @trpc/client's httpLink and
+// httpBatchLink speak it with no transformer. A query is a GET with its input JSON in the `input` query parameter;
+// a mutation a POST with its input as the JSON body. A batch joins the names with commas, adds ?batch=1 and keys the
+// inputs "0", "1", …; it is answered with an array in order. Success is {"result":{"data":…}}; an error is
+// {"error":{"message","code","data":{"code","httpStatus","path","envelope"}}} with the REST envelope at
+// data.envelope. A procedure runs exactly as its REST route does (the same handler, credentials, validation and
+// errors): its input's properties go where the registry's x-in says (path, query or body), and the request is served
+// by the same mux in the same request context, so the envelope's requestId is this request's.
+
+// trpcMaxBody bounds a tRPC request body.
+const trpcMaxBody = 32 << 20
+
+// tRPC error codes (JSON-RPC numbers) by HTTP status, as tRPC defines them.
+var trpcCodes = map[int]struct {
+	name string
+	code int
+}{
+	400: {"BAD_REQUEST", -32600}, 401: {"UNAUTHORIZED", -32001}, 402: {"PAYMENT_REQUIRED", -32002},
+	403: {"FORBIDDEN", -32003}, 404: {"NOT_FOUND", -32004}, 405: {"METHOD_NOT_SUPPORTED", -32005},
+	408: {"TIMEOUT", -32008}, 409: {"CONFLICT", -32009}, 412: {"PRECONDITION_FAILED", -32012},
+	413: {"PAYLOAD_TOO_LARGE", -32013}, 415: {"UNSUPPORTED_MEDIA_TYPE", -32015}, 422: {"UNPROCESSABLE_CONTENT", -32022},
+	429: {"TOO_MANY_REQUESTS", -32029}, 499: {"CLIENT_CLOSED_REQUEST", -32099}, 500: {"INTERNAL_SERVER_ERROR", -32603},
+	501: {"NOT_IMPLEMENTED", -32603}, 502: {"BAD_GATEWAY", -32603}, 503: {"SERVICE_UNAVAILABLE", -32603},
+	504: {"GATEWAY_TIMEOUT", -32603},
+}
+
+// TRPCError is a procedure's error as tRPC answers it.
+type TRPCError struct {
+	Message string        `json:"message"`
+	Code    int           `json:"code"`
+	Data    TRPCErrorData `json:"data"`
+}
+
+// TRPCErrorData carries the tRPC code name, the HTTP status, the procedure and the REST envelope.
+type TRPCErrorData struct {
+	Code       string    `json:"code"`
+	HTTPStatus int       `json:"httpStatus"`
+	Path       string    `json:"path,omitempty"`
+	Envelope   *Envelope `json:"envelope"`
+}
+
+type trpcResult struct {
+	Result *struct {
+		Data json.RawMessage `json:"data"`
+	} `json:"result,omitempty"`
+	Error *TRPCError `json:"error,omitempty"`
+	// timing is the procedure's Server-Timing, passed on when it is the only one.
+	timing string
+}
+
+type trpc struct {
+	api   huma.API
+	mux   *http.ServeMux
+	once  sync.Once
+	verbs map[string]RegistryVerb
+}
+
+// newTRPC returns the handler for /trpc/…, which dispatches each procedure to its verb's route on mux.
+func newTRPC(mux *http.ServeMux, a huma.API) *trpc {
+	return &trpc{api: a, mux: mux}
+}
+
+func (t *trpc) verb(name string) (RegistryVerb, bool) {
+	t.once.Do(func() {
+		t.verbs = map[string]RegistryVerb{}
+		for _, v := range Registry(t.api.OpenAPI()) {
+			t.verbs[v.Name] = v
+		}
+	})
+	v, ok := t.verbs[name]
+	return v, ok
+}
+
+func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	names := strings.Split(strings.TrimPrefix(r.URL.Path, "/trpc/"), ",")
+	batch := r.URL.Query().Get("batch") == "1"
+	if !batch && len(names) != 1 {
+		t.fail(w, r, Invalid("path", "several procedures need ?batch=1"))
+		return
+	}
+	var raw []byte
+	switch r.Method {
+	case http.MethodGet:
+		raw = []byte(r.URL.Query().Get("input"))
+	case http.MethodPost:
+		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, trpcMaxBody))
+		if err != nil {
+			t.fail(w, r, TooLarge("request body is over the %d-byte cap", trpcMaxBody))
+			return
+		}
+		raw = b
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		t.fail(w, r, Errorf(http.StatusMethodNotAllowed, "tRPC takes GET (queries) and POST (mutations), not %s", r.Method))
+		return
+	}
+	inputs := make([]json.RawMessage, len(names))
+	if len(bytes.TrimSpace(raw)) > 0 {
+		if batch {
+			var keyed map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &keyed); err != nil {
+				t.fail(w, r, Invalid("input", "a batch's input is an object keyed \"0\", \"1\", …: "+err.Error()))
+				return
+			}
+			for i := range names {
+				inputs[i] = keyed[strconv.Itoa(i)]
+			}
+		} else {
+			inputs[0] = raw
+		}
+	}
+	results := make([]trpcResult, len(names))
+	statuses := make([]int, len(names))
+	for i, name := range names {
+		statuses[i], results[i] = t.call(r, name, inputs[i])
+	}
+	if !batch {
+		if results[0].timing != "" {
+			w.Header().Set("Server-Timing", results[0].timing)
+		}
+		t.write(w, statuses[0], results[0])
+		return
+	}
+	status := statuses[0]
+	for _, s := range statuses[1:] {
+		if s != status {
+			status = http.StatusMultiStatus
+		}
+	}
+	t.write(w, status, results)
+}
+
+// call runs one procedure on the REST route of its verb.
+func (t *trpc) call(r *http.Request, name string, input json.RawMessage) (int, trpcResult) {
+	v, ok := t.verb(name)
+	if !ok {
+		return http.StatusNotFound, t.failure(r, name, NotFound("no procedure %q: GET /api/registry lists the verbs", name))
+	}
+	want := http.MethodPost
+	if v.Kind == string(Query) {
+		want = http.MethodGet
+	}
+	if r.Method != want {
+		return http.StatusMethodNotAllowed, t.failure(r, name, Errorf(http.StatusMethodNotAllowed,
+			"%s is a %s: send it as %s", name, v.Kind, want))
+	}
+	req, err := t.request(r, v, input)
+	if err != nil {
+		res := t.failure(r, name, err)
+		return res.Error.Data.HTTPStatus, res
+	}
+	rec := &recorder{header: http.Header{}}
+	t.mux.ServeHTTP(rec, req)
+	if rec.status == 0 {
+		rec.status = http.StatusOK
+	}
+	if rec.status < 300 {
+		data := bytes.TrimSpace(rec.body.Bytes())
+		if len(data) == 0 {
+			data = []byte("null")
+		}
+		res := trpcResult{Result: &struct {
+			Data json.RawMessage `json:"data"`
+		}{Data: data}, timing: rec.header.Get("Server-Timing")}
+		return http.StatusOK, res
+	}
+	e := &Envelope{}
+	if json.Unmarshal(rec.body.Bytes(), e) != nil || e.Code == "" {
+		e = NewError(rec.status, strings.TrimSpace(rec.body.String()))
+	}
+	e.status = rec.status
+	return rec.status, t.failure(r, name, e)
+}
+
+// request builds the REST request of a verb from its tRPC input: path parameters into the path, query parameters
+// into the query, the rest into the JSON body.
+func (t *trpc) request(r *http.Request, v RegistryVerb, input json.RawMessage) (*http.Request, error) {
+	fields := map[string]json.RawMessage{}
+	if trimmed := bytes.TrimSpace(input); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
+		if err := json.Unmarshal(trimmed, &fields); err != nil {
+			return nil, Invalid("input", "expected a JSON object of the verb's input (GET /api/registry): "+err.Error())
+		}
+	}
+	props, _ := v.Input["properties"].(map[string]any)
+	path := v.Path
+	query := url.Values{}
+	body := map[string]json.RawMessage{}
+	var whole json.RawMessage
+	for k, val := range fields {
+		p, ok := props[k].(map[string]any)
+		if !ok {
+			return nil, Invalid("input."+k, "unknown field")
+		}
+		switch in, _ := p["x-in"].(string); in {
+		case "path", "query", "header":
+			s, err := scalar(val)
+			if err != nil {
+				return nil, Invalid("input."+k, err.Error())
+			}
+			if in == "path" {
+				// An empty or dot segment would make an unclean REST path, which http.ServeMux redirects.
+				switch s {
+				case "":
+					return nil, Invalid("input."+k, "must not be empty")
+				case ".", "..":
+					return nil, NotFound("no such resource: input.%s is %q", k, s)
+				}
+				path = strings.ReplaceAll(path, "{"+k+"}", url.PathEscape(s))
+			} else if in == "query" {
+				query.Set(k, s)
+			}
+		default:
+			if w, _ := p["x-body"].(string); w == "whole" {
+				whole = val // the verb's body is not an object of fields: this property is all of it
+				continue
+			}
+			body[k] = val
+		}
+	}
+	if strings.Contains(path, "{") {
+		for k := range props {
+			if strings.Contains(path, "{"+k+"}") {
+				return nil, Invalid("input."+k, "required property is missing")
+			}
+		}
+	}
+	u := path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader = http.NoBody
+	if whole != nil {
+		rd = bytes.NewReader(whole)
+	} else if len(body) > 0 {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(r.Context(), v.Method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("trpc: %w", err)
+	}
+	for _, h := range []string{"Authorization", "Cookie", "User-Agent", "X-Forwarded-For"} {
+		if val := r.Header.Get(h); val != "" {
+			req.Header.Set(h, val)
+		}
+	}
+	req.RemoteAddr = r.RemoteAddr
+	if rd != http.NoBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// scalar renders a JSON scalar as a path or query value.
+func scalar(v json.RawMessage) (string, error) {
+	var x any
+	if err := json.Unmarshal(v, &x); err != nil {
+		return "", err
+	}
+	switch y := x.(type) {
+	case string:
+		return y, nil
+	case float64, bool:
+		return strings.TrimSpace(string(v)), nil
+	}
+	return "", fmt.Errorf("expected a string, number or boolean")
+}
+
+func (t *trpc) failure(r *http.Request, path string, err error) trpcResult {
+	e, status := EnvelopeOf(r.Context(), err)
+	c, ok := trpcCodes[status]
+	if !ok {
+		c = trpcCodes[500]
+		if status < 500 {
+			c = trpcCodes[400]
+		}
+	}
+	return trpcResult{Error: &TRPCError{Message: e.Detail, Code: c.code,
+		Data: TRPCErrorData{Code: c.name, HTTPStatus: status, Path: path, Envelope: e}}}
+}
+
+// fail answers a request-wide failure (no procedure ran) with the status its error names, so the HTTP status and
+// the answer's data.httpStatus agree.
+func (t *trpc) fail(w http.ResponseWriter, r *http.Request, err error) { trpcFail(w, r, err) }
+
+// trpcFail is fail for callers before the tRPC handler (the server's URL check).
+func trpcFail(w http.ResponseWriter, r *http.Request, err error) {
+	var t *trpc
+	res := t.failure(r, "", err)
+	t.write(w, res.Error.Data.HTTPStatus, res)
+}
+
+func (t *trpc) write(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// recorder keeps a procedure's REST answer.
+type recorder struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(b)
+}

@@ -1,0 +1,82 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/doppel-dev/doppel/toolplane"
+)
+
+// Kind says whether a verb reads (a query: GET over REST and tRPC) or writes (a mutation: POST over tRPC).
+type Kind string
+
+// Verb kinds.
+const (
+	Query    Kind = "query"
+	Mutation Kind = "mutation"
+)
+
+// Operation metadata keys a verb declaration sets.
+const (
+	// MetaVerb set to false keeps an operation out of the registry, tRPC and MCP (plain-HTTP routes such as
+	// health, collect and the multipart build).
+	MetaVerb = "verb"
+	// MetaKind holds a verb's Kind.
+	MetaKind = "verb.kind"
+)
+
+// Verb declares one verb, once: its name (the operation id, e.g. envs.get), kind, REST method and path, docs,
+// credential rule and handler, with its input and output types as the handler's. Every transport is derived from
+// it: the REST route, the tRPC procedure /trpc/<name>, the registry entry (GET /api/registry) and so the CLI.
+type Verb[I, O any] struct {
+	Name        string
+	Kind        Kind
+	Method      string
+	Path        string
+	Summary     string
+	Description string
+	Tags        []string
+	// Security is the credential rule: WorkspaceKeyAuth(), SessionAuth(), MCPAuth().
+	Security []map[string][]string
+	// Status is the REST success status (default 200).
+	Status int
+	// Errors lists statuses the verb answers beyond those its inputs and credentials imply.
+	Errors []int
+	// Responses documents further success answers (e.g. a 202).
+	Responses map[string]*huma.Response
+	Handler   func(context.Context, *I) (*O, error)
+}
+
+// Declare registers a verb on the API.
+func Declare[I, O any](a huma.API, v Verb[I, O]) {
+	kind := v.Kind
+	if kind == "" {
+		kind = Mutation
+		if v.Method == http.MethodGet {
+			kind = Query
+		}
+	}
+	huma.Register(a, huma.Operation{
+		OperationID: v.Name, Method: v.Method, Path: v.Path, Summary: v.Summary, Description: v.Description,
+		Tags: v.Tags, Security: v.Security, DefaultStatus: v.Status, Errors: v.Errors, Responses: v.Responses,
+		Metadata: map[string]any{MetaKind: kind},
+	}, func(ctx context.Context, in *I) (*O, error) {
+		out, err := v.Handler(ctx, in)
+		if err != nil {
+			return nil, mapError(err)
+		}
+		return out, nil
+	})
+}
+
+// mapError gives a domain refusal (the tool plane's) its envelope; other errors pass unchanged.
+func mapError(err error) error {
+	var pe *toolplane.Error
+	if errors.As(err, &pe) {
+		return planeEnvelope(pe)
+	}
+	return err
+}

@@ -1,0 +1,829 @@
+package cli
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/spf13/pflag"
+)
+
+// The registry-derived CLI: `doppel a b …` runs the verb a.b of GET /api/registry over tRPC (/trpc/a.b). Nothing here
+// names a verb: a verb the server gains is a command with no CLI change.
+
+// DefaultURL is the API a verb is sent to when neither --url nor DOPPEL_URL says otherwise.
+const DefaultURL = "http://127.0.0.1:8080"
+
+// VerbOptions configure RunVerb and VerbHelp.
+type VerbOptions struct {
+	// URL and Key are the defaults of --url and --key (from DOPPEL_URL and DOPPEL_KEY).
+	URL, Key string
+	// HTTP is the client; nil: one with a 60 s timeout.
+	HTTP           *http.Client
+	Stdout, Stderr io.Writer
+}
+
+// UsageError is a mistake in the command line: unknown verb, bad flag, missing or refused value (exit 2).
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// APIError is the error a procedure answered with (exit 1).
+type APIError struct {
+	Verb       string
+	HTTPStatus int
+	TRPCCode   string
+	Detail     string
+	Code       string
+	RequestID  string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s: %s (code %s, HTTP %d %s, requestId %s)", e.Verb, e.Detail, e.Code, e.HTTPStatus, e.TRPCCode, e.RequestID)
+}
+
+// ExitCode maps RunVerb's error to the process exit code: 0 ok, 2 usage, 1 anything else.
+func ExitCode(err error) int {
+	var u *UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &u):
+		return 2
+	}
+	return 1
+}
+
+// Verb is one entry of GET /api/registry.
+type Verb struct {
+	Name        string         `json:"name"`
+	Kind        string         `json:"kind"`
+	Method      string         `json:"method"`
+	Path        string         `json:"path"`
+	Summary     string         `json:"summary"`
+	Description string         `json:"description"`
+	Credentials []string       `json:"credentials"`
+	Input       map[string]any `json:"input"`
+}
+
+func (o *VerbOptions) client() *http.Client {
+	if o.HTTP != nil {
+		return o.HTTP
+	}
+	return &http.Client{Timeout: 60 * time.Second}
+}
+
+// FetchRegistry reads GET /api/registry.
+func FetchRegistry(ctx context.Context, hc *http.Client, base, key string) ([]Verb, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/api/registry", nil)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("User-Agent", cliUserAgent)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("read the verb registry: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the verb registry: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("read the verb registry: GET /api/registry answered %d: %s", resp.StatusCode, bytes.TrimSpace(data))
+	}
+	var out struct {
+		Verbs []Verb `json:"verbs"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("read the verb registry: %w", err)
+	}
+	return out.Verbs, nil
+}
+
+// globals are the flags every verb has: --url, --key, --token, --output.
+type globals struct {
+	url, key, token, output *string
+}
+
+func addGlobals(fs *pflag.FlagSet, o *VerbOptions, taken map[string]bool) globals {
+	var g globals
+	str := func(name, def, usage string) *string {
+		if taken[name] {
+			s := def
+			return &s
+		}
+		return fs.String(name, def, usage)
+	}
+	defURL := o.URL
+	if defURL == "" {
+		defURL = DefaultURL
+	}
+	g.url = str("url", defURL, "doppel API URL (DOPPEL_URL)")
+	// The key's default is not shown in help: it is applied after parsing when --key is not given.
+	g.key = str("key", "", "workspace key mk_live_… (default $DOPPEL_KEY)")
+	g.token = str("token", "", "session token ms_…, sent instead of the key (session verbs)")
+	g.output = str("output", "", "json or table (default: table for a list of objects, json otherwise)")
+	return g
+}
+
+// prescan reads --url and --key before the registry is known; every other flag is left alone.
+func prescan(o *VerbOptions, args []string) (base, key string) {
+	fs := pflag.NewFlagSet("doppel", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.ParseErrorsWhitelist.UnknownFlags = true
+	fs.Usage = func() {}
+	g := addGlobals(fs, o, nil)
+	_ = fs.Parse(args)
+	return *g.url, cmp.Or(*g.key, o.Key)
+}
+
+// RunVerb runs `doppel <args…>` as a registry verb: args[0:k] name the verb, the rest are its positional path
+// parameters and flags. `--help` anywhere prints the group's or the verb's help from the registry.
+func RunVerb(ctx context.Context, o VerbOptions, args []string) error {
+	if len(args) == 0 {
+		return &UsageError{"no command"}
+	}
+	base, key := prescan(&o, args)
+	verbs, err := FetchRegistry(ctx, o.client(), base, key)
+	if err != nil {
+		return fmt.Errorf("%q is no local command and %w", args[0], err)
+	}
+	v, rest := match(verbs, args)
+	if v == nil {
+		words := leadingWords(args)
+		group := groupOf(verbs, words)
+		if len(group) > 0 {
+			help := hasHelp(args)
+			w := o.Stderr
+			if help {
+				w = o.Stdout
+			}
+			printGroup(w, strings.Join(words[:groupDepth(verbs, words)], " "), group)
+			if help {
+				return nil
+			}
+			return &UsageError{fmt.Sprintf("unknown verb %q", strings.Join(words, " "))}
+		}
+		return &UsageError{fmt.Sprintf("unknown command %q (not a local command nor a verb of GET /api/registry; see `doppel help`)", args[0])}
+	}
+	return runOne(ctx, &o, v, rest)
+}
+
+// hasHelp reports whether -h or --help is among the args.
+func hasHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "help" {
+			return true
+		}
+	}
+	return false
+}
+
+// leadingWords are the args before the first flag.
+func leadingWords(args []string) []string {
+	var w []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") || a == "help" {
+			break
+		}
+		w = append(w, a)
+	}
+	return w
+}
+
+// match finds the verb whose dotted name is the longest run of leading args.
+func match(verbs []Verb, args []string) (*Verb, []string) {
+	var best *Verb
+	bestN := 0
+	for i := range verbs {
+		parts := strings.Split(verbs[i].Name, ".")
+		if len(parts) > len(args) || len(parts) <= bestN {
+			continue
+		}
+		ok := true
+		for j, p := range parts {
+			if args[j] != p {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			best, bestN = &verbs[i], len(parts)
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	return best, args[bestN:]
+}
+
+// groupDepth is how many leading words name a group of verbs.
+func groupDepth(verbs []Verb, words []string) int {
+	for n := len(words); n > 0; n-- {
+		prefix := strings.Join(words[:n], ".") + "."
+		for _, v := range verbs {
+			if strings.HasPrefix(v.Name, prefix) {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// groupOf lists the verbs under the longest group the words name.
+func groupOf(verbs []Verb, words []string) []Verb {
+	n := groupDepth(verbs, words)
+	if n == 0 {
+		return nil
+	}
+	prefix := strings.Join(words[:n], ".") + "."
+	var out []Verb
+	for _, v := range verbs {
+		if strings.HasPrefix(v.Name, prefix) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func printGroup(w io.Writer, group string, verbs []Verb) {
+	fmt.Fprintf(w, "Usage: doppel %s <verb> [args] [flags]\n\nVerbs:\n", group)
+	listVerbs(w, verbs)
+	fmt.Fprintf(w, "\nRun `doppel %s <verb> --help` for a verb's flags.\n", group)
+}
+
+func listVerbs(w io.Writer, verbs []Verb) {
+	width := 0
+	for _, v := range verbs {
+		width = max(width, len(commandOf(v)))
+	}
+	for _, v := range verbs {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, commandOf(v), v.Summary)
+	}
+}
+
+// commandOf is the command line of a verb: a.b is "a b" followed by its path parameters.
+func commandOf(v Verb) string {
+	s := strings.ReplaceAll(v.Name, ".", " ")
+	for _, p := range pathParams(v.Path) {
+		s += " " + strings.ToUpper(p)
+	}
+	return s
+}
+
+// VerbHelp writes the registry's verbs, for `doppel help`.
+func VerbHelp(ctx context.Context, o VerbOptions, w io.Writer) error {
+	base, key := prescan(&o, nil)
+	verbs, err := FetchRegistry(ctx, o.client(), base, key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", base, err)
+	}
+	fmt.Fprintf(w, "Verbs (from %s/api/registry, over tRPC; `doppel <group> <verb> --help` for flags):\n", strings.TrimRight(base, "/"))
+	listVerbs(w, verbs)
+	return nil
+}
+
+var pathParamRE = regexp.MustCompile(`\{([^}]+)\}`)
+
+func pathParams(path string) []string {
+	var out []string
+	for _, m := range pathParamRE.FindAllStringSubmatch(path, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// prop is one input property as a flag.
+type prop struct {
+	name   string // the property
+	flag   string // the flag
+	schema map[string]any
+	typ    string // string, integer, number, boolean or json
+	enum   []string
+	req    bool
+	in     string
+}
+
+// flagName renders a property as a flag: snake_case and camelCase both become kebab-case.
+func flagName(p string) string {
+	var b strings.Builder
+	for i, r := range p {
+		switch {
+		case r == '_':
+			b.WriteByte('-')
+		case unicode.IsUpper(r):
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(unicode.ToLower(r))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func schemaType(s map[string]any) string {
+	switch t := s["type"].(type) {
+	case string:
+		return t
+	case []any:
+		for _, x := range t {
+			if x, ok := x.(string); ok && x != "null" {
+				return x
+			}
+		}
+	}
+	return "json"
+}
+
+// props lists a verb's input properties as flags. Two properties that render to the same flag (seed_instructions and
+// seedInstructions) are one flag, the snake_case or lower-case one, with the other a hidden alias.
+func props(v *Verb) (list []*prop, aliases map[string]string) {
+	properties, _ := v.Input["properties"].(map[string]any)
+	required := map[string]bool{}
+	if rs, ok := v.Input["required"].([]any); ok {
+		for _, r := range rs {
+			if s, ok := r.(string); ok {
+				required[s] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(properties))
+	for n := range properties {
+		names = append(names, n)
+	}
+	// Properties with no capitals first, so they own their flag; camelCase duplicates become aliases.
+	sort.Slice(names, func(i, j int) bool {
+		ci, cj := strings.ToLower(names[i]) != names[i], strings.ToLower(names[j]) != names[j]
+		if ci != cj {
+			return !ci
+		}
+		return names[i] < names[j]
+	})
+	byFlag := map[string]*prop{}
+	aliases = map[string]string{}
+	for _, n := range names {
+		s, _ := properties[n].(map[string]any)
+		if s == nil {
+			s = map[string]any{}
+		}
+		f := flagName(n)
+		if owner, dup := byFlag[f]; dup {
+			aliases[n] = owner.flag
+			if required[n] {
+				owner.req = true
+			}
+			continue
+		}
+		p := &prop{name: n, flag: f, schema: s, typ: schemaType(s), req: required[n]}
+		p.in, _ = s["x-in"].(string)
+		if en, ok := s["enum"].([]any); ok {
+			for _, e := range en {
+				p.enum = append(p.enum, fmt.Sprint(e))
+			}
+		}
+		if p.typ == "object" || p.typ == "array" {
+			p.typ = "json"
+		}
+		if n != f {
+			aliases[n] = f
+		}
+		byFlag[f] = p
+		list = append(list, p)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].flag < list[j].flag })
+	return list, aliases
+}
+
+func (p *prop) usage() string {
+	d, _ := p.schema["description"].(string)
+	d = strings.TrimSpace(d)
+	var extra []string
+	if p.req {
+		extra = append(extra, "required")
+	}
+	if p.in == "path" {
+		extra = append(extra, "or positional")
+	}
+	if len(p.enum) > 0 {
+		extra = append(extra, "one of "+strings.Join(p.enum, "|"))
+	}
+	if p.typ == "json" {
+		extra = append(extra, "JSON")
+	}
+	if def, ok := p.schema["default"]; ok {
+		b, _ := json.Marshal(def)
+		extra = append(extra, "server default "+string(b))
+	}
+	if len(extra) > 0 {
+		if d != "" {
+			d += " "
+		}
+		d += "(" + strings.Join(extra, "; ") + ")"
+	}
+	return d
+}
+
+// pathAliases are the short flags of common path parameters.
+var pathAliases = map[string]string{"env": "slug", "session": "session_id"}
+
+func runOne(ctx context.Context, o *VerbOptions, v *Verb, args []string) error {
+	list, aliases := props(v)
+	fs := pflag.NewFlagSet(v.Name, pflag.ContinueOnError)
+	fs.SortFlags = true
+	taken := map[string]bool{}
+	byName := map[string]*prop{}
+	for _, p := range list {
+		taken[p.flag] = true
+		byName[p.name] = p
+	}
+	for alias, target := range pathAliases {
+		if p, ok := byName[target]; ok && !taken[alias] {
+			aliases[alias] = p.flag
+		}
+	}
+	vals := map[string]any{}
+	for _, p := range list {
+		u := p.usage()
+		for a, f := range aliases {
+			if f == p.flag && pathAliases[a] != "" {
+				u += " (also --" + a + ")"
+			}
+		}
+		switch p.typ {
+		case "integer":
+			vals[p.flag] = fs.Int64(p.flag, 0, u)
+		case "number":
+			vals[p.flag] = fs.Float64(p.flag, 0, u)
+		case "boolean":
+			vals[p.flag] = fs.Bool(p.flag, false, u)
+		default:
+			vals[p.flag] = fs.String(p.flag, "", u)
+		}
+	}
+	g := addGlobals(fs, o, taken)
+	var waitFor *bool
+	var every *time.Duration
+	if v.Kind == "query" && !taken["wait"] {
+		waitFor = fs.Bool("wait", false, "poll until the answer's status is final (a build succeeded or failed), showing its progress; exit 1 when it failed")
+		every = fs.Duration("interval", time.Second, "polling interval of --wait")
+	}
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if f, ok := aliases[name]; ok {
+			return pflag.NormalizedName(f)
+		}
+		return pflag.NormalizedName(name)
+	})
+	fs.SetOutput(io.Discard)
+	help := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: doppel %s [flags]\n\n", commandOf(*v))
+		if v.Summary != "" {
+			fmt.Fprintf(w, "%s.", strings.TrimSuffix(v.Summary, "."))
+		}
+		if v.Description != "" {
+			fmt.Fprintf(w, " %s", v.Description)
+		}
+		fmt.Fprintf(w, "\n\n%s %s (tRPC %s /trpc/%s; REST %s %s)\n\nFlags:\n%s", v.Name, v.Kind, trpcMethod(v), v.Name, v.Method, v.Path, fs.FlagUsages())
+	}
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			help(o.Stdout)
+			return nil
+		}
+		return &UsageError{fmt.Sprintf("%s: %v; see `doppel %s --help`", v.Name, err, strings.ReplaceAll(v.Name, ".", " "))}
+	}
+	input := map[string]any{}
+	for _, p := range list {
+		if !fs.Changed(p.flag) {
+			continue
+		}
+		switch x := vals[p.flag].(type) {
+		case *int64:
+			input[p.name] = *x
+		case *float64:
+			input[p.name] = *x
+		case *bool:
+			input[p.name] = *x
+		case *string:
+			val, err := p.value(*x)
+			if err != nil {
+				return &UsageError{fmt.Sprintf("%s: --%s: %v", v.Name, p.flag, err)}
+			}
+			input[p.name] = val
+		}
+		if err := p.checkEnum(input[p.name]); err != nil {
+			return &UsageError{fmt.Sprintf("%s: --%s: %v", v.Name, p.flag, err)}
+		}
+	}
+	// Positional arguments fill the path parameters no flag gave, in path order.
+	pos := fs.Args()
+	for _, name := range pathParams(v.Path) {
+		p := byName[name]
+		if p == nil || input[name] != nil {
+			continue
+		}
+		if len(pos) == 0 {
+			break
+		}
+		val, err := p.value(pos[0])
+		if err != nil {
+			return &UsageError{fmt.Sprintf("%s: %s: %v", v.Name, strings.ToUpper(name), err)}
+		}
+		if err := p.checkEnum(val); err != nil {
+			return &UsageError{fmt.Sprintf("%s: %s: %v", v.Name, strings.ToUpper(name), err)}
+		}
+		input[name] = val
+		pos = pos[1:]
+	}
+	if len(pos) > 0 {
+		return &UsageError{fmt.Sprintf("%s: unexpected argument %q; usage: doppel %s [flags]", v.Name, pos[0], commandOf(*v))}
+	}
+	for _, p := range list {
+		if p.req && input[p.name] == nil {
+			what := "--" + p.flag
+			if p.in == "path" {
+				what = strings.ToUpper(p.name) + " (or " + what + ")"
+			}
+			return &UsageError{fmt.Sprintf("%s: %s is required; see `doppel %s --help`", v.Name, what, strings.ReplaceAll(v.Name, ".", " "))}
+		}
+	}
+	switch *g.output {
+	case "", "json", "table":
+	default:
+		return &UsageError{fmt.Sprintf("--output %q: json or table", *g.output)}
+	}
+	auth := cmp.Or(*g.key, o.Key)
+	if *g.token != "" {
+		auth = *g.token
+	}
+	poll := func() (json.RawMessage, error) { return call(ctx, o.client(), *g.url, auth, v, input) }
+	if waitFor != nil && *waitFor {
+		data, err := wait(ctx, *every, o.Stderr, strings.ReplaceAll(v.Name, ".", " "), poll)
+		if err != nil {
+			return err
+		}
+		if err := render(o.Stdout, data, *g.output); err != nil {
+			return err
+		}
+		if status, _, _ := progressOf(data); failedStatus[status] {
+			return fmt.Errorf("%s: finished with status %s", v.Name, status)
+		}
+		return nil
+	}
+	data, err := poll()
+	if err != nil {
+		return err
+	}
+	return render(o.Stdout, data, *g.output)
+}
+
+// value turns flag text into the property's JSON value: strings stay strings, numbers and JSON are parsed.
+func (p *prop) value(s string) (any, error) {
+	switch p.typ {
+	case "string":
+		return s, nil
+	case "integer":
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", s)
+		}
+		return n, nil
+	case "number":
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", s)
+		}
+		return f, nil
+	case "boolean":
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a boolean", s)
+		}
+		return b, nil
+	}
+	var x any
+	if err := json.Unmarshal([]byte(s), &x); err != nil {
+		return nil, fmt.Errorf("not JSON: %v", err)
+	}
+	return json.RawMessage(s), nil
+}
+
+func (p *prop) checkEnum(v any) error {
+	if len(p.enum) == 0 {
+		return nil
+	}
+	s := fmt.Sprint(v)
+	for _, e := range p.enum {
+		if e == s {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not one of %s", s, strings.Join(p.enum, ", "))
+}
+
+func trpcMethod(v *Verb) string {
+	if v.Kind == "query" {
+		return http.MethodGet
+	}
+	return http.MethodPost
+}
+
+// call sends the verb over tRPC and returns result.data, or an *APIError.
+func call(ctx context.Context, hc *http.Client, base, auth string, v *Verb, input map[string]any) (json.RawMessage, error) {
+	in, err := json.Marshal(input)
+	if err != nil {
+		return nil, err
+	}
+	u := strings.TrimRight(base, "/") + "/trpc/" + url.PathEscape(v.Name)
+	var body io.Reader
+	method := trpcMethod(v)
+	if method == http.MethodGet {
+		if len(input) > 0 {
+			u += "?input=" + url.QueryEscape(string(in))
+		}
+	} else {
+		body = bytes.NewReader(in)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	req.Header.Set("User-Agent", cliUserAgent)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", v.Name, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: read answer: %w", v.Name, err)
+	}
+	var res struct {
+		Result *struct {
+			Data json.RawMessage `json:"data"`
+		} `json:"result"`
+		Error *struct {
+			Message string `json:"message"`
+			Data    struct {
+				Code       string `json:"code"`
+				HTTPStatus int    `json:"httpStatus"`
+				Envelope   *struct {
+					Detail    string `json:"detail"`
+					Code      string `json:"code"`
+					RequestID string `json:"requestId"`
+				} `json:"envelope"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil || (res.Result == nil && res.Error == nil) {
+		return nil, &APIError{Verb: v.Name, HTTPStatus: resp.StatusCode, Detail: strings.TrimSpace(string(raw)), Code: "-", RequestID: "-"}
+	}
+	if e := res.Error; e != nil {
+		ae := &APIError{Verb: v.Name, HTTPStatus: e.Data.HTTPStatus, TRPCCode: e.Data.Code, Detail: e.Message}
+		if ae.HTTPStatus == 0 {
+			ae.HTTPStatus = resp.StatusCode
+		}
+		if env := e.Data.Envelope; env != nil {
+			ae.Detail, ae.Code, ae.RequestID = env.Detail, env.Code, env.RequestID
+		}
+		return nil, ae
+	}
+	return res.Result.Data, nil
+}
+
+// render writes a verb's answer: a table for a list of objects (or with --output table), indented JSON otherwise.
+func render(w io.Writer, data json.RawMessage, output string) error {
+	rows, cols, isList := objectRows(data)
+	if output == "table" || (output == "" && isList && len(rows) > 0) {
+		t := table.NewWriter()
+		t.SetOutputMirror(w)
+		t.SetStyle(table.StyleLight)
+		if isList {
+			hdr := table.Row{}
+			for _, c := range cols {
+				hdr = append(hdr, strings.ToUpper(c))
+			}
+			t.AppendHeader(hdr)
+			for _, r := range rows {
+				row := table.Row{}
+				for _, c := range cols {
+					row = append(row, cell(r[c]))
+				}
+				t.AppendRow(row)
+			}
+			t.Render()
+			return nil
+		}
+		if obj, keys, ok := object(data); ok {
+			t.AppendHeader(table.Row{"FIELD", "VALUE"})
+			for _, k := range keys {
+				t.AppendRow(table.Row{k, cell(obj[k])})
+			}
+			t.Render()
+			return nil
+		}
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, data, "", "  "); err != nil {
+		_, err = w.Write(append(data, '\n'))
+		return err
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// cell renders one value in a table: strings bare, null as -, the rest compact JSON cut at 60 characters.
+func cell(v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	t := strings.TrimSpace(string(v))
+	if t == "" || t == "null" {
+		return "-"
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, v) == nil {
+		t = b.String()
+	}
+	if r := []rune(t); len(r) > 60 {
+		t = string(r[:59]) + "…"
+	}
+	return t
+}
+
+// object decodes a JSON object keeping its keys' order.
+func object(data json.RawMessage) (map[string]json.RawMessage, []string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		return nil, nil, false
+	}
+	obj := map[string]json.RawMessage{}
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, false
+		}
+		k, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, false
+		}
+		if _, dup := obj[k]; !dup {
+			keys = append(keys, k)
+		}
+		obj[k] = v
+	}
+	return obj, keys, true
+}
+
+// objectRows reads a JSON array of objects, with the union of their keys in first-seen order.
+func objectRows(data json.RawMessage) (rows []map[string]json.RawMessage, cols []string, ok bool) {
+	var items []json.RawMessage
+	if json.Unmarshal(data, &items) != nil {
+		return nil, nil, false
+	}
+	seen := map[string]bool{}
+	for _, it := range items {
+		obj, keys, isObj := object(it)
+		if !isObj {
+			return nil, nil, false
+		}
+		for _, k := range keys {
+			if !seen[k] {
+				seen[k] = true
+				cols = append(cols, k)
+			}
+		}
+		rows = append(rows, obj)
+	}
+	return rows, cols, true
+}

@@ -1,0 +1,44 @@
+// Package layering holds the test of the project's import rules.
+package layering
+
+import (
+	"go/build"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/doppel-dev/doppel/"
+
+// TestImportRules checks the layering the design asks for, on the packages' non-test files: transports do not
+// reach into activities, workflows do not reach into drivers, and the leaf packages stay leaves.
+func TestImportRules(t *testing.T) {
+	root := filepath.Join("..", "..") // tests run in their package's directory
+	rules := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"api", []string{"activities", "workflows", "driver", "worker", "journal"}},
+		{"workflows", []string{"driver", "api", "toolplane"}},
+		{"activities", []string{"api", "toolplane", "workflows"}},
+		{"toolplane", []string{"api", "driver", "worker"}},
+		{"jsonvalue", nil}, // imports nothing of doppel
+		{"twinstate", nil},
+	}
+	for _, r := range rules {
+		p, err := build.ImportDir(filepath.Join(root, r.pkg), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", r.pkg, err)
+		}
+		for _, imp := range p.Imports {
+			rel, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			if r.forbidden == nil || slices.Contains(r.forbidden, rel) {
+				t.Errorf("%s imports %s", r.pkg, rel)
+			}
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package jsonvalue
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"sort"
+	"strconv"
+)
+
+// Canonical is the canonical JSON of v: object keys sorted, no insignificant
+// whitespace, minimal string escapes, canonical numbers. Equal worlds have equal
+// canonical bytes on any machine. It is doppel's one canonical writer: world and
+// state hashes, bundle hashes and recording keys are all made of its bytes.
+//
+// v is a value from Parse (Number, *Object) or from Decode or encoding/json
+// (json.Number, float64, map[string]any); both forms of the same JSON give the
+// same bytes.
+func Canonical(v any) []byte {
+	var b bytes.Buffer
+	writeCanonical(&b, v)
+	return b.Bytes()
+}
+
+// CanonicalDoc is the canonical JSON of one JSON document (read with Decode, so
+// trailing data and non-JSON such as NaN are errors).
+func CanonicalDoc(doc []byte) ([]byte, error) {
+	v, err := Decode(doc)
+	if err != nil {
+		return nil, err
+	}
+	return Canonical(v), nil
+}
+
+// AppendCanonical appends the canonical JSON of v to b.
+func AppendCanonical(b *bytes.Buffer, v any) { writeCanonical(b, v) }
+
+// AppendString appends the canonical JSON of the string s to b, as AppendCanonical writes it.
+func AppendString(b *bytes.Buffer, s string) { writeMinimalString(b, s) }
+
+func writeCanonical(b *bytes.Buffer, v any) {
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		if x {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case string:
+		writeMinimalString(b, x)
+	case Number:
+		b.WriteString(CanonicalNumber(x))
+	case json.Number:
+		b.WriteString(CanonicalNumber(Number(x)))
+	case float64:
+		b.WriteString(CanonicalNumber(floatNumber(x)))
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeCanonical(b, e)
+		}
+		b.WriteByte(']')
+	case *Object:
+		idx := make([]int, len(x.Keys))
+		for i := range idx {
+			idx[i] = i
+		}
+		sort.SliceStable(idx, func(i, j int) bool { return x.Keys[idx[i]] < x.Keys[idx[j]] })
+		b.WriteByte('{')
+		for n, i := range idx {
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			writeMinimalString(b, x.Keys[i])
+			b.WriteByte(':')
+			writeCanonical(b, x.Vals[i])
+		}
+		b.WriteByte('}')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for n, k := range keys {
+			if n > 0 {
+				b.WriteByte(',')
+			}
+			writeMinimalString(b, k)
+			b.WriteByte(':')
+			writeCanonical(b, x[k])
+		}
+		b.WriteByte('}')
+	default:
+		// Go values that are not part of the model are written through their fmt form, quoted, so a
+		// hash never panics; the model's constructors never produce them.
+		writeMinimalString(b, fmt.Sprint(x))
+	}
+}
+
+// CanonicalNumber spells a number by its value: integers in plain decimal (so 2, 2.0 and 2e0
+// agree, as JSON equality says they do), other finite numbers in Go's shortest round-trip form.
+func CanonicalNumber(n Number) string {
+	s := string(n)
+	if !n.IsFloat() {
+		var z big.Int
+		if _, ok := z.SetString(s, 10); ok {
+			return z.String()
+		}
+		return s
+	}
+	f := n.Float64()
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return s
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// floatNumber spells f as a Number: Go's shortest round-trip form, or Python's name for a non-finite value.
+func floatNumber(f float64) Number {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return Number(strconv.FormatFloat(f, 'g', -1, 64))
+}
+
+func writeMinimalString(b *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}

@@ -1,0 +1,79 @@
+package jsonvalue
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParseKeepsOrderAndSpelling(t *testing.T) {
+	in := `{"b": 1, "a": [1.0, 2e3, -0, "x\u00e9\ud83d\ude00"], "c": {"z": null, "y": true}}`
+	v, err := ParseString(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := v.(*Object)
+	if got := o.Keys; len(got) != 3 || got[0] != "b" || got[1] != "a" || got[2] != "c" {
+		t.Fatalf("keys = %v, want [b a c]", got)
+	}
+	a, _ := o.Get("a")
+	l := a.([]any)
+	if l[0] != Number("1.0") || l[1] != Number("2e3") || l[2] != Number("-0") {
+		t.Fatalf("numbers = %v, want spellings kept", l[:3])
+	}
+	if l[3] != "xé😀" {
+		t.Fatalf("string = %q", l[3])
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, in := range []string{``, `{`, `{"a" 1}`, `[1,]`, `{"a":1}x`, `"\x"`, `01`, `1.`, `tru`} {
+		if _, err := ParseString(in); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Parse(%q) = %v, want ErrInvalid", in, err)
+		}
+	}
+}
+
+func TestCanonical(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"b": 2.0, "a": {"d": 1, "c": [3, 4.50]}}`, `{"a":{"c":[3,4.5],"d":1},"b":2}`},
+		{`"tab\there\u0001"`, `"tab\u0009here\u0001"`},
+		{`1e2`, `100`},
+		{`-0.0`, `0`},
+		{`12345678901234567890`, `12345678901234567890`},
+		{`0.1`, `0.1`},
+	}
+	for _, tt := range tests {
+		v, err := ParseString(tt.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(Canonical(v)); got != tt.want {
+			t.Errorf("Canonical(%s) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestEqualAndIdentical(t *testing.T) {
+	tests := []struct {
+		a, b             string
+		equal, identical bool
+	}{
+		{`{"a": 1, "b": 2}`, `{"b": 2, "a": 1}`, true, false},
+		{`{"a": 1, "b": 2}`, `{"a": 1, "b": 2}`, true, true},
+		{`1200.0`, `1200`, true, false},
+		{`12345678901234567890`, `12345678901234567891`, false, false},
+		{`{"a": [1, 2]}`, `{"a": [2, 1]}`, false, false},
+		{`"x"`, `"x"`, true, true},
+		{`null`, `false`, false, false},
+		{`68.92000000000004`, `68.92`, false, false},
+	}
+	for _, tt := range tests {
+		a, b := mustParse(tt.a), mustParse(tt.b)
+		if got := Equal(a, b); got != tt.equal {
+			t.Errorf("Equal(%s, %s) = %v, want %v", tt.a, tt.b, got, tt.equal)
+		}
+		if got := Identical(a, b); got != tt.identical {
+			t.Errorf("Identical(%s, %s) = %v, want %v", tt.a, tt.b, got, tt.identical)
+		}
+	}
+}

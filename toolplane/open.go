@@ -1,0 +1,158 @@
+package toolplane
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/workflows"
+)
+
+// OpenRequest opens a session on an environment.
+type OpenRequest struct {
+	WorkspaceID string
+	// KeyID is the workspace key that opens the session (recorded as its opener).
+	KeyID string
+	Env   string // the environment's slug
+	// Seed pins generated values; nil draws one.
+	Seed             *int64
+	SeedInstructions string
+	Scenario         string
+	// Clock fixes the world's time, RFC 3339; "" keeps the build's.
+	Clock         string
+	RecordOutputs bool
+}
+
+// Opened is an open session: its row, its token (shown once) and its receipts.
+type Opened struct {
+	Session  *schema.Session
+	Token    string
+	Receipts twinrpc.Receipts
+}
+
+// DrawSeed draws a fresh world seed: a JSON-safe integer.
+func DrawSeed() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.BigEndian.Uint64(b[:]) & (1<<53 - 1))
+}
+
+// Open opens an isolated world on the environment's twin (waking it when stopped) through the session-open
+// workflow, and mints the session's token.
+func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
+	spec := twinrpc.SessionSpec{SeedInstructions: req.SeedInstructions}
+	if req.Scenario != "" {
+		if strings.TrimSpace(req.SeedInstructions) != "" {
+			return nil, invalid("body.scenario", "a scenario is used instead of seed instructions: give one or the other")
+		}
+		spec.Scenario = req.Scenario
+	}
+	if req.Clock != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.Clock)
+		if err != nil {
+			return nil, invalid("body.clock", "expected an RFC 3339 time such as 2025-03-01T09:00:00Z")
+		}
+		spec.Clock = t.UTC().Format(time.RFC3339Nano)
+	}
+	if req.Seed != nil {
+		spec.Seed = *req.Seed
+	} else {
+		spec.Seed = DrawSeed()
+	}
+
+	env, err := store.GetEnv(ctx, p.db, req.WorkspaceID, req.Env)
+	if err != nil {
+		return nil, notFoundOr(err, "environment "+req.Env)
+	}
+	if env.ActiveBuildID == "" {
+		return nil, errorf(NotReady, "environment %s has no build yet (status %s)", env.Slug, env.Status)
+	}
+	if p.opener == nil {
+		return nil, errorf(Unavailable, "sessions cannot be opened: no workflow client configured")
+	}
+	id := schema.NewID(schema.PrefixSession)
+	res, err := p.opener.Open(ctx, workflows.SessionOpenInput{SessionID: id, EnvID: env.ID, Spec: spec})
+	if err != nil {
+		return nil, openError(err)
+	}
+	rc := res.Receipts
+	receipts, err := json.Marshal(rc)
+	if err != nil {
+		return nil, err
+	}
+	s := &schema.Session{
+		ID: id, EnvID: env.ID, WorkspaceID: env.WorkspaceID, BuildID: res.BuildID, OpenedByKeyID: req.KeyID,
+		Seed: spec.Seed, SeedInstructions: spec.SeedInstructions, Scenario: spec.Scenario,
+		Clock: rc.Clock, RecordOutputs: req.RecordOutputs, Seeded: rc.Seeded, SeedNote: deref(rc.Note),
+		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts,
+		ExpiresAt: schema.Now().Add(p.idle),
+	}
+	if s.BuildID == "" {
+		s.BuildID = env.ActiveBuildID
+	}
+	token, err := store.CreateSession(ctx, p.db, s)
+	if err != nil {
+		// The world exists on the twin but no row does: drop it.
+		p.DropWorld(context.WithoutCancel(ctx), s)
+		return nil, err
+	}
+	p.mu.Lock()
+	p.live[id] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
+	if res.TwinAddr != "" && p.clients[s.BuildID] == nil {
+		p.clients[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
+	}
+	p.mu.Unlock()
+	if rc.Pinned == nil {
+		rc.Pinned = map[string][]string{}
+	}
+	return &Opened{Session: s, Token: token, Receipts: rc}, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// openError turns a failed session-open workflow into the answer: a refused spec is Invalid naming its field, a
+// twin that never came up Unavailable.
+func openError(err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		msg := appErr.Message()
+		switch appErr.Type() {
+		case activities.ErrTypeSessionSpec:
+			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed"} {
+				if i := strings.Index(msg, f+":"); i >= 0 {
+					return invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
+				}
+			}
+			return invalid("body", msg)
+		case activities.ErrTypeBadInput:
+			return errorf(NotFound, "%s", msg)
+		}
+		if strings.HasPrefix(appErr.Type(), "Twin") { // the twin activities' error types: it did not come up
+			return errorf(Unavailable, "the environment's twin is not available: %s", msg)
+		}
+	}
+	var te *twinrpc.Error
+	if errors.As(err, &te) && errors.Is(err, twinrpc.ErrBadSpec) {
+		return openError(temporal.NewApplicationError(te.Detail, activities.ErrTypeSessionSpec))
+	}
+	if twinrpc.IsRetryable(err) {
+		return errorf(Unavailable, "the environment's twin is not available: %v", err)
+	}
+	return fmt.Errorf("open session: %w", err)
+}

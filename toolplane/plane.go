@@ -1,0 +1,200 @@
+// Package toolplane serves sessions to every transport: opens, tool calls on the session's twin, reads,
+// transcripts, closes, idle expiry, the idle reaper and session-token lookup.
+package toolplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/workflows"
+)
+
+// SessionOpener runs the session-open workflow (workflows.Sessions does, on Temporal).
+type SessionOpener interface {
+	Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error)
+}
+
+// CallJournal durably records a call before it is answered (journal.Writer[schema.Call] is one).
+type CallJournal interface {
+	Submit(ctx context.Context, c schema.Call) error
+}
+
+// TwinDirectory finds environments' twins (workflows.TwinDirectory, over the TwinWorkflow, is it).
+type TwinDirectory interface {
+	// WakeTwin boots the wanted build's twin if it is stopped and answers its state.
+	WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error)
+	// RunningTwins answers the environment's twins that are ready, by build id, without booting any.
+	RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error)
+}
+
+// Options are a Plane's dependencies.
+type Options struct {
+	DB *bun.DB
+	// Opener runs session opens (nil: opens answer 503).
+	Opener SessionOpener
+	// Twins finds a session's twin and wakes it when stopped (nil: calls that need a twin answer 503).
+	Twins   TwinDirectory
+	Journal CallJournal
+	// Bundles caches decoded bundles (nil: bundles cannot be read).
+	Bundles *Bundles
+	// Idle is how long an unused session stays open (config session.idle; default store.DefaultSessionIdle).
+	Idle time.Duration
+	// HTTP is the twin RPC client (nil: twinrpc.NewHTTPClient()).
+	HTTP *http.Client
+	// Locals finds twins served in this process (the inproc driver): calls reach them directly, without HTTP.
+	Locals twinrpc.Locals
+	// TokenTTL bounds how long a session-token resolution is trusted (default 5s).
+	TokenTTL time.Duration
+	Log      *slog.Logger
+}
+
+// Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
+type Plane struct {
+	db      *bun.DB
+	opener  SessionOpener
+	twins   TwinDirectory
+	journal CallJournal
+	bundles *Bundles
+	idle    time.Duration
+	hc      *http.Client
+	locals  twinrpc.Locals
+	log     *slog.Logger
+	tokens  *Tokens
+
+	mu      sync.Mutex
+	live    map[string]*liveSession
+	clients map[string]*twinEntry // build id → its ready twin
+}
+
+// New builds a Plane.
+func New(o Options) *Plane {
+	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, bundles: o.Bundles, idle: o.Idle,
+		hc: o.HTTP, locals: o.Locals, log: o.Log,
+		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}}
+	if p.idle <= 0 {
+		p.idle = store.DefaultSessionIdle
+	}
+	if p.hc == nil {
+		p.hc = twinrpc.NewHTTPClient()
+	}
+	if p.bundles == nil {
+		p.bundles = &Bundles{}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.tokens = NewTokens(o.DB, o.TokenTTL)
+	return p
+}
+
+// Idle is how long an unused session stays open.
+func (p *Plane) Idle() time.Duration { return p.idle }
+
+// Tokens resolves session tokens, cached for a few seconds.
+func (p *Plane) Tokens() *Tokens { return p.tokens }
+
+// Bundles is the bundle cache.
+func (p *Plane) Bundles() *Bundles { return p.bundles }
+
+// twinEntry is a build's ready twin as last found.
+type twinEntry struct {
+	c        *twinrpc.Client
+	handleID string
+}
+
+// liveSession is what this process keeps about a session it serves: the lock that orders its calls, the journal
+// length, and when it was last used.
+type liveSession struct {
+	mu       sync.Mutex
+	calls    int64 // journaled calls; -1: unknown (read from the journal on next use)
+	lastUsed time.Time
+	build    *schema.Build
+}
+
+func (p *Plane) liveOf(id string) *liveSession {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.live[id]
+	if l == nil {
+		if len(p.live) >= 50_000 {
+			p.prune()
+		}
+		l = &liveSession{calls: -1}
+		p.live[id] = l
+	}
+	return l
+}
+
+// prune drops what this process keeps about sessions it has not served for an idle period (they are read from the
+// database again if they come back). p.mu is held.
+func (p *Plane) prune() {
+	cutoff := time.Now().Add(-p.idle)
+	for id, l := range p.live {
+		if l.mu.TryLock() {
+			if l.lastUsed.Before(cutoff) {
+				delete(p.live, id)
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// forget drops what this process keeps about an ended session, its token resolution included.
+func (p *Plane) forget(id string) {
+	p.mu.Lock()
+	delete(p.live, id)
+	p.mu.Unlock()
+	p.tokens.Forget(id)
+}
+
+// Kind says what kind of refusal an Error is; each transport maps it to its own status.
+type Kind int
+
+// Kinds of Error.
+const (
+	NotFound    Kind = iota + 1 // no such session, environment or tool (404)
+	Invalid                     // the input did not validate; Field names it (422)
+	NotReady                    // the twin is booting or the environment has no build yet (409 notReady)
+	Conflict                    // the request conflicts with the state, e.g. a broken session (409)
+	Unavailable                 // a dependency (twin, Temporal, blob store) is not answering (503)
+)
+
+// Error is a refusal of the tool plane.
+type Error struct {
+	Kind Kind
+	// Field locates invalid input as a path (body.arguments.order_id), for Invalid.
+	Field  string
+	Detail string
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Detail
+	}
+	return e.Detail
+}
+
+func errorf(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Detail: fmt.Sprintf(format, args...)}
+}
+
+func invalid(field, detail string) *Error { return &Error{Kind: Invalid, Field: field, Detail: detail} }
+
+// notFoundOr turns store.ErrNotFound into a NotFound naming what; other errors pass unchanged.
+func notFoundOr(err error, what string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return errorf(NotFound, "%s not found", what)
+	}
+	return err
+}

@@ -1,0 +1,194 @@
+package toolplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
+)
+
+// State is a session as a read reports it: its row, the call counts per fidelity label, its world's hash now,
+// its last use, when it expires, and its receipts.
+type State struct {
+	Session     *schema.Session
+	Counts      []store.FidelityCount
+	NCalls      int64
+	NErrors     int64
+	NDowngraded int64
+	StateHash   string
+	LastUsedAt  time.Time
+	ExpiresAt   time.Time
+	Receipts    twinrpc.Receipts
+}
+
+// Read reports a session: calls, errors, fidelity mix, state hash, last use, expiry and receipts.
+func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
+	counts, err := store.CountCalls(ctx, p.db, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	st := &State{Session: s, Counts: counts, StateHash: s.WorldHash, LastUsedAt: s.CreatedAt}
+	for _, c := range counts {
+		st.NCalls += c.N
+		st.NErrors += c.Errors
+		st.NDowngraded += c.Downgraded
+	}
+	last, err := store.LastCall(ctx, p.db, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	if last != nil {
+		st.StateHash, st.LastUsedAt = last.StateHash, last.CreatedAt
+	}
+	if s.LastUsedAt.After(st.LastUsedAt) {
+		st.LastUsedAt = s.LastUsedAt
+	}
+	st.ExpiresAt = st.LastUsedAt.Add(p.idle)
+	if s.Status != schema.SessionOpen && s.ClosedAt != nil {
+		st.ExpiresAt = *s.ClosedAt
+	}
+	if len(s.Receipts) > 0 {
+		if err := json.Unmarshal(s.Receipts, &st.Receipts); err != nil {
+			return nil, fmt.Errorf("receipts of session %s: %w", s.ID, err)
+		}
+	}
+	if st.Receipts.Pinned == nil {
+		st.Receipts.Pinned = map[string][]string{}
+	}
+	return st, nil
+}
+
+// Transcript lists a session's calls in order: those after seq after, at most limit (0: all).
+func (p *Plane) Transcript(ctx context.Context, s *schema.Session, after int64, limit int) ([]schema.Call, error) {
+	return store.ListCalls(ctx, p.db, s.ID, after, limit)
+}
+
+// Close ends a session: its token is refused at once and its world dropped. existed is true when it was open.
+func (p *Plane) Close(ctx context.Context, s *schema.Session) (existed bool, err error) {
+	l := p.liveOf(s.ID)
+	l.mu.Lock() // wait for a call in flight
+	existed, err = store.EndSession(ctx, p.db, s.ID, schema.SessionClosed)
+	l.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	p.forget(s.ID)
+	if existed {
+		p.finish(context.WithoutCancel(ctx), s)
+	}
+	return existed, nil
+}
+
+// end moves an open session to status (expired, broken), forgets it and drops its world.
+func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error {
+	ended, err := store.EndSession(ctx, p.db, s.ID, status)
+	if err != nil {
+		return err
+	}
+	p.forget(s.ID)
+	if ended {
+		p.finish(context.WithoutCancel(ctx), s)
+	}
+	return nil
+}
+
+// finish does what follows a session's end: its world dropped on its twin, its counters written into its row.
+func (p *Plane) finish(ctx context.Context, s *schema.Session) {
+	p.DropWorld(ctx, s)
+	if err := store.SnapshotSession(ctx, p.db, s.ID); err != nil {
+		p.log.Warn("snapshot session counters", "session", s.ID, "err", err)
+	}
+}
+
+// Reap expires open sessions whose last activity (their last journaled call, or their opening) is older than
+// idle as of now, drops their worlds on their twins, and moves the expiry of sessions still in use to their last
+// call + idle (the call path journals calls without touching the session row, so the row's expires_at is a
+// lower bound this brings up to date). At most limit sessions are looked at (default 1000).
+func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, limit int) (expired []string, extended int, err error) {
+	if idle <= 0 {
+		return nil, 0, errors.New("reap: idle must be positive")
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	now = now.UTC()
+	due, err := store.DueSessions(ctx, p.db, now, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	for i := range due {
+		s := &due[i]
+		last, err := store.LastActivity(ctx, p.db, s)
+		if err != nil {
+			return expired, extended, err
+		}
+		if until := last.Add(idle); until.After(now) {
+			if err := store.ExtendSession(ctx, p.db, s.ID, until, last); err != nil {
+				return expired, extended, err
+			}
+			extended++
+			continue
+		}
+		ended, err := store.EndSession(ctx, p.db, s.ID, schema.SessionExpired)
+		if err != nil {
+			return expired, extended, fmt.Errorf("expire session %s: %w", s.ID, err)
+		}
+		if !ended {
+			continue // closed meanwhile
+		}
+		expired = append(expired, s.ID)
+		p.forget(s.ID)
+		p.finish(ctx, s)
+	}
+	return expired, extended, nil
+}
+
+// Woken is a wake's answer: the twin's state (booting or ready) and the build it serves.
+type Woken struct {
+	Env     string
+	State   string
+	BuildID string
+	Addr    string
+}
+
+// Wake starts the twin of the environment's active build without opening a session.
+func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, error) {
+	env, err := store.GetEnv(ctx, p.db, workspaceID, slug)
+	if err != nil {
+		return nil, notFoundOr(err, "environment "+slug)
+	}
+	active, err := activities.ActiveTwinBuild(ctx, p.db, env)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errorf(NotReady, "environment %s has no build yet (status %s): nothing to wake", env.Slug, env.Status)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.twins == nil {
+		return nil, errorf(Unavailable, "no twin directory is configured")
+	}
+	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active})
+	if err != nil {
+		return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
+	}
+	state := st.State
+	switch st.State {
+	case twinstate.Ready:
+	case twinstate.Failed:
+		_ = store.SetTwinState(ctx, p.db, env.ID, twinstate.Stopped, "")
+		return nil, errorf(Unavailable, "the twin of %s failed to start: %s", env.Slug, st.Error)
+	default:
+		state = twinstate.Booting
+	}
+	if err := store.SetTwinState(ctx, p.db, env.ID, state, st.Addr); err != nil {
+		return nil, err
+	}
+	return &Woken{Env: env.Slug, State: state, BuildID: active.BuildID, Addr: st.Addr}, nil
+}

@@ -1,0 +1,226 @@
+package twin
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
+)
+
+// targetState fingerprints the tool's target row as the session holds it now.
+func (s *Session) targetState(t *rtTool, args *jsonvalue.Object) string {
+	if t.def.Table == "" {
+		return ""
+	}
+	k, ok := keyArg(t.def, args)
+	if !ok {
+		return ""
+	}
+	r, ok := s.row(t.def.Table, k)
+	if !ok {
+		return fingerprint(nil)
+	}
+	return fingerprint(r)
+}
+
+// replaySameState answers the recording made with these arguments from this very target state, if any.
+func (s *Session) replaySameState(t *rtTool, args *jsonvalue.Object) *answer {
+	state := s.targetState(t, args)
+	if state == "" {
+		return nil
+	}
+	for _, r := range t.byArgs[string(jsonvalue.Canonical(args))] {
+		if r.state == state {
+			a := &answer{content: r.answer, isErr: r.isErr}
+			if t.def.Kind == KindWrite && !r.isErr {
+				a.applyKey, a.apply = s.rt.rowFromAnswer(t, args, r.answer)
+			}
+			return a
+		}
+	}
+	return nil
+}
+
+func (s *Session) replay(t *rtTool, args *jsonvalue.Object) (*answer, string) {
+	recs := t.byArgs[string(jsonvalue.Canonical(args))]
+	if len(recs) == 0 {
+		return nil, "no recording with these arguments"
+	}
+	if a := s.replaySameState(t, args); a != nil {
+		return a, ""
+	}
+	// No recording from this state: the most common recorded answer, which changes nothing,
+	// unless the write creates rows (it has no target whose state could differ).
+	best, n := recs[0], 0
+	count := map[string]int{}
+	for _, r := range recs {
+		count[r.answer]++
+		if count[r.answer] > n {
+			best, n = r, count[r.answer]
+		}
+	}
+	a := &answer{content: best.answer, isErr: best.isErr}
+	if t.def.Kind == KindWrite && t.def.KeyArg == "" && t.def.Table != "" && !best.isErr {
+		a.applyKey, a.apply = s.rt.rowFromAnswer(t, args, best.answer)
+	}
+	return a, ""
+}
+
+// rowFromAnswer answers the row (and its key) a write's recorded answer holds, when it is
+// the target row, or for a write that creates rows (no key argument) any row of its table.
+func (rt *Runtime) rowFromAnswer(t *rtTool, args *jsonvalue.Object, text string) (string, *jsonvalue.Object) {
+	bt := rt.tables[t.def.Table]
+	if bt == nil || !jsonvalue.LooksJSON(text) {
+		return "", nil
+	}
+	v, err := jsonvalue.ParseString(text)
+	if err != nil {
+		return "", nil
+	}
+	o, ok := v.(*jsonvalue.Object)
+	if !ok {
+		return "", nil
+	}
+	var rowKey string
+	if bt.def.KeyInRow {
+		kv, ok := o.Get(bt.def.Key)
+		if !ok {
+			return "", nil
+		}
+		rowKey = TextOf(kv, rt.style)
+	}
+	if t.def.KeyArg == "" {
+		if !bt.def.KeyInRow || rowKey == "" {
+			return "", nil
+		}
+		return rowKey, o
+	}
+	k, ok := keyArg(t.def, args)
+	if !ok || (bt.def.KeyInRow && rowKey != k) {
+		return "", nil
+	}
+	return k, o
+}
+
+func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
+	if len(t.all) == 0 {
+		return nil, "no recordings of this tool"
+	}
+	flat := flatten(args)
+	var best *rec
+	bestD := -1
+	for _, r := range t.all {
+		d := distance(flat, r.flat)
+		if bestD < 0 || d < bestD || (d == bestD && !r.isErr && best.isErr) {
+			best, bestD = r, d
+		}
+	}
+	content := substitute(best.answer, best.flat, flat, s.rt.style)
+	return &answer{content: content, isErr: best.isErr || isErrorText(content)}, ""
+}
+
+// flatten maps each leaf path of a JSON value to its canonical text.
+func flatten(v any) map[string]string {
+	out := map[string]string{}
+	var walk func(p string, v any)
+	walk = func(p string, v any) {
+		switch x := v.(type) {
+		case *jsonvalue.Object:
+			for i, k := range x.Keys {
+				walk(p+"/"+k, x.Vals[i])
+			}
+			if x.Len() == 0 {
+				out[p] = "{}"
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s/%d", p, i), e)
+			}
+			if len(x) == 0 {
+				out[p] = "[]"
+			}
+		default:
+			out[p] = string(jsonvalue.Canonical(v))
+		}
+	}
+	walk("", v)
+	return out
+}
+
+func distance(a, b map[string]string) int {
+	d := 0
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			d++
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			d++
+		}
+	}
+	return d
+}
+
+// substitute puts the new call's values where the recorded call's values appear in its answer.
+func substitute(answer string, old, cur map[string]string, st Style) string {
+	type pair struct{ from, to any }
+	var pairs []pair
+	paths := make([]string, 0, len(old))
+	for p := range old {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		nv, ok := cur[p]
+		if !ok || nv == old[p] {
+			continue
+		}
+		ov, err1 := jsonvalue.ParseString(old[p])
+		nw, err2 := jsonvalue.ParseString(nv)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		pairs = append(pairs, pair{ov, nw})
+	}
+	if len(pairs) == 0 {
+		return answer
+	}
+	if jsonvalue.LooksJSON(answer) {
+		if v, err := jsonvalue.ParseString(answer); err == nil {
+			var walk func(v any) any
+			walk = func(v any) any {
+				switch x := v.(type) {
+				case *jsonvalue.Object:
+					c := &jsonvalue.Object{Keys: x.Keys, Vals: make([]any, len(x.Vals))}
+					for i, e := range x.Vals {
+						c.Vals[i] = walk(e)
+					}
+					return c
+				case []any:
+					c := make([]any, len(x))
+					for i, e := range x {
+						c[i] = walk(e)
+					}
+					return c
+				}
+				for _, p := range pairs {
+					if jsonvalue.Identical(v, p.from) {
+						return p.to
+					}
+				}
+				return v
+			}
+			return Render(walk(v), st)
+		}
+	}
+	for _, p := range pairs {
+		from, to := TextOf(p.from, st), TextOf(p.to, st)
+		if len(from) < 2 {
+			continue
+		}
+		answer = strings.ReplaceAll(answer, from, to)
+	}
+	return answer
+}
