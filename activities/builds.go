@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/blob"
@@ -27,6 +26,7 @@ import (
 type BlobStore interface {
 	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Delete(ctx context.Context, key string) error
 }
 
 // Builds holds what build activities need; the worker registers a filled one.
@@ -34,6 +34,13 @@ type Builds struct {
 	DB    *bun.DB
 	Blobs BlobStore
 	Log   *slog.Logger
+}
+
+func (b *Builds) logger() *slog.Logger {
+	if b.Log == nil {
+		return slog.Default()
+	}
+	return b.Log
 }
 
 func badInput(format string, args ...any) error {
@@ -109,9 +116,8 @@ func (b *Builds) stage(ctx context.Context, buildID, stage string, progress floa
 		err = store.UpdateBuild(ctx, b.DB, bl, "stage", "progress")
 	}
 	if err != nil {
-		b.Log.Warn("record build progress", "build", buildID, "error", err)
+		b.logger().Warn("record build progress", "build", buildID, "error", err)
 	}
-	activity.RecordHeartbeat(ctx, stage)
 }
 
 func (b *Builds) readBlob(ctx context.Context, key string) ([]byte, error) {
@@ -153,7 +159,6 @@ func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) ([]trace.Trace,
 				traces = append(traces, t)
 			}
 		}
-		activity.RecordHeartbeat(ctx, fmt.Sprintf("read %d/%d batches", i+1, len(plan.BatchKeys)))
 	}
 	if plan.UploadKey != "" {
 		data, err := b.readBlob(ctx, plan.UploadKey)
@@ -191,8 +196,17 @@ func (b *Builds) put(ctx context.Context, prefix string, data []byte, contentTyp
 	return key, nil
 }
 
-// InferBundle reads the traces and uploads, infers the bundle and stores it content-addressed.
+// InferBundle reads the traces and uploads, infers the bundle and stores it content-addressed. It heartbeats
+// throughout and, once the bundle and report are stored, heartbeats its result: an attempt retried after its
+// worker died past that point answers from it instead of inferring again.
 func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, error) {
+	var done Inferred
+	if resumeFrom(ctx, &done) && done.BundleKey != "" && done.ReportKey != "" {
+		b.logger().Info("build resumes: bundle already inferred", "build", plan.BuildID, "bundle", done.BundleKey)
+		return done, nil
+	}
+	beat := startBeat(ctx, beatEvery, nil)
+	defer beat.stop()
 	b.stage(ctx, plan.BuildID, "inferring", 0.1)
 	traces, opts, err := b.loadInputs(ctx, plan)
 	if err != nil {
@@ -218,30 +232,90 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 	for _, w := range report.Warnings {
 		warnings += w.Count
 	}
-	return Inferred{
+	done = Inferred{
 		BundleKey: bundleKey, BundleHash: twin.HashBytes(data), ReportKey: reportKey,
 		NTools: len(bundle.Tools), SchemaSource: report.SchemaSource, Warnings: warnings,
 		CoveredPct: report.CoveredPct, SimulatedPct: report.SimulatedPct, Headline: report.Headline,
-	}, nil
+	}
+	beat.set(done)
+	return done, nil
+}
+
+// beatEvery is how often long build activities heartbeat; the workflow's heartbeat timeout is a few of these, so
+// a build whose worker died is retried within seconds (issue 13, defect 9).
+const beatEvery = 2 * time.Second
+
+// checkpointEvery is how often SelfCheck stores the folds it has checked since its last checkpoint.
+const checkpointEvery = 2 * time.Second
+
+// SelfCheckpoint is SelfCheck's heartbeat progress: the blob keys of the parts holding the folds checked so far.
+type SelfCheckpoint struct {
+	Parts []string `json:"parts"`
 }
 
 // SelfCheck replays every trace against a world built without it (leave-one-out, or k-fold for large sets) and
-// stores the report.
+// stores the report. Every few seconds it stores the folds checked since the last checkpoint as a blob and
+// heartbeats the list of such parts; a retry (its worker died) reads them back and checks only the rest.
 func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (SelfChecked, error) {
+	var cp SelfCheckpoint
+	resumeFrom(ctx, &cp)
+	beat := startBeat(ctx, beatEvery, cp)
+	defer beat.stop()
 	b.stage(ctx, plan.BuildID, "self-checking", 0.6)
 	traces, opts, err := b.loadInputs(ctx, plan)
 	if err != nil {
 		return SelfChecked{}, err
 	}
-	stop := heartbeat(ctx, 10*time.Second)
-	rep, err := infer.SelfCheck(traces, opts)
-	stop()
+	var resume infer.Resume
+	for _, key := range cp.Parts {
+		var part []infer.FoldResult
+		data, err := b.readBlob(ctx, key)
+		if err == nil {
+			err = json.Unmarshal(data, &part)
+		}
+		if err != nil {
+			return SelfChecked{}, fmt.Errorf("self-check checkpoint: %w", err)
+		}
+		resume.Done = append(resume.Done, part...)
+	}
+	if len(cp.Parts) > 0 {
+		b.logger().Info("build resumes self-check", "build", plan.BuildID, "folds_done", len(resume.Done))
+	}
+	var pending []infer.FoldResult
+	var putErr error
+	last := time.Now()
+	flush := func() {
+		if len(pending) == 0 || putErr != nil {
+			return
+		}
+		key, err := b.putJSON(ctx, "checkpoints/selfcheck/"+plan.BuildID+"/", pending)
+		if err != nil {
+			putErr = err // the check goes on; only its resumability is lost
+			b.logger().Warn("store self-check checkpoint", "build", plan.BuildID, "error", err)
+			return
+		}
+		cp.Parts = append(cp.Parts, key)
+		beat.set(SelfCheckpoint{Parts: append([]string(nil), cp.Parts...)})
+		pending, last = nil, time.Now()
+	}
+	resume.OnFold = func(fr infer.FoldResult) {
+		pending = append(pending, fr)
+		if time.Since(last) >= checkpointEvery {
+			flush()
+		}
+	}
+	rep, err := infer.SelfCheckResume(traces, opts, resume)
 	if err != nil {
 		return SelfChecked{}, fmt.Errorf("self-check: %w", err)
 	}
 	key, err := b.putJSON(ctx, "reports/selfcheck/", rep)
 	if err != nil {
 		return SelfChecked{}, err
+	}
+	for _, part := range cp.Parts {
+		if err := b.Blobs.Delete(ctx, part); err != nil {
+			b.logger().Warn("remove self-check checkpoint", "build", plan.BuildID, "key", part, "error", err)
+		}
 	}
 	return SelfChecked{
 		ReportKey: key, Agreement: rep.AgreementPct, Calls: rep.Calls,

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/driver"
@@ -76,8 +75,8 @@ func (a *Twins) rpc(h driver.Handle) *twinrpc.Client {
 // StartTwin starts a twin for the build and returns its handle once it is ready.
 // It heartbeats while the twin boots, so a worker that dies meanwhile is noticed within the heartbeat timeout.
 func (a *Twins) StartTwin(ctx context.Context, in StartTwinInput) (driver.Handle, error) {
-	stop := heartbeat(ctx, 2*time.Second)
-	defer stop()
+	beat := startBeat(ctx, 2*time.Second, nil)
+	defer beat.stop()
 	h, err := a.Driver.Start(ctx, driver.Spec{EnvID: in.EnvID, BuildID: in.Build.BuildID, BundleKey: in.Build.BundleKey,
 		BundleHash: in.Build.BundleHash})
 	if err != nil {
@@ -130,27 +129,6 @@ func (a *Twins) ReapTwins(ctx context.Context, in ReapTwinsInput) ([]driver.Hand
 		return removed, twinError("reap twins of "+in.EnvID, err)
 	}
 	return removed, nil
-}
-
-// heartbeat records an activity heartbeat every period until stopped.
-func heartbeat(ctx context.Context, period time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }
 
 // twinError turns a driver error into an application error of the type the workflow tells apart.

@@ -78,32 +78,53 @@ const maxCheckMisses = 20
 // beyond, or when opts.Folds is set, traces are split into that many folds (10 by
 // default) and each fold is checked against a build from the others.
 func SelfCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
-	return check(traces, opts, true)
+	return check(traces, opts, true, Resume{})
+}
+
+// FoldResult is one checked fold: the calls replayed for each of its traces (by trace index).
+type FoldResult struct {
+	Fold  int                   `json:"fold"`
+	Folds int                   `json:"folds"`
+	Calls map[int][]CheckedCall `json:"calls"`
+}
+
+// Resume carries a self-check's progress across an interruption. Done holds folds an earlier run of the same
+// traces and options checked (skipped now; a fold of another split is ignored); OnFold, when set, is called
+// once per fold checked now, one call at a time.
+type Resume struct {
+	Done   []FoldResult
+	OnFold func(FoldResult)
+}
+
+// SelfCheckResume is SelfCheck that skips the folds r.Done holds and reports each new one to r.OnFold. Its
+// report equals an uninterrupted SelfCheck's.
+func SelfCheckResume(traces []trace.Trace, opts Options, r Resume) (*SelfCheckReport, error) {
+	return check(traces, opts, true, r)
 }
 
 // ReplayCheck is SelfCheck against one build from all traces (not leave-one-out):
 // how well the twin reproduces what it was built from.
 func ReplayCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
-	return check(traces, opts, false)
+	return check(traces, opts, false, Resume{})
 }
 
 // MaxLeaveOneOut is the most traces SelfCheck checks one by one.
 const MaxLeaveOneOut = 300
 
-// callCheck is one scored call.
-type callCheck struct {
-	tool      string
-	scored    bool // answered in the recording: compared
-	fidelity  string
-	agree     bool
-	covered   bool
-	known     bool
-	knownTwin bool
-	noAnswer  bool
-	miss      CheckMiss
+// CheckedCall is one replayed call of a self-check; FoldResult carries them so an interrupted check can resume.
+type CheckedCall struct {
+	Tool      string    `json:"tool"`
+	Scored    bool      `json:"scored,omitempty"` // answered in the recording: compared
+	Fidelity  string    `json:"fidelity,omitempty"`
+	Agree     bool      `json:"agree,omitempty"`
+	Covered   bool      `json:"covered,omitempty"`
+	Known     bool      `json:"known,omitempty"`
+	KnownTwin bool      `json:"known_twin,omitempty"`
+	NoAnswer  bool      `json:"no_answer,omitempty"`
+	Miss      CheckMiss `json:"miss"`
 }
 
-func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, error) {
+func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*SelfCheckReport, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -127,7 +148,7 @@ func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, 
 			rep.Mode = fmt.Sprintf("%d-fold", folds)
 		}
 	}
-	results := make([][]callCheck, len(pts))
+	results := make([][]CheckedCall, len(pts))
 	errs := make([]error, folds)
 	var fullRT *twin.Runtime
 	if !holdOut {
@@ -135,6 +156,20 @@ func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, 
 			return nil, err
 		}
 	}
+	done := make([]bool, folds)
+	for _, fr := range resume.Done {
+		if fr.Folds != folds || fr.Fold < 0 || fr.Fold >= folds || done[fr.Fold] {
+			continue
+		}
+		for i, calls := range fr.Calls {
+			if i < 0 || i >= len(pts) || i%folds != fr.Fold {
+				return nil, fmt.Errorf("self-check resume: fold %d/%d names trace %d", fr.Fold, folds, i)
+			}
+			results[i] = calls
+		}
+		done[fr.Fold] = true
+	}
+	var report sync.Mutex
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for range max(1, min(runtime.GOMAXPROCS(0), folds)) {
@@ -142,12 +177,23 @@ func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, 
 		go func() {
 			defer wg.Done()
 			for f := range jobs {
-				errs[f] = checkFold(pts, &opts, f, folds, holdOut, fullRT, results)
+				if errs[f] = checkFold(pts, &opts, f, folds, holdOut, fullRT, results); errs[f] != nil || resume.OnFold == nil {
+					continue
+				}
+				fr := FoldResult{Fold: f, Folds: folds, Calls: map[int][]CheckedCall{}}
+				for i := f; i < len(pts); i += folds {
+					fr.Calls[i] = results[i]
+				}
+				report.Lock()
+				resume.OnFold(fr)
+				report.Unlock()
 			}
 		}()
 	}
 	for f := 0; f < folds; f++ {
-		jobs <- f
+		if !done[f] {
+			jobs <- f
+		}
 	}
 	close(jobs)
 	wg.Wait()
@@ -163,43 +209,43 @@ func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, 
 	}
 	for _, rs := range results {
 		for _, r := range rs {
-			tc := tools[r.tool]
+			tc := tools[r.Tool]
 			if tc == nil {
-				tc = &ToolCheck{Name: r.tool, Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
-				tools[r.tool] = tc
+				tc = &ToolCheck{Name: r.Tool, Fidelity: map[string]int{}, AgreeByFidelity: map[string]int{}}
+				tools[r.Tool] = tc
 			}
-			if !r.scored {
+			if !r.Scored {
 				continue
 			}
 			tc.Calls++
 			rep.Calls++
-			if r.known {
+			if r.Known {
 				tc.Known++
-				if r.knownTwin {
+				if r.KnownTwin {
 					tc.KnownTwin++
 				}
 			}
-			if r.covered {
+			if r.Covered {
 				tc.Covered++
 				rep.Covered++
 			}
-			if r.noAnswer {
+			if r.NoAnswer {
 				tc.Unanswered++
 				rep.Unanswered++
 			} else {
-				tc.Fidelity[r.fidelity]++
-				rep.Fidelity[r.fidelity]++
+				tc.Fidelity[r.Fidelity]++
+				rep.Fidelity[r.Fidelity]++
 			}
-			if r.agree {
+			if r.Agree {
 				tc.Agree++
 				rep.Agree++
-				tc.AgreeByFidelity[r.fidelity]++
-				if r.covered {
+				tc.AgreeByFidelity[r.Fidelity]++
+				if r.Covered {
 					tc.CoveredAgree++
 					rep.CoveredAgree++
 				}
 			} else if len(tc.Misses) < maxCheckMisses {
-				tc.Misses = append(tc.Misses, r.miss)
+				tc.Misses = append(tc.Misses, r.Miss)
 			}
 		}
 	}
@@ -221,7 +267,7 @@ func check(traces []trace.Trace, opts Options, holdOut bool) (*SelfCheckReport, 
 }
 
 // checkFold builds a twin without fold f's traces (or uses the full one) and replays each of them.
-func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT *twin.Runtime, results [][]callCheck) error {
+func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT *twin.Runtime, results [][]CheckedCall) error {
 	rt := fullRT
 	if holdOut {
 		var others []*ptrace
@@ -251,24 +297,24 @@ func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT 
 			if c.args == nil {
 				continue
 			}
-			r := callCheck{tool: c.tool, scored: c.answer, covered: c.isErr}
+			r := CheckedCall{Tool: c.tool, Scored: c.answer, Covered: c.isErr}
 			if def, ok := rt.Bundle().ToolByName(c.tool); ok {
 				switch {
 				case def.Table != "" && def.KeyArg != "":
 					if kv, ok := c.args.Get(def.KeyArg); ok {
 						if k, ok := scalarText(kv); ok {
-							_, r.known = s.Row(def.Table, k)
+							_, r.Known = s.Row(def.Table, k)
 						}
 					}
-					r.covered = r.covered || r.known
-					r.known = r.known && def.Kind == twin.KindRead
+					r.Covered = r.Covered || r.Known
+					r.Known = r.Known && def.Kind == twin.KindRead
 				case def.Kind == twin.KindLookup && def.Table != "":
 					if k, ok := lookupKey(c); ok {
 						_, found := s.Row(def.Table, k)
-						r.covered = r.covered || found
+						r.Covered = r.Covered || found
 					}
 				default:
-					r.covered = true
+					r.Covered = true
 				}
 			}
 			res, err := s.Call(ctx, c.tool, []byte(c.canon))
@@ -276,14 +322,14 @@ func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT 
 				if !errors.Is(err, twin.ErrUnknownTool) && !errors.Is(err, twin.ErrNoAnswer) {
 					return fmt.Errorf("self-check %s call %d (%s): %w", pt.id, c.idx, c.tool, err)
 				}
-				r.noAnswer = true
-				r.miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()}
+				r.NoAnswer = true
+				r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()}
 			} else {
-				r.fidelity = res.Fidelity
-				r.knownTwin = res.Rung == twin.RungTwin
-				r.agree = twin.AnswersAgree(res.Content, c.text)
-				if !r.agree {
-					r.miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
+				r.Fidelity = res.Fidelity
+				r.KnownTwin = res.Rung == twin.RungTwin
+				r.Agree = twin.AnswersAgree(res.Content, c.text)
+				if !r.Agree {
+					r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
 				}
 			}
 			results[i] = append(results[i], r)

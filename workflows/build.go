@@ -83,9 +83,13 @@ func (b *builder) run(ctx workflow.Context) (BuildResult, error) {
 	})
 	long := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Minute,
-		HeartbeatTimeout:    time.Minute,
+		// The activities heartbeat every 2s with their progress: a worker that dies mid-build is noticed within
+		// this timeout and the retry resumes from the last heartbeat (issue 13, defect 9).
+		HeartbeatTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{
-			MaximumAttempts:        3,
+			InitialInterval:        time.Second,
+			MaximumInterval:        5 * time.Second,
+			MaximumAttempts:        5,
 			NonRetryableErrorTypes: []string{activities.ErrTypeBadInput},
 		},
 	})
