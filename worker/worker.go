@@ -2,6 +2,8 @@
 package worker
 
 import (
+	"time"
+
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -33,7 +35,11 @@ func Register(r sdkworker.Registry, d Deps) {
 
 // New creates a worker polling taskQueue with everything registered; the caller starts and stops it.
 func New(c client.Client, taskQueue string, d Deps) sdkworker.Worker {
-	w := sdkworker.New(c, taskQueue, sdkworker.Options{})
+	w := sdkworker.New(c, taskQueue, sdkworker.Options{
+		// Build activities heartbeat their progress every 2s; without this the SDK would hold each heartbeat for
+		// 0.8 of the heartbeat timeout, so a retry could resume from progress up to 8s old (issue 13, defect 9).
+		MaxHeartbeatThrottleInterval: 2 * time.Second,
+	})
 	Register(w, d)
 	return w
 }

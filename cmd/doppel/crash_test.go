@@ -597,6 +597,8 @@ func crashKill9(t *testing.T, bin string, corpus []map[string]json.RawMessage) {
 				p = srv.start(t)
 				t.Logf("round %d: restarted in %s", round, p.ready.Round(time.Millisecond))
 				present := checkStored(t, be, s, srv.apiURL(), m.Plaintext)
+				figure(t, "round %d: kill -9 with %d batches acknowledged in all, %d in flight (%d of them stored whole, none in part); every acknowledged batch stored; restarted in %s",
+					round, s.acked.Load(), s.count(batchInFlight), countTrue(present), p.ready.Round(time.Millisecond))
 				resendInFlight(t, s, present)
 				if t.Failed() {
 					t.Logf("%s", p.logTail())
@@ -798,10 +800,13 @@ func crashServicesDown(t *testing.T, bin string, corpus []map[string]json.RawMes
 		}
 
 		down.proxy.Restore()
+		restored := time.Now()
 		e2ePoll(t, 2*time.Minute, 200*time.Millisecond, down.name+": /readyz after restore", func() (bool, string) {
 			st, rb := crashReadyz(srv.apiURL())
 			return st == http.StatusOK, fmt.Sprintf("%d %s", st, rb)
 		})
+		figure(t, "%s: collect answered 503 (%s), /readyz 503, nothing stored; /readyz 200 again %s after the restore, no restart",
+			down.name, env.Code, time.Since(restored).Round(time.Millisecond))
 		state, answer, cr := s.post(b)
 		if state != batchAcked || cr == nil || cr.Accepted != 50 || cr.Duplicates != 0 {
 			t.Fatalf("%s: retry after restore: %s", down.name, answer)
