@@ -173,6 +173,10 @@ func (p *Plane) callTwin(ctx context.Context, s *schema.Session, l *liveSession,
 			if suspect == "" {
 				suspect = "unreachable"
 			}
+		case twinrpc.IsRetryable(err) && te.engineDown != "":
+			// It does not answer and the engine cannot be asked why or restart it: not a wait of a moment.
+			p.dropTwin(s.BuildID)
+			return twinrpc.CallResult{}, errorf(Unavailable, "the session's twin does not answer, and the Docker engine that would restart it cannot be reached; retry once it is back")
 		case twinrpc.IsRetryable(err):
 			p.dropTwin(s.BuildID)
 			return twinrpc.CallResult{}, errorf(NotReady, "the session's twin is starting; retry in a moment")
@@ -297,6 +301,9 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 			return nil, errorf(NotReady, "the session's twin is starting; retry in a moment")
 		}
 		te := &twinEntry{c: twinrpc.Dial(st.Addr, p.hc, p.locals), handleID: st.HandleID}
+		if st.ErrorType == activities.ErrTypeEngineUnreachable {
+			te.engineDown = st.Error
+		}
 		p.mu.Lock()
 		p.clients[s.BuildID] = te
 		p.mu.Unlock()

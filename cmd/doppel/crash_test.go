@@ -664,7 +664,11 @@ func (p *crashProxy) pipe(c net.Conn) {
 		c.Close()
 		return
 	}
-	up, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+	network, target := "tcp", p.target
+	if path, ok := strings.CutPrefix(target, "unix://"); ok {
+		network, target = "unix", path // the Docker engine's socket
+	}
+	up, err := net.DialTimeout(network, target, 10*time.Second)
 	if err != nil {
 		c.Close()
 		return

@@ -203,6 +203,10 @@ func TestFaultsProductionShape(t *testing.T) {
 	}
 	temporalAddr := testenv.Temporal(t)
 	dockerHost := testenv.Docker(t)
+	if !strings.HasPrefix(dockerHost, "unix://") {
+		t.Fatalf("DOPPEL_TEST_DOCKER=%s: the fault suite cuts the engine with a proxy in front of its unix socket", dockerHost)
+	}
+	engine := newCrashProxy(t, dockerHost) // doppel reaches the engine through it, so the suite can cut it
 	be := realBackend(t, nil, nil)
 
 	dir := t.TempDir()
@@ -219,7 +223,7 @@ func TestFaultsProductionShape(t *testing.T) {
 			"DOPPEL_TEMPORAL_ADDRESS=" + temporalAddr,
 			"DOPPEL_TEMPORAL_TASK_QUEUE=faults-" + suffix,
 			"DOPPEL_TWIN_DRIVER=docker", "DOPPEL_TWIN_IMAGE=" + image, "DOPPEL_TWIN_OWNER=faults-" + suffix,
-			"DOPPEL_TWIN_DOCKER_HOST=" + dockerHost,
+			"DOPPEL_TWIN_DOCKER_HOST=tcp://" + engine.addr(),
 			"DOPPEL_COLLECT_REBUILD_DEBOUNCE=1s",
 			"DOPPEL_COLLECT_RATE_PER_SECOND=100000", "DOPPEL_COLLECT_RATE_BURST=100000",
 		}, be.env...)}
@@ -274,6 +278,7 @@ func TestFaultsProductionShape(t *testing.T) {
 
 	t.Run("worker-kill-during-build", func(t *testing.T) { faultWorkerKill(t, s, slug, corpus) })
 	t.Run("api-kill-during-calls", func(t *testing.T) { faultAPIKill(t, s, slug) })
+	t.Run("docker-engine-down", func(t *testing.T) { faultEngineDown(t, s, slug, engine, suffix) })
 	s.api.term(t)
 	s.worker.term(t)
 }
@@ -481,4 +486,101 @@ func faultAPIKill(t *testing.T, s *faultStack, slug string) {
 	}
 	figure(t, "after the API kill: %d acknowledged calls lost, %d unacknowledged (in flight) journaled; every session's state equals its journal's replay",
 		lost, extra)
+}
+
+// faultEngineDown cuts doppel off from the Docker engine. A running twin needs no engine: its sessions keep
+// answering. Then the twin's container stops (the suite stops it directly): calls answer 503 with the envelope
+// until the engine is back, and then the twin comes back and its sessions go on from their journals, without a
+// restart of doppel.
+func faultEngineDown(t *testing.T, s *faultStack, slug string, engine *crashProxy, owner string) {
+	type opened struct {
+		SessionID string `json:"sessionId"`
+		Token     string `json:"token"`
+	}
+	var o opened
+	s.must(http.MethodPost, "/v1/envs/"+slug+"/sessions", s.key, map[string]any{"seed": 7}, http.StatusCreated, &o)
+	call := func() (int, []byte) {
+		st, data, err := s.do(http.MethodPost, "/v1/sessions/"+o.SessionID+"/call", o.Token,
+			map[string]any{"name": "get_user_details", "arguments": map[string]any{"user_id": "daiki_johnson_9523"}}, nil)
+		if err != nil {
+			return 0, []byte(err.Error())
+		}
+		return st, data
+	}
+	s.must(http.MethodPost, "/v1/sessions/"+o.SessionID+"/call", o.Token,
+		map[string]any{"name": "modify_user_address", "arguments": map[string]any{"user_id": "daiki_johnson_9523", "address1": "2 Engine Rd",
+			"address2": "", "city": "Dockerton", "state": "CA", "country": "USA", "zip": "90002"}}, http.StatusOK, nil)
+	var before struct {
+		StateHash string `json:"state_hash"`
+	}
+	s.must(http.MethodGet, "/v1/sessions/"+o.SessionID, s.key, nil, http.StatusOK, &before)
+
+	engine.Cut()
+	cut := time.Now()
+	okDuring := 0
+	for range 50 {
+		if st, data := call(); st != http.StatusOK {
+			t.Fatalf("a call to a running twin with the engine cut answered %d %s", st, data)
+		}
+		okDuring++
+	}
+	figure(t, "engine cut: %d of %d calls to the running twin answered 200 (a running twin needs no engine)", okDuring, 50)
+
+	// The twin's container goes away while the engine is out of doppel's reach.
+	out, err := exec.Command("docker", "ps", "-q", "--filter", "label=dev.doppel.owner=faults-"+owner).Output()
+	if err != nil || len(strings.Fields(string(out))) == 0 {
+		t.Fatalf("find the twin container: %v %q", err, out)
+	}
+	if out, err := exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(out))...)...).CombinedOutput(); err != nil {
+		t.Fatalf("remove the twin container: %v %s", err, out)
+	}
+	var statuses []string
+	var first503 string
+	e2ePoll(t, 2*time.Minute, 200*time.Millisecond, "a 503 while the twin is gone and the engine cut", func() (bool, string) {
+		st, data := call()
+		statuses = append(statuses, strconv.Itoa(st))
+		if st == http.StatusServiceUnavailable {
+			first503 = string(data)
+			return true, ""
+		}
+		if st >= 500 || st == 0 {
+			t.Fatalf("the call answered %d %s, want a 503 envelope", st, data)
+		}
+		return false, fmt.Sprintf("%d %s", st, data)
+	})
+	var env struct {
+		Detail, Code, RequestID string
+	}
+	if json.Unmarshal([]byte(first503), &env) != nil || env.Code != "unavailable" || env.RequestID == "" || env.Detail == "" {
+		t.Errorf("503 without the envelope: %s", first503)
+	}
+	figure(t, "twin container removed with the engine cut: calls answered %s, then 503 %q", strings.Join(statuses[:len(statuses)-1], ","), env.Detail)
+	// The outage lasts a few seconds under calls: each answers the same 503.
+	n503 := 0
+	for until := time.Now().Add(3 * time.Second); time.Now().Before(until); n503++ {
+		if st, data := call(); st != http.StatusServiceUnavailable {
+			t.Fatalf("with the twin gone and the engine cut, a call answered %d %s", st, data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	figure(t, "then %d calls in 3s, each 503", n503)
+
+	engine.Restore()
+	restored := time.Now()
+	e2ePoll(t, 3*time.Minute, 250*time.Millisecond, "calls answering again after the engine is back", func() (bool, string) {
+		if st, data := call(); st != http.StatusOK {
+			return false, fmt.Sprintf("%d %s", st, data)
+		}
+		return true, ""
+	})
+	back := time.Since(restored)
+	var after struct {
+		StateHash string `json:"state_hash"`
+	}
+	s.must(http.MethodGet, "/v1/sessions/"+o.SessionID, s.key, nil, http.StatusOK, &after)
+	if after.StateHash != before.StateHash {
+		t.Errorf("state after the twin came back %s, before the outage %s: the journal's write was not replayed", after.StateHash, before.StateHash)
+	}
+	figure(t, "engine restored %s after the cut: the session answered 200 again %s later on a new twin, its world rebuilt from the journal (state hash unchanged)",
+		restored.Sub(cut).Round(100*time.Millisecond), back.Round(100*time.Millisecond))
 }
