@@ -86,7 +86,7 @@ func (m *mcpDeps) base(r *http.Request) string {
 		return strings.TrimRight(m.PublicURL, "/")
 	}
 	scheme := "http"
-	if r.TLS != nil {
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host
