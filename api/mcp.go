@@ -93,9 +93,14 @@ func (m *mcpDeps) base(r *http.Request) string {
 }
 
 // resourceMetadataURL is the protected resource metadata (RFC 9728) of the resource r addresses, at the
-// path-suffixed well-known address.
+// path-suffixed well-known address. An environment address's query (its seed) is part of the resource, as an MCP
+// client names it, so it is kept.
 func (m *mcpDeps) resourceMetadataURL(r *http.Request) string {
-	return m.base(r) + wellKnownResource + r.URL.Path
+	u := m.base(r) + wellKnownResource + r.URL.Path
+	if r.URL.RawQuery != "" {
+		u += "?" + r.URL.RawQuery
+	}
+	return u
 }
 
 // guard authenticates every request to an MCP address with a workspace key or an MCP token, as REST does (revoked,

@@ -188,6 +188,27 @@ func TestMCPOAuthFlow(t *testing.T) {
 	if err != nil || r.IsError || !strings.Contains(textOf(t, r), p.env.Slug) {
 		t.Fatalf("envs.list with the OAuth token: %+v %v", r, err)
 	}
+	firstClient := flow.clientID
+	// An environment's address, seeded by its query, authorizes the same way.
+	h2, err := auth.NewAuthorizationCodeHandler(&auth.AuthorizationCodeHandlerConfig{
+		DynamicClientRegistrationConfig: &auth.DynamicClientRegistrationConfig{Metadata: &oauthex.ClientRegistrationMetadata{
+			ClientName: "doppel test", RedirectURIs: []string{redirect}, TokenEndpointAuthMethod: "none"}},
+		AuthorizationCodeFetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+			loc := flow.consent(t, args.URL, p.key)
+			return &auth.AuthorizationResult{Code: loc.Query().Get("code"), State: loc.Query().Get("state"), Iss: loc.Query().Get("iss")}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envCS, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: p.srv.URL + "/mcp/envs/" + p.env.Slug + "?seed=42", OAuthHandler: h2}, nil)
+	if err != nil {
+		t.Fatalf("connect to an environment with OAuth: %v", err)
+	}
+	t.Cleanup(func() { _ = envCS.Close() })
+	if m := metaOf(t, envCS.InitializeResult().Meta, api.MetaSession); m["seed"] != float64(42) {
+		t.Fatalf("environment session over OAuth: %v", m)
+	}
 	ts, _ := h.TokenSource(ctx)
 	tok, err := ts.Token()
 	if err != nil || !strings.HasPrefix(tok.AccessToken, "mcp_at_") || tok.Expiry.Before(time.Now().Add(50*time.Minute)) {
@@ -199,7 +220,7 @@ func TestMCPOAuthFlow(t *testing.T) {
 	}
 
 	// Revocation (RFC 7009), then 401 with the resource metadata.
-	resp, err := http.PostForm(asm.RevocationEndpoint, url.Values{"token": {token}, "client_id": {flow.clientID}})
+	resp, err := http.PostForm(asm.RevocationEndpoint, url.Values{"token": {token}, "client_id": {firstClient}})
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("revoke: %v %v", resp, err)
 	}
@@ -211,7 +232,7 @@ func TestMCPOAuthFlow(t *testing.T) {
 	}
 
 	// By hand with x/oauth2: a wrong verifier, a reused code, an expired token.
-	cfg := &oauth2.Config{ClientID: flow.clientID, RedirectURL: redirect,
+	cfg := &oauth2.Config{ClientID: firstClient, RedirectURL: redirect,
 		Endpoint: oauth2.Endpoint{AuthURL: asm.AuthorizationEndpoint, TokenURL: asm.TokenEndpoint, AuthStyle: oauth2.AuthStyleInParams}}
 	code := func(verifier string) string {
 		loc := flow.consent(t, cfg.AuthCodeURL("st", oauth2.S256ChallengeOption(verifier)), p.key)

@@ -69,6 +69,9 @@ func (o *oauthServer) resourceMetadata(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		resource = base + "/" + p
+		if r.URL.RawQuery != "" {
+			resource += "?" + r.URL.RawQuery // the query of an environment address, which seeds its sessions
+		}
 	}
 	auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               resource,
