@@ -180,6 +180,13 @@ func requestStart(ctx context.Context) time.Time {
 	return time.Time{}
 }
 
+// newRequest returns ctx carrying a request of its own: an id (req_…) for the envelopes answered in it, and logger.
+// For work an outer request does not frame, e.g. an MCP tool call on a session's stream.
+func newRequest(ctx context.Context, logger *slog.Logger) context.Context {
+	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: logger, start: time.Now()}
+	return context.WithValue(ctx, reqKey{}, ri)
+}
+
 // RequestID returns the request's id (req_…), "" outside a request.
 func RequestID(ctx context.Context) string {
 	if ri, ok := ctx.Value(reqKey{}).(*reqInfo); ok {

@@ -167,7 +167,8 @@ func (a *Authenticator) Workspace(ctx context.Context, authorization string) (*P
 }
 
 // Session authenticates a session route for sessionID: the session's own token (ms_…) or any workspace key of
-// its workspace (spec §5: a workspace key may do anything its workspace can). A closed or broken session's token
+// its workspace (spec §5: a workspace key may do anything its workspace can), or, through the MCP server, an MCP
+// token of its workspace. A closed or broken session's token
 // is revoked (401), and so is the token of a session whose opening key was revoked; an expired one's answers 404.
 // A session of another workspace, or a token of another session, is 404.
 func (a *Authenticator) Session(ctx context.Context, authorization, sessionID string) (*Principal, error) {
@@ -201,8 +202,8 @@ func (a *Authenticator) Session(ctx context.Context, authorization, sessionID st
 			return nil, err
 		}
 		return &Principal{Workspace: ws, Session: s}, nil
-	case cred.KindWorkspace:
-		p, err := a.Workspace(ctx, authorization)
+	case cred.KindWorkspace, cred.KindMCP:
+		p, err := a.Key(ctx, authorization, keyKinds(ctx, false)...)
 		if err != nil {
 			return nil, err
 		}
@@ -217,6 +218,22 @@ func (a *Authenticator) Session(ctx context.Context, authorization, sessionID st
 		return p, nil
 	}
 	return nil, Unauthorized("session routes take the session token (ms_…) or the workspace key that opened the session")
+}
+
+type mcpCallKey struct{}
+
+// viaMCP marks ctx as a verb called as a tool of the MCP server's workspace face (for in-process dispatch only: no
+// request from outside can carry it).
+func viaMCP(ctx context.Context) context.Context { return context.WithValue(ctx, mcpCallKey{}, true) }
+
+// keyKinds are the key kinds a workspace-key route accepts: a workspace key, and an MCP token when the verb is
+// called through the MCP server (spec §5: the MCP token is for the MCP server), except on the verbs that mint and
+// revoke keys (keysVerb), so a short-lived token cannot make itself a lasting key.
+func keyKinds(ctx context.Context, keysVerb bool) []cred.Kind {
+	if on, _ := ctx.Value(mcpCallKey{}).(bool); on && !keysVerb {
+		return []cred.Kind{cred.KindWorkspace, cred.KindMCP}
+	}
+	return []cred.Kind{cred.KindWorkspace}
 }
 
 func describeKinds(kinds []cred.Kind) string {
@@ -264,7 +281,7 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 			}
 			p, err = a.Key(ctx.Context(), header, kinds...)
 		case accepts[SchemeWorkspaceKey]:
-			p, err = a.Workspace(ctx.Context(), header)
+			p, err = a.Key(ctx.Context(), header, keyKinds(ctx.Context(), slices.Contains(op.Tags, "keys"))...)
 		default:
 			next(ctx)
 			return

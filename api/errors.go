@@ -258,7 +258,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 func writeEnvelope(w http.ResponseWriter, status int, e *Envelope) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Del("Content-Length")
-	if status == http.StatusUnauthorized {
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
 	w.WriteHeader(status)

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
 )
@@ -65,26 +63,13 @@ type trpcResult struct {
 }
 
 type trpc struct {
-	api   huma.API
-	mux   *http.ServeMux
-	once  sync.Once
-	verbs map[string]RegistryVerb
+	*verbTable
+	mux *http.ServeMux
 }
 
 // newTRPC returns the handler for /trpc/…, which dispatches each procedure to its verb's route on mux.
 func newTRPC(mux *http.ServeMux, a huma.API) *trpc {
-	return &trpc{api: a, mux: mux}
-}
-
-func (t *trpc) verb(name string) (RegistryVerb, bool) {
-	t.once.Do(func() {
-		t.verbs = map[string]RegistryVerb{}
-		for _, v := range Registry(t.api.OpenAPI()) {
-			t.verbs[v.Name] = v
-		}
-	})
-	v, ok := t.verbs[name]
-	return v, ok
+	return &trpc{verbTable: newVerbTable(a), mux: mux}
 }
 
 func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -160,114 +145,19 @@ func (t *trpc) call(r *http.Request, name string, input json.RawMessage) (int, t
 		return http.StatusMethodNotAllowed, t.failure(r, name, Errorf(http.StatusMethodNotAllowed,
 			"%s is a %s: send it as %s", name, v.Kind, want))
 	}
-	req, err := t.request(r, v, input)
+	req, err := verbRequest(r.Context(), r.Header, r.RemoteAddr, v, input)
 	if err != nil {
 		res := t.failure(r, name, err)
 		return res.Error.Data.HTTPStatus, res
 	}
-	rec := &recorder{header: http.Header{}}
-	t.mux.ServeHTTP(rec, req)
-	if rec.status == 0 {
-		rec.status = http.StatusOK
-	}
-	if rec.status < 300 {
-		data := bytes.TrimSpace(rec.body.Bytes())
-		if len(data) == 0 {
-			data = []byte("null")
-		}
+	a := dispatch(t.mux, req)
+	if a.envelope == nil {
 		res := trpcResult{Result: &struct {
 			Data json.RawMessage `json:"data"`
-		}{Data: data}, timing: rec.header.Get("Server-Timing")}
+		}{Data: a.data}, timing: a.header.Get("Server-Timing")}
 		return http.StatusOK, res
 	}
-	e := &Envelope{}
-	if json.Unmarshal(rec.body.Bytes(), e) != nil || e.Code == "" {
-		e = NewError(rec.status, strings.TrimSpace(rec.body.String()))
-	}
-	e.status = rec.status
-	return rec.status, t.failure(r, name, e)
-}
-
-// request builds the REST request of a verb from its tRPC input: path parameters into the path, query parameters
-// into the query, the rest into the JSON body.
-func (t *trpc) request(r *http.Request, v RegistryVerb, input json.RawMessage) (*http.Request, error) {
-	fields := map[string]json.RawMessage{}
-	if trimmed := bytes.TrimSpace(input); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
-		if err := json.Unmarshal(trimmed, &fields); err != nil {
-			return nil, Invalid("input", "expected a JSON object of the verb's input (GET /api/registry): "+err.Error())
-		}
-	}
-	props, _ := v.Input["properties"].(map[string]any)
-	path := v.Path
-	query := url.Values{}
-	body := map[string]json.RawMessage{}
-	var whole json.RawMessage
-	for k, val := range fields {
-		p, ok := props[k].(map[string]any)
-		if !ok {
-			return nil, Invalid("input."+k, "unknown field")
-		}
-		switch in, _ := p["x-in"].(string); in {
-		case "path", "query", "header":
-			s, err := scalar(val)
-			if err != nil {
-				return nil, Invalid("input."+k, err.Error())
-			}
-			if in == "path" {
-				// An empty or dot segment would make an unclean REST path, which http.ServeMux redirects.
-				switch s {
-				case "":
-					return nil, Invalid("input."+k, "must not be empty")
-				case ".", "..":
-					return nil, NotFound("no such resource: input.%s is %q", k, s)
-				}
-				path = strings.ReplaceAll(path, "{"+k+"}", url.PathEscape(s))
-			} else if in == "query" {
-				query.Set(k, s)
-			}
-		default:
-			if w, _ := p["x-body"].(string); w == "whole" {
-				whole = val // the verb's body is not an object of fields: this property is all of it
-				continue
-			}
-			body[k] = val
-		}
-	}
-	if strings.Contains(path, "{") {
-		for k := range props {
-			if strings.Contains(path, "{"+k+"}") {
-				return nil, Invalid("input."+k, "required property is missing")
-			}
-		}
-	}
-	u := path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	var rd io.Reader = http.NoBody
-	if whole != nil {
-		rd = bytes.NewReader(whole)
-	} else if len(body) > 0 {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(r.Context(), v.Method, u, rd)
-	if err != nil {
-		return nil, fmt.Errorf("trpc: %w", err)
-	}
-	for _, h := range []string{"Authorization", "Cookie", "User-Agent", "X-Forwarded-For"} {
-		if val := r.Header.Get(h); val != "" {
-			req.Header.Set(h, val)
-		}
-	}
-	req.RemoteAddr = r.RemoteAddr
-	if rd != http.NoBody {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return req, nil
+	return a.status, t.failure(r, name, a.envelope)
 }
 
 // scalar renders a JSON scalar as a path or query value.

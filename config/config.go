@@ -34,6 +34,7 @@ type Config struct {
 	Build        Build    `koanf:"build"`
 	Twin         Twin     `koanf:"twin"`
 	Session      Session  `koanf:"session"`
+	MCP          MCP      `koanf:"mcp"`
 	Model        Model    `koanf:"model"`
 	Runtime      Runtime  `koanf:"runtime"`
 }
@@ -114,6 +115,12 @@ type Session struct {
 	Idle time.Duration `koanf:"idle"`
 }
 
+// MCP configures the MCP server's OAuth.
+type MCP struct {
+	// TokenTTL is how long an mcp_at_ token issued through OAuth lives.
+	TokenTTL time.Duration `koanf:"token_ttl"`
+}
+
 // Model is the OpenAI-compatible chat endpoint behind the simulate rung and seeding; empty BaseURL means none.
 type Model struct {
 	BaseURL string        `koanf:"base_url"`
@@ -177,6 +184,7 @@ func Keys() []Key {
 		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, GOMEMLIMIT for process twins; 0: none"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
+		{"mcp.token_ttl", "1h", "lifetime of an MCP access token (mcp_at_) issued through OAuth at /oauth/token"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
 		{"model.api_key", "", "API key for model.base_url"},
 		{"model.name", "", "model name sent to model.base_url"},
@@ -418,6 +426,7 @@ func (c *Config) Validate() error {
 		bad("twin.memory_bytes", "must not be negative")
 	}
 	positive("session.idle", c.Session.Idle)
+	positive("mcp.token_ttl", c.MCP.TokenTTL)
 	if c.Runtime.GCPercent < 1 {
 		bad("runtime.gc_percent", "must be at least 1")
 	}

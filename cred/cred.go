@@ -77,6 +77,21 @@ func Mint(k Kind) (Minted, error) {
 	return Minted{Kind: k, Plaintext: tok, Hash: Hash(tok), Display: Display(tok)}, nil
 }
 
+// PrefixOAuthCode starts an OAuth authorization code: a one-time secret exchanged for an mcp_at_ token, never a
+// bearer credential itself.
+const PrefixOAuthCode = "mcp_ac_"
+
+// Secret returns a one-time secret (e.g. an OAuth authorization code) of prefix and 256 random bits, with its
+// stored form (Hash).
+func Secret(prefix string) (plaintext, hash string, err error) {
+	var b [secretBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", "", fmt.Errorf("cred: secret: %w", err)
+	}
+	plaintext = prefix + encoding.EncodeToString(b[:])
+	return plaintext, Hash(plaintext), nil
+}
+
 // KindOf reads a credential's kind from its prefix, KindUnknown when none matches.
 func KindOf(token string) Kind {
 	switch {

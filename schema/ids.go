@@ -10,14 +10,16 @@ import (
 
 // Id prefixes (DESIGN §7).
 const (
-	PrefixWorkspace  = "ws_"
-	PrefixKey        = "key_"
-	PrefixEnv        = "env_"
-	PrefixBuild      = "bld_"
-	PrefixTraceBatch = "tb_"
-	PrefixSession    = "ses_"
-	PrefixCall       = "call_"
-	PrefixRequest    = "req_"
+	PrefixWorkspace   = "ws_"
+	PrefixKey         = "key_"
+	PrefixEnv         = "env_"
+	PrefixBuild       = "bld_"
+	PrefixTraceBatch  = "tb_"
+	PrefixSession     = "ses_"
+	PrefixCall        = "call_"
+	PrefixRequest     = "req_"
+	PrefixOAuthClient = "oc_"
+	PrefixOAuthCode   = "ocd_"
 )
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)

@@ -77,6 +77,42 @@ type APIKey struct {
 	CreatedAt   time.Time  `bun:"created_at,notnull"`
 	RevokedAt   *time.Time `bun:"revoked_at"`
 	LastUsedAt  *time.Time `bun:"last_used_at"`
+	// ExpiresAt ends an OAuth-issued MCP token (nil: the key lives until revoked).
+	ExpiresAt *time.Time `bun:"expires_at"`
+	// OAuthClientID and OAuthCodeID name the client an OAuth-issued token went to and the code it was issued
+	// from ("" for keys minted directly).
+	OAuthClientID string `bun:"oauth_client_id,notnull"`
+	OAuthCodeID   string `bun:"oauth_code_id,notnull"`
+}
+
+// OAuthClient is an OAuth client registered dynamically (RFC 7591) to reach the MCP server. Clients are public:
+// they prove possession with PKCE, not with a secret.
+type OAuthClient struct {
+	bun.BaseModel `bun:"table:oauth_clients"`
+
+	ID           string    `bun:"id,pk"`
+	Name         string    `bun:"name,notnull"`
+	RedirectURIs []string  `bun:"redirect_uris,notnull"`
+	CreatedAt    time.Time `bun:"created_at,notnull"`
+}
+
+// OAuthCode is an authorization code: single use, short-lived, bound to its client, redirect URI and PKCE S256
+// challenge, and to the workspace whose key consented.
+type OAuthCode struct {
+	bun.BaseModel `bun:"table:oauth_codes"`
+
+	ID          string     `bun:"id,pk"`
+	Hash        string     `bun:"hash,notnull"` // hex SHA-256 of the code
+	ClientID    string     `bun:"client_id,notnull"`
+	WorkspaceID string     `bun:"workspace_id,notnull"`
+	KeyID       string     `bun:"key_id,notnull"` // the workspace key that consented
+	RedirectURI string     `bun:"redirect_uri,notnull"`
+	Challenge   string     `bun:"challenge,notnull"` // PKCE S256 code_challenge
+	Resource    string     `bun:"resource,notnull"`
+	Scope       string     `bun:"scope,notnull"`
+	CreatedAt   time.Time  `bun:"created_at,notnull"`
+	ExpiresAt   time.Time  `bun:"expires_at,notnull"`
+	UsedAt      *time.Time `bun:"used_at"`
 }
 
 // Environment is one project's mirror: its collected traces, builds and twin.
@@ -226,5 +262,6 @@ func Models() []any {
 	return []any{
 		(*Workspace)(nil), (*APIKey)(nil), (*Environment)(nil), (*Build)(nil),
 		(*TraceBatch)(nil), (*Trace)(nil), (*Session)(nil), (*Call)(nil), (*UsageMeter)(nil),
+		(*OAuthClient)(nil), (*OAuthCode)(nil),
 	}
 }

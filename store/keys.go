@@ -133,7 +133,7 @@ func RevokeKey(ctx context.Context, db bun.IDB, workspaceID, id string) (*schema
 const lastUsedEvery = time.Minute
 
 // ResolveKey finds the live key a bearer credential names and its workspace.
-// Unknown, malformed, session-kind and revoked credentials are all ErrNotFound.
+// Unknown, malformed, session-kind, revoked and expired credentials are all ErrNotFound.
 func ResolveKey(ctx context.Context, db bun.IDB, token string) (*schema.APIKey, *schema.Workspace, error) {
 	k, err := cred.Parse(token)
 	if err != nil || (k != cred.KindWorkspace && k != cred.KindMCP) {
@@ -145,6 +145,9 @@ func ResolveKey(ctx context.Context, db bun.IDB, token string) (*schema.APIKey, 
 	}
 	if !cred.Matches(token, key.Hash) || key.RevokedAt != nil {
 		return nil, nil, fmt.Errorf("store: resolve key: %w", ErrNotFound)
+	}
+	if key.ExpiresAt != nil && !now().Before(*key.ExpiresAt) {
+		return nil, nil, fmt.Errorf("store: resolve key: %w: expired", ErrNotFound)
 	}
 	ws, err := GetWorkspace(ctx, db, key.WorkspaceID)
 	if err != nil {

@@ -1,0 +1,220 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/toolplane"
+)
+
+// The MCP server (spec §1), on the official Go SDK's Streamable HTTP transport, with MCP sessions (Mcp-Session-Id),
+// ping and DELETE to end a session. It has two faces:
+//
+//   - /mcp, the workspace face: every registry verb is a tool, its input schema the verb's from the verb table. A
+//     tool call is served in process by the verb's REST route, as tRPC serves it, so credentials, validation and
+//     errors are the REST route's; a verb's error is a tool result with isError and the envelope.
+//   - /mcp/envs/{slug}, an environment's own address: its production tools are the tools, and one MCP session is
+//     one seeded doppel session, opened at initialize and closed when the MCP session ends (mcp_env.go).
+//
+// Both take a workspace key (mk_live_…) or an MCP access token (mcp_at_…), which the OAuth 2.1 authorization server
+// in oauth.go issues; without one they answer 401 with WWW-Authenticate naming the protected resource metadata.
+
+// Keys of doppel's entries in MCP _meta objects.
+const (
+	MetaSession = "doppel.dev/session" // initialize result: the doppel session and its receipts
+	MetaCall    = "doppel.dev/call"    // tools/call result: fidelity, rung, downgraded, callId, ms
+	MetaError   = "doppel.dev/error"   // a failed tool call: the envelope and its HTTP status
+)
+
+// ReceiptsURI is the environment face's resource holding the session's receipts.
+const ReceiptsURI = "doppel://session/receipts"
+
+// DefaultMCPTokenTTL is how long an OAuth-issued mcp_at_ token lives unless configured.
+const DefaultMCPTokenTTL = time.Hour
+
+// MCPRoutes serve /mcp, /mcp/envs/{slug}, and the OAuth 2.1 authorization server that issues mcp_at_ tokens.
+type MCPRoutes struct {
+	// Plane is the tool plane the environment face opens and calls sessions through (the REST routes' own).
+	Plane *toolplane.Plane
+	// Model says a model is configured (as SessionRoutes.Model: which tools can answer).
+	Model bool
+	// TokenTTL is how long an issued mcp_at_ token lives (default DefaultMCPTokenTTL).
+	TokenTTL time.Duration
+	// PublicURL is the server's public base URL (e.g. https://doppel.example.com), the issuer and the resources'
+	// base in OAuth metadata; "" derives it from each request's Host.
+	PublicURL string
+}
+
+// mcpDeps is what both faces and the OAuth server share.
+type mcpDeps struct {
+	*MCPRoutes
+	db     *bun.DB
+	auth   *Authenticator
+	logger *slog.Logger
+}
+
+// Register mounts the MCP server and its OAuth routes on d.Mux.
+func (m *MCPRoutes) Register(a huma.API, d *Deps) {
+	if m.Plane == nil {
+		m.Plane = toolplane.New(toolplane.Options{DB: d.DB})
+	}
+	if m.TokenTTL <= 0 {
+		m.TokenTTL = DefaultMCPTokenTTL
+	}
+	deps := &mcpDeps{MCPRoutes: m, db: d.DB, auth: d.Auth, logger: d.Logger}
+	ws := &workspaceFace{mcpDeps: deps, verbs: newVerbTable(a), mux: d.Mux}
+	d.Mux.Handle("/mcp", deps.guard(ws.handler()))
+	env := &envFace{mcpDeps: deps}
+	d.Mux.Handle("/mcp/envs/{slug}", deps.guard(env.handler()))
+	(&oauthServer{mcpDeps: deps}).register(d.Mux)
+}
+
+// base is the server's public base URL, without a trailing slash.
+func (m *mcpDeps) base(r *http.Request) string {
+	if m.PublicURL != "" {
+		return strings.TrimRight(m.PublicURL, "/")
+	}
+	scheme := "http"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// resourceMetadataURL is the protected resource metadata (RFC 9728) of the resource r addresses, at the
+// path-suffixed well-known address. An environment address's query (its seed) is part of the resource, as an MCP
+// client names it, so it is kept.
+func (m *mcpDeps) resourceMetadataURL(r *http.Request) string {
+	u := m.base(r) + wellKnownResource + r.URL.Path
+	if r.URL.RawQuery != "" {
+		u += "?" + r.URL.RawQuery
+	}
+	return u
+}
+
+// guard authenticates every request to an MCP address with a workspace key or an MCP token, as REST does (revoked,
+// expired and unknown credentials are 401, a workspace without access 403), and puts the principal in the
+// request's context. A 401 names the protected resource metadata so an MCP client can start OAuth. The SDK's
+// RequireBearerToken then records the token's holder, so the SDK refuses an MCP session to another workspace.
+func (m *mcpDeps) guard(next http.Handler) http.Handler {
+	verified := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
+		p := PrincipalFrom(ctx)
+		if p == nil {
+			return nil, auth.ErrInvalidToken
+		}
+		info := &auth.TokenInfo{UserID: p.Workspace.ID}
+		if p.Key.ExpiresAt != nil {
+			info.Expiration = *p.Key.ExpiresAt
+		}
+		return info, nil
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, err := m.auth.Key(r.Context(), r.Header.Get("Authorization"), cred.KindWorkspace, cred.KindMCP)
+		if err != nil {
+			if _, status := EnvelopeOf(r.Context(), err); status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+m.resourceMetadataURL(r)+`"`)
+			}
+			WriteError(w, r, err)
+			return
+		}
+		verified.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+	})
+}
+
+// streamable returns the SDK's Streamable HTTP handler over getServer, with idle MCP sessions closed after the
+// tool plane's idle time.
+func (m *mcpDeps) streamable(getServer func(*http.Request) *mcp.Server) *mcp.StreamableHTTPHandler {
+	return mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
+		Logger: m.logger, SessionTimeout: m.Plane.Idle(),
+	})
+}
+
+// workspaceFace is /mcp: the registry verbs as tools.
+type workspaceFace struct {
+	*mcpDeps
+	verbs *verbTable
+	mux   http.Handler
+}
+
+func (f *workspaceFace) handler() http.Handler {
+	build := func() *mcp.Server {
+		s := mcp.NewServer(&mcp.Implementation{Name: "doppel", Title: "doppel workspace"}, &mcp.ServerOptions{
+			Instructions: "doppel's verbs as tools: list and inspect environments, open sessions on their twins, " +
+				"call tools in them, read transcripts. Inputs and answers are those of the REST API; a failed " +
+				"verb answers isError with the error envelope {detail, code, requestId}.",
+			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
+			Logger:       f.logger,
+		})
+		for _, v := range f.verbs.all() {
+			s.AddTool(verbTool(v), f.call(v))
+		}
+		return s
+	}
+	// The verbs are known once every route is registered, after Register: the server is built on first use.
+	var once sync.Once
+	var srv *mcp.Server
+	return f.streamable(func(*http.Request) *mcp.Server {
+		once.Do(func() { srv = build() })
+		return srv
+	})
+}
+
+// verbTool is the MCP tool of a verb: its name, docs and input schema from the verb table.
+func verbTool(v RegistryVerb) *mcp.Tool {
+	desc := v.Summary
+	if v.Description != "" {
+		desc += "\n\n" + v.Description
+	}
+	t := &mcp.Tool{Name: v.Name, Title: v.Summary, Description: desc, InputSchema: v.Input}
+	if v.Kind == string(Query) {
+		t.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
+	}
+	return t
+}
+
+// call serves a verb's tool calls on the verb's REST route, in process, with the caller's credential.
+func (f *workspaceFace) call(v RegistryVerb) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx = viaMCP(newRequest(ctx, f.logger))
+		var header http.Header
+		if req.Extra != nil {
+			header = req.Extra.Header
+		}
+		r, err := verbRequest(ctx, header, "", v, req.Params.Arguments)
+		if err != nil {
+			return errorResult(ctx, err), nil
+		}
+		a := dispatch(f.mux, r)
+		if a.envelope != nil {
+			return errorResult(ctx, a.envelope), nil
+		}
+		res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(a.data)}}}
+		if len(a.data) > 0 && a.data[0] == '{' {
+			res.StructuredContent = a.data
+		}
+		return res, nil
+	}
+}
+
+// errorResult is a failed tool call: isError, the envelope as the text the model reads, and the envelope with its
+// HTTP status under _meta.
+func errorResult(ctx context.Context, err error) *mcp.CallToolResult {
+	e, status := EnvelopeOf(ctx, err)
+	b, _ := json.Marshal(e)
+	return &mcp.CallToolResult{
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: string(b)}},
+		Meta:    mcp.Meta{MetaError: map[string]any{"httpStatus": status, "envelope": e}},
+	}
+}
