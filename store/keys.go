@@ -149,6 +149,17 @@ func ResolveKey(ctx context.Context, db bun.IDB, token string) (*schema.APIKey, 
 	if key.ExpiresAt != nil && !now().Before(*key.ExpiresAt) {
 		return nil, nil, fmt.Errorf("store: resolve key: %w: expired", ErrNotFound)
 	}
+	if key.OAuthCodeID != "" {
+		// An OAuth-issued token ends with the workspace key that consented to it.
+		n, err := db.NewSelect().TableExpr("oauth_codes AS c").Join("JOIN api_keys AS g ON g.id = c.key_id").
+			Where("c.id = ?", key.OAuthCodeID).Where("g.revoked_at IS NULL").Count(ctx)
+		if err != nil {
+			return nil, nil, wrap(err, "resolve key")
+		}
+		if n == 0 {
+			return nil, nil, fmt.Errorf("store: resolve key: %w: its granting key was revoked", ErrNotFound)
+		}
+	}
 	ws, err := GetWorkspace(ctx, db, key.WorkspaceID)
 	if err != nil {
 		return nil, nil, err

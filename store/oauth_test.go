@@ -99,5 +99,23 @@ func TestOAuthCodesAndTokens(t *testing.T) {
 		if ok, err := store.RevokeOAuthToken(ctx, db, tok3, client.ID); ok || err != nil {
 			t.Fatalf("revoking twice: %v %v", ok, err)
 		}
+
+		// A token lives no longer than the workspace key that consented to it (as a session token lives no longer
+		// than the key that opened the session).
+		_, plain4 := newCode()
+		c4, _ := store.OAuthCodeByValue(ctx, db, plain4)
+		_, tok4, err := store.IssueOAuthToken(ctx, db, c4, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := store.ResolveKey(ctx, db, tok4); err != nil {
+			t.Fatalf("fresh token: %v", err)
+		}
+		if _, err := store.RevokeKey(ctx, db, ws.ID, consent.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := store.ResolveKey(ctx, db, tok4); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a token whose consenting key was revoked resolves: %v", err)
+		}
 	})
 }
