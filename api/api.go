@@ -41,6 +41,15 @@ type Options struct {
 	// TwinState, when set, answers an environment's live twin state (stopped, booting or ready) for the single
 	// environment read; without it the read shows the last state recorded in the database.
 	TwinState func(ctx context.Context, envID string) (string, error)
+	// BodyBudget is the most request-body bytes the API holds at once over all requests (0: DefaultBodyBudget;
+	// negative: no budget). A request it cannot hold answers 503 with Retry-After; one whose Content-Length alone
+	// passes it answers 413.
+	BodyBudget int64
+	// ReturnMemoryEvery is the shortest time between two returns of free memory to the OS, made once no large
+	// body is in flight (0: DefaultReturnMemoryEvery; negative: never).
+	ReturnMemoryEvery time.Duration
+	// BudgetObserver, when set, is told the body bytes in flight and each refusal.
+	BudgetObserver BudgetObserver
 }
 
 // Deps is what a route group gets from the API.
@@ -70,7 +79,7 @@ func New(opts Options) (http.Handler, huma.API) {
 		opts.Version = "dev"
 	}
 	mux := http.NewServeMux()
-	srv := &server{mux: mux, logger: logger}
+	srv := &server{mux: mux, logger: logger, budget: newBodyBudget(opts.BodyBudget, opts.ReturnMemoryEvery, opts.BudgetObserver)}
 	// The adapter serves through srv, so humatest and every other caller of
 	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
@@ -162,6 +171,7 @@ type server struct {
 	mux    *http.ServeMux
 	trpc   http.Handler // owns every path under /trpc/, unclean ones included
 	logger *slog.Logger
+	budget *bodyBudget // nil: no body budget
 }
 
 type reqInfo struct {
@@ -225,6 +235,26 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeEnvelope(sw, e.status, e)
 		return
 	}
+	release, over, e := s.budget.admit(r)
+	if e != nil {
+		e.RequestID = ri.id
+		refuse(sw, r, e)
+		return
+	}
+	defer release()
+	if over != nil {
+		// A body of unknown length that ran out of budget while read is answered 503, whatever its handler made of
+		// the failed read.
+		sw.intercept = func() bool {
+			if !over.Load() {
+				return false
+			}
+			e := s.budget.refusal()
+			e.RequestID = ri.id
+			refuse(sw.ResponseWriter, r, e)
+			return true
+		}
+	}
 	if s.trpc != nil && strings.HasPrefix(r.URL.Path, "/trpc/") {
 		// tRPC answers its own 404s and never redirects: a client reads tRPC's shape.
 		s.trpc.ServeHTTP(sw, r)
@@ -268,18 +298,35 @@ type statusWriter struct {
 	http.ResponseWriter
 	wrote bool
 	code  int
+	// intercept, when set, may answer in the handler's stead as the response starts; it reports whether it did,
+	// and the handler's answer is then dropped.
+	intercept func() bool
+	dropped   bool
+}
+
+// start records the response's start; false means it was intercepted.
+func (w *statusWriter) start(code int) bool {
+	if w.wrote {
+		return !w.dropped
+	}
+	w.wrote = true
+	if w.intercept != nil && w.intercept() {
+		w.code, w.dropped = http.StatusServiceUnavailable, true
+		return false
+	}
+	w.code = code
+	return true
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.wrote, w.code = true, code
+	if w.start(code) {
+		w.ResponseWriter.WriteHeader(code)
 	}
-	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if !w.wrote {
-		w.wrote, w.code = true, http.StatusOK
+	if !w.start(http.StatusOK) {
+		return len(b), nil
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -294,10 +341,9 @@ func (w *statusWriter) status() int {
 // Flush lets streaming routes flush through the wrapper.
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		if !w.wrote {
-			w.wrote, w.code = true, http.StatusOK
+		if w.start(http.StatusOK) {
+			f.Flush()
 		}
-		f.Flush()
 	}
 }
 

@@ -40,7 +40,8 @@ type Config struct {
 
 // Runtime tunes the Go runtime of doppel's processes.
 type Runtime struct {
-	GCPercent int `koanf:"gc_percent"`
+	GCPercent         int           `koanf:"gc_percent"`
+	ReturnMemoryEvery time.Duration `koanf:"return_memory_every"`
 }
 
 // Log configures logging.
@@ -51,8 +52,9 @@ type Log struct {
 
 // API configures the HTTP server.
 type API struct {
-	Addr      string `koanf:"addr"`
-	PublicURL string `koanf:"public_url"`
+	Addr       string `koanf:"addr"`
+	PublicURL  string `koanf:"public_url"`
+	BodyBudget int64  `koanf:"body_budget_bytes"`
 }
 
 // DB selects the metadata database.
@@ -146,6 +148,7 @@ func Keys() []Key {
 		{"log.format", "text", "text or json"},
 		{"api.addr", "127.0.0.1:8080", "address the HTTP API listens on"},
 		{"api.public_url", "", "URL clients reach the API at (printed, used in links); empty: derived from api.addr"},
+		{"api.body_budget_bytes", int64(256 << 20), "most request-body bytes the API holds at once over all requests (collect, builds, REST and tRPC bodies); a request over it answers 503 with Retry-After; 0: no budget"},
 		{"db.driver", "sqlite", "metadata database: sqlite (embedded) or postgres"},
 		{"db.dsn", "", "database DSN; empty with sqlite: <data_dir>/doppel.db"},
 		{"blob.driver", "local", "blob store: local (a directory) or s3 (MinIO or any S3)"},
@@ -182,6 +185,7 @@ func Keys() []Key {
 		{"model.name", "", "model name sent to model.base_url"},
 		{"model.timeout", "30s", "time limit of one model request"},
 		{"runtime.gc_percent", 400, "Go GC target (as GOGC) of doppel's processes and the twins they start: above Go's 100 it trades memory for fewer collections, which stall tool calls; GOGC in the environment wins"},
+		{"runtime.return_memory_every", "10s", "after large request bodies (1 MiB and up) finish, free memory is returned to the OS at most this often; 0: left to the Go runtime"},
 	}
 }
 
@@ -386,6 +390,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Temporal.TaskQueue == "" {
 		bad("temporal.task_queue", "must not be empty")
+	}
+	if c.API.BodyBudget < 0 {
+		bad("api.body_budget_bytes", "must not be negative")
+	} else if c.API.BodyBudget > 0 && c.API.BodyBudget < c.Collect.MaxRequestBytes {
+		bad("api.body_budget_bytes", "must be at least collect.max_request_bytes (%d), or 0 for no budget", c.Collect.MaxRequestBytes)
+	}
+	if c.Runtime.ReturnMemoryEvery < 0 {
+		bad("runtime.return_memory_every", "must not be negative")
 	}
 	if c.Collect.MaxRequestBytes <= 0 {
 		bad("collect.max_request_bytes", "must be positive")

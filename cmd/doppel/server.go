@@ -340,6 +340,13 @@ func apiOptions(st *stack) (api.Options, error) {
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Plane: plane}
 	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
+	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
+	if opts.BodyBudget == 0 {
+		opts.BodyBudget = -1 // api.body_budget_bytes 0: no budget
+	}
+	if opts.ReturnMemoryEvery == 0 {
+		opts.ReturnMemoryEvery = -1
+	}
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
 		builds.Register,
