@@ -34,6 +34,14 @@ type Builds struct {
 	DB    *bun.DB
 	Blobs BlobStore
 	Log   *slog.Logger
+	// Observer, when set, is told of builds that start running and that end (telemetry.Metrics is one).
+	Observer BuildObserver
+}
+
+// BuildObserver counts builds.
+type BuildObserver interface {
+	BuildStarted()
+	BuildFinished(ok bool)
 }
 
 func (b *Builds) logger() *slog.Logger {
@@ -83,6 +91,9 @@ func (b *Builds) PlanBuild(ctx context.Context, envID, buildID string) (BuildPla
 	bl.Status, bl.Stage, bl.Progress, bl.StartedAt = schema.BuildRunning, "planning", 0, &now
 	if err := store.UpdateBuild(ctx, b.DB, bl, "status", "stage", "progress", "started_at"); err != nil {
 		return BuildPlan{}, fmt.Errorf("plan build: %w", err)
+	}
+	if b.Observer != nil {
+		b.Observer.BuildStarted()
 	}
 	if err := b.setEnvStatus(ctx, envID, schema.EnvBuilding); err != nil {
 		return BuildPlan{}, err
@@ -329,7 +340,7 @@ func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred
 	if err != nil {
 		return err
 	}
-	return b.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err = b.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		bl, err := store.GetBuildByID(ctx, tx, plan.BuildID)
 		if err != nil {
 			return err
@@ -351,6 +362,10 @@ func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred
 		return store.UpdateEnv(ctx, tx, env, "status", "active_build_id", "n_tools", "schema_source",
 			"covered_pct", "simulated_pct", "headline")
 	})
+	if err == nil && b.Observer != nil {
+		b.Observer.BuildFinished(true)
+	}
+	return err
 }
 
 // FailBuild marks the build failed with reason; the environment keeps its previous active build.
@@ -366,6 +381,9 @@ func (b *Builds) FailBuild(ctx context.Context, envID, buildID, reason string) e
 	bl.Status, bl.Stage, bl.Error, bl.FinishedAt = schema.BuildFailed, "failed", reason, &now
 	if err := store.UpdateBuild(ctx, b.DB, bl, "status", "stage", "error", "finished_at"); err != nil {
 		return err
+	}
+	if b.Observer != nil {
+		b.Observer.BuildFinished(false)
 	}
 	return b.setEnvStatus(ctx, envID, schema.EnvFailed)
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/schema"
@@ -72,6 +75,8 @@ type Sessions struct {
 	// Reaper expires idle sessions (the tool plane).
 	Reaper Reaper
 	Log    *slog.Logger
+	// Tracer, when set, makes a span of the open on the twin (a child of the activity's span).
+	Tracer trace.TracerProvider
 
 	once sync.Once
 	hc   *http.Client
@@ -168,7 +173,17 @@ type OpenOnTwinResult struct {
 // session that already exists on the twin (a retried open whose answer was lost) is read back, not reopened.
 func (a *Sessions) OpenOnTwin(ctx context.Context, in OpenOnTwinInput) (OpenOnTwinResult, error) {
 	c := a.rpc(in.Addr)
+	var span trace.Span
+	if a.Tracer != nil {
+		ctx, span = a.Tracer.Tracer("doppel/activities").Start(ctx, "twin.open",
+			trace.WithAttributes(attribute.String("doppel.session_id", in.SessionID)))
+		defer span.End()
+	}
 	res, err := c.Open(ctx, twinrpc.OpenRequest{ID: in.SessionID, Spec: in.Spec})
+	if err != nil && span != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 	switch {
 	case err == nil:
 		return OpenOnTwinResult{Receipts: res.Receipts, StateHash: res.StateHash}, nil

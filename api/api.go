@@ -15,6 +15,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/doppel-dev/doppel/schema"
 )
@@ -41,6 +43,31 @@ type Options struct {
 	// TwinState, when set, answers an environment's live twin state (stopped, booting or ready) for the single
 	// environment read; without it the read shows the last state recorded in the database.
 	TwinState func(ctx context.Context, envID string) (string, error)
+	// BodyBudget is the most request-body bytes the API holds at once over all requests (0: DefaultBodyBudget;
+	// negative: no budget). A request it cannot hold answers 503 with Retry-After; one whose Content-Length alone
+	// passes it answers 413.
+	BodyBudget int64
+	// ReturnMemoryEvery is the shortest time between two returns of free memory to the OS, made once no large
+	// body is in flight (0: DefaultReturnMemoryEvery; negative: never).
+	ReturnMemoryEvery time.Duration
+	// Observer, when set, is told what the API serves (telemetry.Metrics is one).
+	Observer Observer
+	// Metrics, when set, is served at GET /metrics on the API listener (unauthenticated).
+	Metrics http.Handler
+	// Tracer, when set, makes a server span of each request, continuing a trace its traceparent header names
+	// (Propagator reads it); handlers' spans are its children.
+	Tracer     trace.TracerProvider
+	Propagator propagation.TextMapPropagator
+}
+
+// Observer is told what the API serves, for metrics. Its methods must be cheap: Call runs on every session call.
+type Observer interface {
+	BudgetObserver
+	// Call records an answered session call: its transport (rest, trpc, mcp), fidelity and rung, and its stage
+	// times (the Server-Timing stages).
+	Call(transport, fidelity, rung string, auth, twin, journal, total time.Duration)
+	// Collected records an accepted collect batch of n body bytes.
+	Collected(n int64)
 }
 
 // Deps is what a route group gets from the API.
@@ -55,6 +82,10 @@ type Deps struct {
 	// Mux takes plain net/http routes (e.g. tRPC, MCP, streaming). They get the request id,
 	// panic recovery and access log too; write errors with WriteError.
 	Mux *http.ServeMux
+	// Observer is Options.Observer (may be nil).
+	Observer Observer
+	// Tracer is Options.Tracer (nil: no tracing).
+	Tracer trace.TracerProvider
 }
 
 // New builds the API: every built-in route, then each of opts.Routes.
@@ -70,13 +101,30 @@ func New(opts Options) (http.Handler, huma.API) {
 		opts.Version = "dev"
 	}
 	mux := http.NewServeMux()
-	srv := &server{mux: mux, logger: logger}
+	var budgetObs BudgetObserver
+	if opts.Observer != nil {
+		budgetObs = opts.Observer
+	}
+	srv := &server{mux: mux, logger: logger, budget: newBodyBudget(opts.BodyBudget, opts.ReturnMemoryEvery, budgetObs)}
+	if opts.Tracer != nil {
+		srv.tracer = opts.Tracer.Tracer("doppel/api")
+		srv.prop = opts.Propagator
+		if srv.prop == nil {
+			srv.prop = propagation.TraceContext{}
+		}
+	}
 	// The adapter serves through srv, so humatest and every other caller of
 	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
 	auth := &Authenticator{DB: opts.DB}
 	humaAPI.UseMiddleware(auth.middleware(humaAPI), checkBodyStrings)
-	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState}
+	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState, Observer: opts.Observer}
+	if opts.Tracer != nil {
+		deps.Tracer = opts.Tracer
+	}
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
 
 	registerHealth(humaAPI, opts)
 	registerEnvs(humaAPI, deps)
@@ -162,28 +210,42 @@ type server struct {
 	mux    *http.ServeMux
 	trpc   http.Handler // owns every path under /trpc/, unclean ones included
 	logger *slog.Logger
+	budget *bodyBudget  // nil: no body budget
+	tracer trace.Tracer // nil: no spans
+	prop   propagation.TextMapPropagator
 }
 
 type reqInfo struct {
-	id     string
-	logger *slog.Logger
-	start  time.Time // when the request reached the API
+	id        string
+	logger    *slog.Logger
+	start     time.Time     // when the request reached the API
+	transport string        // rest, trpc or mcp
+	auth      time.Duration // time the credential took to resolve
+}
+
+// requestInfo is the request's reqInfo (nil outside a request).
+func requestInfo(ctx context.Context) *reqInfo {
+	ri, _ := ctx.Value(reqKey{}).(*reqInfo)
+	return ri
+}
+
+// transportOf names the transport a request path belongs to.
+func transportOf(path string) string {
+	switch {
+	case strings.HasPrefix(path, "/trpc/"):
+		return "trpc"
+	case path == "/mcp" || strings.HasPrefix(path, "/mcp/"):
+		return "mcp"
+	}
+	return "rest"
 }
 
 type reqKey struct{}
 
-// requestStart is when the request reached the API (zero outside a request).
-func requestStart(ctx context.Context) time.Time {
-	if ri, ok := ctx.Value(reqKey{}).(*reqInfo); ok {
-		return ri.start
-	}
-	return time.Time{}
-}
-
 // newRequest returns ctx carrying a request of its own: an id (req_…) for the envelopes answered in it, and logger.
 // For work an outer request does not frame, e.g. an MCP tool call on a session's stream.
 func newRequest(ctx context.Context, logger *slog.Logger) context.Context {
-	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: logger, start: time.Now()}
+	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: logger, start: time.Now(), transport: "mcp"}
 	return context.WithValue(ctx, reqKey{}, ri)
 }
 
@@ -204,10 +266,24 @@ func loggerFrom(ctx context.Context) *slog.Logger {
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger, start: start}
-	r = r.WithContext(context.WithValue(r.Context(), reqKey{}, ri))
+	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger, start: start, transport: transportOf(r.URL.Path)}
+	ctx := context.WithValue(r.Context(), reqKey{}, ri)
+	pattern := ""
+	if ri.transport != "trpc" {
+		_, pattern = s.mux.Handler(r)
+	}
+	var span trace.Span
+	if s.tracer != nil {
+		ctx, span = s.startSpan(ctx, r, pattern, ri.id)
+	}
+	r = r.WithContext(ctx)
 	w.Header().Set("X-Request-Id", ri.id)
 	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if span != nil {
+			endSpan(span, sw.status())
+		}
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -232,12 +308,32 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeEnvelope(sw, e.status, e)
 		return
 	}
+	release, over, e := s.budget.admit(r)
+	if e != nil {
+		e.RequestID = ri.id
+		refuse(sw, r, e)
+		return
+	}
+	defer release()
+	if over != nil {
+		// A body of unknown length that ran out of budget while read is answered 503, whatever its handler made of
+		// the failed read.
+		sw.intercept = func() bool {
+			if !over.Load() {
+				return false
+			}
+			e := s.budget.refusal()
+			e.RequestID = ri.id
+			refuse(sw.ResponseWriter, r, e)
+			return true
+		}
+	}
 	if s.trpc != nil && strings.HasPrefix(r.URL.Path, "/trpc/") {
 		// tRPC answers its own 404s and never redirects: a client reads tRPC's shape.
 		s.trpc.ServeHTTP(sw, r)
 		return
 	}
-	if _, pattern := s.mux.Handler(r); pattern == "" {
+	if pattern == "" {
 		s.unrouted(sw, r, ri.id)
 		return
 	}
@@ -275,18 +371,35 @@ type statusWriter struct {
 	http.ResponseWriter
 	wrote bool
 	code  int
+	// intercept, when set, may answer in the handler's stead as the response starts; it reports whether it did,
+	// and the handler's answer is then dropped.
+	intercept func() bool
+	dropped   bool
+}
+
+// start records the response's start; false means it was intercepted.
+func (w *statusWriter) start(code int) bool {
+	if w.wrote {
+		return !w.dropped
+	}
+	w.wrote = true
+	if w.intercept != nil && w.intercept() {
+		w.code, w.dropped = http.StatusServiceUnavailable, true
+		return false
+	}
+	w.code = code
+	return true
 }
 
 func (w *statusWriter) WriteHeader(code int) {
-	if !w.wrote {
-		w.wrote, w.code = true, code
+	if w.start(code) {
+		w.ResponseWriter.WriteHeader(code)
 	}
-	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if !w.wrote {
-		w.wrote, w.code = true, http.StatusOK
+	if !w.start(http.StatusOK) {
+		return len(b), nil
 	}
 	return w.ResponseWriter.Write(b)
 }
@@ -301,10 +414,9 @@ func (w *statusWriter) status() int {
 // Flush lets streaming routes flush through the wrapper.
 func (w *statusWriter) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		if !w.wrote {
-			w.wrote, w.code = true, http.StatusOK
+		if w.start(http.StatusOK) {
+			f.Flush()
 		}
-		f.Flush()
 	}
 }
 

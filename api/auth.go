@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/uptrace/bun"
@@ -271,6 +272,7 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 		var p *Principal
 		var err error
 		header := ctx.Header("Authorization")
+		began := time.Now()
 		switch {
 		case accepts[SchemeSessionToken]:
 			p, err = a.Session(ctx.Context(), header, ctx.Param(SessionIDParam))
@@ -285,6 +287,9 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 		default:
 			next(ctx)
 			return
+		}
+		if ri := requestInfo(ctx.Context()); ri != nil {
+			ri.auth = time.Since(began)
 		}
 		if err != nil {
 			writeHumaError(ctx, err)

@@ -373,6 +373,9 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 		}
 		return nil, c.unavailable(ctx, "database", err)
 	}
+	if c.deps.Observer != nil {
+		c.deps.Observer.Collected(n)
+	}
 	if len(res.Inserted) > 0 && c.opts.Scheduler != nil {
 		// The batch is stored: schedule its rebuild even if the client has gone meanwhile.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)

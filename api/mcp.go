@@ -62,6 +62,7 @@ type mcpDeps struct {
 	db     *bun.DB
 	auth   *Authenticator
 	logger *slog.Logger
+	obs    Observer // counts environment-face tool calls with REST's and tRPC's; nil: none
 }
 
 // Register mounts the MCP server and its OAuth routes on d.Mux.
@@ -72,7 +73,7 @@ func (m *MCPRoutes) Register(a huma.API, d *Deps) {
 	if m.TokenTTL <= 0 {
 		m.TokenTTL = DefaultMCPTokenTTL
 	}
-	deps := &mcpDeps{MCPRoutes: m, db: d.DB, auth: d.Auth, logger: d.Logger}
+	deps := &mcpDeps{MCPRoutes: m, db: d.DB, auth: d.Auth, logger: d.Logger, obs: d.Observer}
 	ws := &workspaceFace{mcpDeps: deps, verbs: newVerbTable(a), mux: d.Mux}
 	d.Mux.Handle("/mcp", deps.guard(ws.handler()))
 	env := &envFace{mcpDeps: deps}

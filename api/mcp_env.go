@@ -243,9 +243,14 @@ func (s *envSession) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
+	begun := time.Now()
 	res, err := s.face.Plane.Call(ctx, sess, toolplane.CallRequest{Tool: req.Params.Name, Arguments: args, Requestor: "assistant"})
 	if err != nil {
 		return errorResult(ctx, err), nil
+	}
+	if s.face.obs != nil {
+		// Auth happened once for the MCP request that carries this call, outside it.
+		s.face.obs.Call("mcp", res.Fidelity, res.Rung, 0, res.Twin, res.Journal, time.Since(begun))
 	}
 	return &mcp.CallToolResult{
 		Content: []mcp.Content{&mcp.TextContent{Text: res.Content}},

@@ -21,6 +21,8 @@ type SessionRoutes struct {
 	// Model says a model is configured, so the simulate rung answers (the tools listing leaves out tools nothing
 	// else can answer when it is not).
 	Model bool
+
+	obs Observer
 }
 
 // Register adds the session and tool routes.
@@ -29,6 +31,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 		sr.Plane = toolplane.New(toolplane.Options{DB: d.DB})
 	}
 	d.Auth.Tokens = sr.Plane.Tokens()
+	sr.obs = d.Observer
 	registerTools(a, d.DB, sr.Plane.Bundles(), sr.Model)
 	Declare(a, Verb[OpenSessionInput, OpenSessionOutput]{
 		Name:    "sessions.open",
@@ -266,25 +269,29 @@ type CallResult struct {
 // CallOutput answers a call.
 type CallOutput struct {
 	// ServerTiming breaks the call's time in this process down by stage (W3C Server-Timing), for finding
-	// where a slow call spent its time: twin (the twin's answer, with the RPC), journal (the durable
-	// commit), total (from the request reaching the API, its authentication and decoding included, to the
-	// answer being ready to send).
-	ServerTiming string `header:"Server-Timing" doc:"Time per stage in milliseconds: twin;dur=…, journal;dur=…, total;dur=…."`
+	// where a slow call spent its time: auth (resolving the credential), twin (the twin's answer, with the
+	// RPC), journal (the durable commit), total (from the request reaching the API, its authentication and
+	// decoding included, to the answer being ready to send). GET /metrics has the same stages as histograms.
+	ServerTiming string `header:"Server-Timing" doc:"Time per stage in milliseconds: auth;dur=…, twin;dur=…, journal;dur=…, total;dur=…."`
 	Body         CallResult
 }
 
 func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, error) {
-	begun := requestStart(ctx)
-	if begun.IsZero() {
-		begun = time.Now()
+	begun, transport, auth := time.Now(), "rest", time.Duration(0)
+	if ri := requestInfo(ctx); ri != nil {
+		begun, transport, auth = ri.start, ri.transport, ri.auth
 	}
 	res, err := sr.Plane.Call(ctx, PrincipalFrom(ctx).Session, toolplane.CallRequest{Tool: in.Body.Name,
 		Arguments: in.Body.Arguments, Requestor: in.Body.Requestor})
 	if err != nil {
 		return nil, err
 	}
+	total := time.Since(begun)
+	if sr.obs != nil {
+		sr.obs.Call(transport, res.Fidelity, res.Rung, auth, res.Twin, res.Journal, total)
+	}
 	return &CallOutput{
-		ServerTiming: serverTiming(res.Twin, res.Journal, time.Since(begun)),
+		ServerTiming: serverTiming(auth, res.Twin, res.Journal, total),
 		Body: CallResult{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
 			Downgraded: res.Downgraded, CallID: res.CallID, Ms: res.Ms},
 	}, nil
@@ -292,12 +299,12 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 
 // serverTiming formats a call's stage times as a Server-Timing header value, in milliseconds with microsecond
 // precision.
-func serverTiming(twinD, journalD, total time.Duration) string {
-	b := make([]byte, 0, 64)
+func serverTiming(auth, twinD, journalD, total time.Duration) string {
+	b := make([]byte, 0, 80)
 	for i, st := range [...]struct {
 		name string
 		d    time.Duration
-	}{{"twin", twinD}, {"journal", journalD}, {"total", total}} {
+	}{{"auth", auth}, {"twin", twinD}, {"journal", journalD}, {"total", total}} {
 		if i > 0 {
 			b = append(b, ", "...)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/humatest"
 	"github.com/uptrace/bun"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
@@ -199,6 +200,9 @@ type planeOptions struct {
 	// twinrpc.Locals), as `doppel dev --twin-driver inproc` does; false goes over its HTTP RPC, as to a process or
 	// container twin.
 	local bool
+	// tracer and observer, when set, trace and count what the API and the tool plane serve.
+	tracer   oteltrace.TracerProvider
+	observer api.Observer
 }
 
 // eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
@@ -268,7 +272,7 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	t.Cleanup(func() { p.journal.Close() })
 	p.opener = &swapOpener{o: directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins}}}
 	popts := toolplane.Options{DB: p.db, Opener: p.opener, Twins: p.twins, Journal: p.journal,
-		Bundles: &toolplane.Bundles{Blob: p.blobs}, Idle: o.idle}
+		Bundles: &toolplane.Bundles{Blob: p.blobs}, Idle: o.idle, Tracer: o.tracer}
 	if o.local {
 		p.locals = &countingLocals{drv: drv}
 		popts.Locals = p.locals
@@ -276,7 +280,8 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	}
 	p.tp = toolplane.New(popts)
 	p.routes = &api.SessionRoutes{Plane: p.tp}
-	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register}})
+	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register},
+		Tracer: o.tracer, Observer: o.observer})
 	p.h = h
 	p.api = humatest.Wrap(t, humaAPI)
 	return p
@@ -647,8 +652,8 @@ func TestCallAnswersAndJournals(t *testing.T) {
 			if _, ok := r["ms"].(float64); !ok {
 				t.Fatalf("ms missing: %v", r)
 			}
-			if st := res.Header().Get("Server-Timing"); !regexp.MustCompile(`^twin;dur=[0-9.]+, journal;dur=[0-9.]+, total;dur=[0-9.]+$`).MatchString(st) {
-				t.Fatalf("Server-Timing = %q, want twin, journal and total durations", st)
+			if st := res.Header().Get("Server-Timing"); !regexp.MustCompile(`^auth;dur=[0-9.]+, twin;dur=[0-9.]+, journal;dur=[0-9.]+, total;dur=[0-9.]+$`).MatchString(st) {
+				t.Fatalf("Server-Timing = %q, want auth, twin, journal and total durations", st)
 			}
 			// A tool's own error is a 200 with error: true.
 			code, r2 := p.call(s, "cancel_pending_order", map[string]any{"order_id": "#W0000001"})

@@ -37,11 +37,28 @@ type Config struct {
 	MCP          MCP      `koanf:"mcp"`
 	Model        Model    `koanf:"model"`
 	Runtime      Runtime  `koanf:"runtime"`
+	Metrics      Metrics  `koanf:"metrics"`
+	OTel         OTel     `koanf:"otel"`
+}
+
+// Metrics configures GET /metrics (Prometheus text format).
+type Metrics struct {
+	Enabled    bool   `koanf:"enabled"`
+	Addr       string `koanf:"addr"`
+	WorkerAddr string `koanf:"worker_addr"`
+}
+
+// OTel configures OpenTelemetry tracing; off unless Endpoint or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+type OTel struct {
+	Endpoint    string  `koanf:"endpoint"`
+	ServiceName string  `koanf:"service_name"`
+	SampleRatio float64 `koanf:"sample_ratio"`
 }
 
 // Runtime tunes the Go runtime of doppel's processes.
 type Runtime struct {
-	GCPercent int `koanf:"gc_percent"`
+	GCPercent         int           `koanf:"gc_percent"`
+	ReturnMemoryEvery time.Duration `koanf:"return_memory_every"`
 }
 
 // Log configures logging.
@@ -52,8 +69,9 @@ type Log struct {
 
 // API configures the HTTP server.
 type API struct {
-	Addr      string `koanf:"addr"`
-	PublicURL string `koanf:"public_url"`
+	Addr       string `koanf:"addr"`
+	PublicURL  string `koanf:"public_url"`
+	BodyBudget int64  `koanf:"body_budget_bytes"`
 }
 
 // DB selects the metadata database.
@@ -153,6 +171,7 @@ func Keys() []Key {
 		{"log.format", "text", "text or json"},
 		{"api.addr", "127.0.0.1:8080", "address the HTTP API listens on"},
 		{"api.public_url", "", "URL clients reach the API at (printed, used in links); empty: derived from api.addr"},
+		{"api.body_budget_bytes", int64(256 << 20), "most request-body bytes the API holds at once over all requests (collect, builds, REST and tRPC bodies); a request over it answers 503 with Retry-After; 0: no budget"},
 		{"db.driver", "sqlite", "metadata database: sqlite (embedded) or postgres"},
 		{"db.dsn", "", "database DSN; empty with sqlite: <data_dir>/doppel.db"},
 		{"blob.driver", "local", "blob store: local (a directory) or s3 (MinIO or any S3)"},
@@ -190,6 +209,13 @@ func Keys() []Key {
 		{"model.name", "", "model name sent to model.base_url"},
 		{"model.timeout", "30s", "time limit of one model request"},
 		{"runtime.gc_percent", 400, "Go GC target (as GOGC) of doppel's processes and the twins they start: above Go's 100 it trades memory for fewer collections, which stall tool calls; GOGC in the environment wins"},
+		{"runtime.return_memory_every", "10s", "after large request bodies (1 MiB and up) finish, free memory is returned to the OS at most this often; 0: left to the Go runtime"},
+		{"metrics.enabled", true, "serve Prometheus metrics at GET /metrics (unauthenticated) and record them"},
+		{"metrics.addr", "", "address of a listener of its own for GET /metrics; empty: the API listener serves it (`doppel worker`, which has none, uses metrics.worker_addr)"},
+		{"metrics.worker_addr", "127.0.0.1:9464", "where `doppel worker` serves GET /metrics when metrics.addr is empty; empty: nowhere"},
+		{"otel.endpoint", "", "OTLP/HTTP base URL spans are sent to (<endpoint>/v1/traces), e.g. http://127.0.0.1:4318; empty: OTEL_EXPORTER_OTLP_ENDPOINT if set, else no tracing"},
+		{"otel.service_name", "doppel", "service.name of this process's spans"},
+		{"otel.sample_ratio", 1.0, "share of new traces recorded (0 to 1); requests with a sampled traceparent are always recorded"},
 	}
 }
 
@@ -394,6 +420,24 @@ func (c *Config) Validate() error {
 	}
 	if c.Temporal.TaskQueue == "" {
 		bad("temporal.task_queue", "must not be empty")
+	}
+	if c.API.BodyBudget < 0 {
+		bad("api.body_budget_bytes", "must not be negative")
+	} else if c.API.BodyBudget > 0 && c.API.BodyBudget < c.Collect.MaxRequestBytes {
+		bad("api.body_budget_bytes", "must be at least collect.max_request_bytes (%d), or 0 for no budget", c.Collect.MaxRequestBytes)
+	}
+	addr("metrics.addr", c.Metrics.Addr, true)
+	addr("metrics.worker_addr", c.Metrics.WorkerAddr, true)
+	if c.OTel.Endpoint != "" {
+		if u, err := url.Parse(c.OTel.Endpoint); err != nil || u.Scheme == "" || u.Host == "" {
+			bad("otel.endpoint", "must be an absolute URL such as http://127.0.0.1:4318 (got %q)", c.OTel.Endpoint)
+		}
+	}
+	if c.OTel.SampleRatio < 0 || c.OTel.SampleRatio > 1 {
+		bad("otel.sample_ratio", "must be between 0 and 1 (got %g)", c.OTel.SampleRatio)
+	}
+	if c.Runtime.ReturnMemoryEvery < 0 {
+		bad("runtime.return_memory_every", "must not be negative")
 	}
 	if c.Collect.MaxRequestBytes <= 0 {
 		bad("collect.max_request_bytes", "must be positive")

@@ -120,6 +120,8 @@ type CallOptions struct {
 	Linger        time.Duration
 	Workers       int
 	CommitTimeout time.Duration
+	// OnCommit is Options.OnCommit.
+	OnCommit func(n int, d time.Duration, err error)
 }
 
 // NewCalls returns a group-commit Writer of transcript entries into db's calls table: on SQLite a transaction
@@ -133,6 +135,7 @@ func NewCalls(db bun.IDB, o CallOptions) (*Writer[schema.Call], error) {
 		Linger:        o.Linger,
 		Workers:       o.Workers,
 		CommitTimeout: o.CommitTimeout,
+		OnCommit:      o.OnCommit,
 	}
 	if bdb, ok := db.(*bun.DB); ok && bdb.Dialect().Name() == dialect.SQLite {
 		p := &sqliteCalls{db: bdb}

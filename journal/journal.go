@@ -42,6 +42,8 @@ type Options[T any] struct {
 	Queue int
 	// OnClose, if set, runs once Close has committed everything (e.g. to close a prepared statement).
 	OnClose func() error
+	// OnCommit, if set, is told each batch's size, commit time and error (e.g. for metrics); it must be quick.
+	OnCommit func(n int, d time.Duration, err error)
 }
 
 // Writer group-commits records. Submit blocks until the record's batch has committed (or failed: every
@@ -212,6 +214,7 @@ func (w *Writer[T]) take(batch []*waiter[T]) []*waiter[T] {
 func (w *Writer[T]) commit(items []T) error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.o.CommitTimeout)
 	defer cancel()
+	began := time.Now()
 	var err error
 	if w.o.Direct {
 		err = w.o.Insert(ctx, w.o.DB, items)
@@ -219,6 +222,9 @@ func (w *Writer[T]) commit(items []T) error {
 		err = w.o.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			return w.o.Insert(ctx, tx, items)
 		})
+	}
+	if w.o.OnCommit != nil {
+		w.o.OnCommit(len(items), time.Since(began), err)
 	}
 	w.batches.Add(1)
 	w.items.Add(int64(len(items)))

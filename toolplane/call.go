@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -82,7 +84,16 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 
 	treq := twinrpc.CallRequest{Tool: req.Tool, Arguments: json.RawMessage(args), Requestor: req.Requestor}
 	started := time.Now()
-	res, err := p.callTwin(ctx, s, l, treq)
+	tctx, span := p.span(ctx, "twin.call")
+	res, err := p.callTwin(tctx, s, l, treq)
+	if span != nil {
+		span.SetAttributes(attribute.String("doppel.session_id", s.ID), attribute.String("doppel.tool", req.Tool))
+		if err == nil {
+			span.SetAttributes(attribute.String("doppel.fidelity", res.Fidelity), attribute.String("doppel.rung", res.Rung),
+				attribute.Bool("doppel.tool_error", res.Error))
+		}
+		endSpan(span, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +109,13 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 		c.Content = res.Content
 	}
 	journaled := time.Now()
-	if err := p.journal.Submit(context.WithoutCancel(ctx), c); err != nil {
+	_, span = p.span(ctx, "journal.commit")
+	err = p.journal.Submit(context.WithoutCancel(ctx), c)
+	if span != nil {
+		span.SetAttributes(attribute.String("doppel.call_id", c.ID))
+		endSpan(span, err)
+	}
+	if err != nil {
 		// The twin applied a call the journal does not hold: drop the twin's copy so the next call rebuilds the
 		// session from the journal, and do not answer.
 		l.calls = -1

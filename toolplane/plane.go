@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -57,6 +59,8 @@ type Options struct {
 	// TokenTTL bounds how long a session-token resolution is trusted (default 5s).
 	TokenTTL time.Duration
 	Log      *slog.Logger
+	// Tracer, when set, makes spans of each call's twin answer and journal commit (nil: none, at no cost).
+	Tracer trace.TracerProvider
 }
 
 // Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
@@ -71,6 +75,7 @@ type Plane struct {
 	locals  twinrpc.Locals
 	log     *slog.Logger
 	tokens  *Tokens
+	tracer  trace.Tracer // nil: no spans
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -95,6 +100,9 @@ func New(o Options) *Plane {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.tokens = NewTokens(o.DB, o.TokenTTL)
+	if o.Tracer != nil {
+		p.tracer = o.Tracer.Tracer("doppel/toolplane")
+	}
 	return p
 }
 
@@ -200,4 +208,21 @@ func notFoundOr(err error, what string) error {
 		return errorf(NotFound, "%s not found", what)
 	}
 	return err
+}
+
+// span starts a child span of ctx when tracing is on; without a tracer it answers ctx and a nil span.
+func (p *Plane) span(ctx context.Context, name string) (context.Context, trace.Span) {
+	if p.tracer == nil {
+		return ctx, nil
+	}
+	return p.tracer.Start(ctx, name)
+}
+
+// endSpan ends span, marking it failed with err.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 }

@@ -214,7 +214,7 @@ func runBench(ctx context.Context, e env) error {
 	fmt.Fprintf(e.stdout, "calls (%s, %d sessions, %s)  %d ok, %d failed, %.0f calls/s  p50 %s  p99 %s  max %s\n",
 		mode, len(opened), duration.String(), len(lat), failures.Load(), float64(len(lat))/elapsed.Seconds(),
 		pct(lat, 50), pct(lat, 99), pct(lat, 100))
-	for _, name := range []string{"twin", "journal", "total"} {
+	for _, name := range []string{"auth", "twin", "journal", "total"} {
 		if ds := stages[name]; len(ds) > 0 {
 			fmt.Fprintf(e.stdout, "  server %-8s p50 %s  p99 %s\n", name, pct(ds, 50), pct(ds, 99))
 		}

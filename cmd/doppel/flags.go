@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/telemetry"
 )
 
 // errHelp reports that --help was asked for and answered.
@@ -56,8 +57,9 @@ func newLogger(cfg *config.Config, w *os.File) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.Log.Level)))
 	opts := &slog.HandlerOptions{Level: level}
+	// Records logged with a request's context carry its trace and span ids when tracing is on.
 	if cfg.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 }

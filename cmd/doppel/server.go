@@ -46,7 +46,7 @@ func runDev(ctx context.Context, e env) error {
 	}
 	started := time.Now()
 	logger := newLogger(cfg, os.Stderr)
-	st, err := startStack(ctx, cfg, logger, true, true)
+	st, err := startStack(ctx, cfg, e.environ, logger, true, true)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func openServer(ctx context.Context, e env, name string) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := startStack(ctx, cfg, newLogger(cfg, os.Stderr), false, false)
+	st, err := startStack(ctx, cfg, e.environ, newLogger(cfg, os.Stderr), false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -195,9 +195,39 @@ func runWorker(ctx context.Context, e env) error {
 		return err
 	}
 	defer w.Stop()
+	// The worker has no API listener: its metrics get one of their own.
+	addr := cfg.Metrics.Addr
+	if addr == "" {
+		addr = cfg.Metrics.WorkerAddr
+	}
+	if st.metrics != nil && addr != "" {
+		stop, err := serveMetrics(st, "metrics.addr", addr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
 	<-ctx.Done()
 	return nil
+}
+
+// serveMetrics serves GET /metrics alone on addr (key names the setting, for errors) until stop is called.
+func serveMetrics(st *stack, key, addr string) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &config.FieldError{Key: key, Reason: err.Error()}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", st.metrics.Handler(st.log.With("component", "metrics")))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(st.log.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	st.log.Info("metrics listening", "addr", ln.Addr().String(), "path", "/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
 func runOpenAPI(_ context.Context, e env) error {
@@ -245,11 +275,15 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	builds := &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")}
+	if st.metrics != nil {
+		builds.Observer = st.metrics
+	}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
-		Builds: &activities.Builds{DB: st.db, Blobs: st.blobs, Log: st.log.With("component", "builds")},
+		Builds: builds,
 		Twins:  &activities.Twins{Driver: drv},
 		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
-			Log: st.log.With("component", "sessions")},
+			Log: st.log.With("component", "sessions"), Tracer: st.tracer()},
 	}), nil
 }
 
@@ -343,6 +377,22 @@ func apiOptions(st *stack) (api.Options, error) {
 	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
 	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
+	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
+	if opts.BodyBudget == 0 {
+		opts.BodyBudget = -1 // api.body_budget_bytes 0: no budget
+	}
+	if opts.ReturnMemoryEvery == 0 {
+		opts.ReturnMemoryEvery = -1
+	}
+	if st.metrics != nil {
+		opts.Observer = st.metrics
+		if st.cfg.Metrics.Addr == "" {
+			opts.Metrics = st.metrics.Handler(st.log.With("component", "metrics"))
+		}
+	}
+	if tp := st.tracer(); tp != nil {
+		opts.Tracer, opts.Propagator = tp, st.tracing.Propagator()
+	}
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
 		builds.Register,
@@ -397,6 +447,14 @@ func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
 		return &config.FieldError{Key: "api.addr", Reason: err.Error()}
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(st.log.Handler(), slog.LevelWarn)}
+	if st.metrics != nil && st.cfg.Metrics.Addr != "" {
+		stop, err := serveMetrics(st, "metrics.addr", st.cfg.Metrics.Addr)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	ready(ln.Addr().String())

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
@@ -18,6 +20,8 @@ import (
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/telemetry"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
 )
@@ -35,6 +39,28 @@ type stack struct {
 	locals  twinrpc.Locals
 	closers []func() error
 	plane   *toolplane.Plane
+	// metrics is this process's registry (nil: metrics.enabled is off); tracing its tracer provider (off unless
+	// otel.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT says where spans go).
+	metrics *telemetry.Metrics
+	tracing *telemetry.Tracing
+}
+
+// tracer is the tracer provider the parts get: nil when tracing is off, so they skip spans at no cost.
+func (s *stack) tracer() trace.TracerProvider {
+	if !s.tracing.Enabled() {
+		return nil
+	}
+	return s.tracing.Provider()
+}
+
+// dbStates reads the gauges /metrics takes from the database.
+type dbStates struct{ db *bun.DB }
+
+func (d dbStates) OpenSessions(ctx context.Context) (int64, error) {
+	return store.CountOpenSessions(ctx, d.db)
+}
+func (d dbStates) TwinStates(ctx context.Context) (map[string]int64, error) {
+	return store.CountTwinStates(ctx, d.db)
 }
 
 // toolPlane is the process's one tool plane (made on first use, with its call journal): the API serves sessions
@@ -43,14 +69,18 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	if s.plane != nil {
 		return s.plane, nil
 	}
-	calls, err := journal.NewCalls(s.db, journal.CallOptions{})
+	var co journal.CallOptions
+	if s.metrics != nil {
+		co.OnCommit = s.metrics.JournalCommit
+	}
+	calls, err := journal.NewCalls(s.db, co)
 	if err != nil {
 		return nil, fmt.Errorf("call journal: %w", err)
 	}
 	s.onClose(calls.Close)
 	s.plane = toolplane.New(toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane")})
+		Log: s.log.With("component", "toolplane"), Tracer: s.tracer()})
 	return s.plane, nil
 }
 
@@ -99,12 +129,28 @@ func openBlobs(ctx context.Context, cfg *config.Config) (blob.Store, error) {
 }
 
 // startStack opens the database (migrating it when migrate is set), the blob store and Temporal — an in-process
-// dev server when dev is set, else the configured frontend.
-func startStack(ctx context.Context, cfg *config.Config, logger *slog.Logger, dev, migrate bool) (*stack, error) {
+// dev server when dev is set, else the configured frontend — with the process's metrics and tracing. environ is
+// the process environment (for OTEL_EXPORTER_OTLP_*).
+func startStack(ctx context.Context, cfg *config.Config, environ []string, logger *slog.Logger, dev, migrate bool) (*stack, error) {
 	s := &stack{cfg: cfg, log: logger}
 	fail := func(err error) (*stack, error) {
 		_ = s.close()
 		return nil, err
+	}
+
+	tr, err := telemetry.NewTracing(ctx, telemetry.TracingOptions{Endpoint: cfg.OTel.Endpoint, Environ: environ,
+		ServiceName: cfg.OTel.ServiceName, SampleRatio: cfg.OTel.SampleRatio})
+	if err != nil {
+		return fail(&config.FieldError{Key: "otel.endpoint", Reason: err.Error()})
+	}
+	s.tracing = tr
+	s.onClose(func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return tr.Shutdown(sctx)
+	})
+	if cfg.Metrics.Enabled {
+		s.metrics = telemetry.NewMetrics()
 	}
 
 	db, err := openDB(ctx, cfg)
@@ -113,6 +159,9 @@ func startStack(ctx context.Context, cfg *config.Config, logger *slog.Logger, de
 	}
 	s.db = db
 	s.onClose(db.Close)
+	if s.metrics != nil {
+		s.metrics.WatchStates(dbStates{db}, 2*time.Second, logger.With("component", "metrics"))
+	}
 	if migrate {
 		if err := schema.Migrate(ctx, db); err != nil {
 			return fail(fmt.Errorf("migrate: %w", err))
@@ -139,10 +188,26 @@ func startStack(ctx context.Context, cfg *config.Config, logger *slog.Logger, de
 	if addr == "" {
 		return fail(&config.FieldError{Key: "temporal.address", Reason: "is required outside `doppel dev`"})
 	}
-	c, err := client.DialContext(ctx, client.Options{
+	copts := client.Options{
 		HostPort: addr, Namespace: cfg.Temporal.Namespace,
 		Logger: log.NewStructuredLogger(logger.With("component", "temporal-client")),
-	})
+	}
+	if s.metrics != nil {
+		h, mp, err := s.metrics.TemporalHandler(logger.With("component", "temporal-metrics"))
+		if err != nil {
+			return fail(fmt.Errorf("temporal metrics: %w", err))
+		}
+		copts.MetricsHandler = h
+		s.onClose(func() error { return mp.Shutdown(context.Background()) })
+	}
+	ti, err := tr.TemporalInterceptor()
+	if err != nil {
+		return fail(fmt.Errorf("temporal tracing: %w", err))
+	}
+	if ti != nil {
+		copts.Interceptors = append(copts.Interceptors, ti) // the worker made from this client traces too
+	}
+	c, err := client.DialContext(ctx, copts)
 	if err != nil {
 		return fail(fmt.Errorf("temporal %s: %w", addr, err))
 	}
