@@ -13,7 +13,27 @@ import (
 // TestCheckpointsBoundTheWAL: under a steady stream of commits (as tool calls make: one every millisecond or
 // so) beside readers that never all stop, the background checkpoints keep the WAL near its restart length
 // instead of letting it grow with every commit.
+//
+// The RESTART checkpoint gives up after restartBusy (5 ms) when readers hold it back, by design, so on a machine
+// whose cores are all busy elsewhere a run can see the WAL grow: up to three runs are made, and the bound must
+// hold in one of them. With PASSIVE checkpoints alone every run reaches 2.5-4 MB, so a broken RESTART still fails.
 func TestCheckpointsBoundTheWAL(t *testing.T) {
+	const bound = 1 << 20
+	var seen []int64
+	for range 3 {
+		maxWAL := walUnderWrites(t)
+		t.Logf("largest WAL seen: %d bytes", maxWAL)
+		if maxWAL <= bound {
+			return
+		}
+		seen = append(seen, maxWAL)
+	}
+	t.Fatalf("the WAL grew to %v bytes in three runs under continuous writes; want it kept near 64 pages (under %d)", seen, bound)
+}
+
+// walUnderWrites streams ~18 MB of commits beside busy readers with the background checkpoints on and returns the
+// WAL's largest size seen.
+func walUnderWrites(t *testing.T) int64 {
 	path := filepath.Join(t.TempDir(), "wal.db")
 	dsn, _, err := sqliteDSN(path, 10*time.Second)
 	if err != nil {
@@ -51,6 +71,12 @@ func TestCheckpointsBoundTheWAL(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Microsecond)
+		if i%50 == 49 {
+			// Every ~200 KB, two checkpoint periods' pause: on a loaded machine (CI beside other builds) the
+			// checkpointer's goroutine can otherwise be starved of CPU for longer than the writes take, and the
+			// test would measure the scheduler instead of the checkpoints.
+			time.Sleep(10 * time.Millisecond)
+		}
 		if i%100 == 0 {
 			if st, err := os.Stat(path + "-wal"); err == nil {
 				maxWAL = max(maxWAL, st.Size())
@@ -59,8 +85,5 @@ func TestCheckpointsBoundTheWAL(t *testing.T) {
 	}
 	// The RESTART happens at most a period after the WAL passes 64 pages (256 KiB), and commits meanwhile add a
 	// few pages each: it stays near 350 KB here. With PASSIVE checkpoints alone it reached 2.5-4 MB.
-	t.Logf("largest WAL seen: %d bytes", maxWAL)
-	if maxWAL > 1<<20 {
-		t.Fatalf("the WAL grew to %d bytes under continuous writes; want it kept near %d pages", maxWAL, restart)
-	}
+	return maxWAL
 }
