@@ -279,6 +279,7 @@ func TestFaultsProductionShape(t *testing.T) {
 	t.Run("worker-kill-during-build", func(t *testing.T) { faultWorkerKill(t, s, slug, corpus) })
 	t.Run("api-kill-during-calls", func(t *testing.T) { faultAPIKill(t, s, slug) })
 	t.Run("docker-engine-down", func(t *testing.T) { faultEngineDown(t, s, slug, engine, suffix) })
+	t.Run("api-kill-during-ingest", func(t *testing.T) { faultIngestKill(t, s, be, corpus) })
 	s.api.term(t)
 	s.worker.term(t)
 }
@@ -583,4 +584,43 @@ func faultEngineDown(t *testing.T, s *faultStack, slug string, engine *crashProx
 	}
 	figure(t, "engine restored %s after the cut: the session answered 200 again %s later on a new twin, its world rebuilt from the journal (state hash unchanged)",
 		restored.Sub(cut).Round(100*time.Millisecond), back.Round(100*time.Millisecond))
+}
+
+// faultIngestKill streams batches of real traces to the API from two clients and kills the API -9 mid-stream,
+// twice; after each restart every acknowledged batch is stored whole, an unacknowledged one whole or not at all,
+// and its resend is counted once (checkStored, as for doppel dev in TestCrash). The API runs with the rebuild
+// debounced for an hour meanwhile, so no build of the streamed environment competes for the two cores.
+func faultIngestKill(t *testing.T, s *faultStack, be crashBackend, corpus []map[string]json.RawMessage) {
+	s.env = append(s.env, "DOPPEL_COLLECT_REBUILD_DEBOUNCE=1h") // the last value of a variable wins
+	s.api.kill(t)
+	s.api = s.start("serve")
+	cs := &crashStreamer{t: t, url: s.url(), key: s.key, project: "faults-ingest", size: 50, traces: corpus,
+		http: &http.Client{Timeout: 2 * time.Minute}}
+	const rounds, killAfter = 2, 8
+	for round := 1; round <= rounds; round++ {
+		cs.stop.Store(false)
+		start := cs.acked.Load()
+		wg := cs.run(2, 10000)
+		e2ePoll(t, 3*time.Minute, 5*time.Millisecond, fmt.Sprintf("round %d: %d acknowledged batches", round, killAfter), func() (bool, string) {
+			return cs.acked.Load()-start >= killAfter, fmt.Sprintf("%d acknowledged; %d refused", cs.acked.Load()-start, cs.count(batchRejected))
+		})
+		s.api.kill(t)
+		killed := time.Now()
+		cs.stop.Store(true)
+		wg.Wait()
+		if n := cs.count(batchRejected); n != 0 {
+			t.Fatalf("round %d: %d batches refused while the API was up (first: %s)", round, n, firstAnswer(cs, batchRejected))
+		}
+		inFlight := cs.count(batchInFlight)
+		s.api = s.start("serve")
+		back := time.Since(killed)
+		present := checkStored(t, be, cs, s.url(), s.key)
+		figure(t, "round %d: API kill -9 with %d batches acknowledged in all, %d in flight (%d of them stored whole, none in part); every acknowledged batch stored; API back %s after the kill",
+			round, cs.acked.Load(), inFlight, countTrue(present), back.Round(time.Millisecond))
+		resendInFlight(t, cs, present)
+		if t.Failed() {
+			return
+		}
+	}
+	checkStored(t, be, cs, s.url(), s.key)
 }
