@@ -146,3 +146,6 @@ func fieldDiff(out []FieldChange, prefix string, a, b *jsonvalue.Object) []Field
 	}
 	return out
 }
+
+// ExpectationsFrom turns a diff into the expectations that hold exactly for its end state (Runtime.ExpectationsFrom).
+func (s *Session) ExpectationsFrom(changes []Change) []Expectation { return s.rt.ExpectationsFrom(changes) }
