@@ -148,4 +148,6 @@ func fieldDiff(out []FieldChange, prefix string, a, b *jsonvalue.Object) []Field
 }
 
 // ExpectationsFrom turns a diff into the expectations that hold exactly for its end state (Runtime.ExpectationsFrom).
-func (s *Session) ExpectationsFrom(changes []Change) []Expectation { return s.rt.ExpectationsFrom(changes) }
+func (s *Session) ExpectationsFrom(changes []Change) []Expectation {
+	return s.rt.ExpectationsFrom(changes)
+}
