@@ -1,6 +1,9 @@
 package api_test
 
 import (
+	"context"
+	"net/url"
+
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/doppel-dev/doppel/api"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -379,4 +385,40 @@ func TestFaultsSameSeedSameFailures(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMCPEnvironmentFaults: an environment's MCP address takes a fault plan in its query; injected faults are
+// labelled in each call result's _meta and are the tool's errors; a bad plan is refused naming query.faults….
+func TestMCPEnvironmentFaults(t *testing.T) {
+	bundle, _ := retailBundle(t)
+	p := newMCPPlane(t, "sqlite", bundle)
+	plan := url.QueryEscape(`{"get_order_details":{"error_rate":0.5}}`)
+	cs := p.connect(t, "/mcp/envs/"+p.env.Slug+"?seed=5&faults="+plan, p.key)
+	faulted := 0
+	for i := 0; i < 40; i++ {
+		r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "get_order_details",
+			Arguments: map[string]any{"order_id": "#W6231698"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := metaOf(t, r.Meta, api.MetaCall)
+		if f, ok := m["fault"].(map[string]any); ok {
+			faulted++
+			if f["kind"] != "error" || !r.IsError || !strings.HasPrefix(textOf(t, r), "Error:") {
+				t.Fatalf("injected fault: %v %v %q", f, r.IsError, textOf(t, r))
+			}
+		} else if r.IsError {
+			t.Fatalf("call %d failed without a fault: %q", i, textOf(t, r))
+		}
+	}
+	if faulted < 10 || faulted > 30 {
+		t.Fatalf("%d of 40 calls faulted at error_rate 0.5", faulted)
+	}
+	bad := url.QueryEscape(`{"get_order_details":{"error_rate":0.9,"timeout_rate":0.9}}`)
+	c := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil)
+	_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: p.srv.URL + "/mcp/envs/" + p.env.Slug + "?faults=" + bad,
+		HTTPClient: &http.Client{Transport: withBearer{p.key, http.DefaultTransport}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "query.faults.get_order_details.error_rate") {
+		t.Fatalf("bad plan: %v, want an error naming query.faults.get_order_details.error_rate", err)
+	}
 }
