@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -325,5 +326,22 @@ func TestAssertLanguage(t *testing.T) {
 		if !ok || ee.Field != bad.field {
 			t.Errorf("%s: %v, want a problem at %s", bad.e, err, bad.field)
 		}
+	}
+}
+
+// TestRebuildPassesOverInjectedCalls: a journaled write that an injected fault answered never reached the world, so
+// a rebuild does not run it; run, it would move the state away from the journal's.
+func TestRebuildPassesOverInjectedCalls(t *testing.T) {
+	rt, _ := domain(t, "retail")
+	s, _, _ := rt.Open(twin.SessionSpec{Seed: 8})
+	cancel := json.RawMessage(`{"order_id": "#W3295833", "reason": "no longer needed"}`)
+	journal := []twin.JournalEntry{{Tool: "cancel_pending_order", Args: cancel, Content: "Error: injected", StateHash: s.StateHash(), Injected: true}}
+	r, _, err := rt.Rebuild(context.Background(), twin.SessionSpec{Seed: 8}, journal)
+	if err != nil || r.StateHash() != s.StateHash() {
+		t.Fatalf("rebuild with an injected write: %v", err)
+	}
+	journal[0].Injected = false
+	if _, _, err := rt.Rebuild(context.Background(), twin.SessionSpec{Seed: 8}, journal); !errors.Is(err, twin.ErrDiverged) {
+		t.Fatalf("the same write run: %v, want a divergence (the write would change the world)", err)
 	}
 }
