@@ -78,7 +78,9 @@ func TestForkContinuesLikeParent(t *testing.T) {
 			p := newPlane(t, driver, bundle, planeOptions{local: local})
 			for ti, calls := range retailRuns(t, traces, 6, 4) {
 				n := len(calls) / 2
-				parent := p.open(map[string]any{"seed": 100 + ti, "recordOutputs": true})
+				// With a fault plan too: a fork draws the same faults for calls N+1… as the parent does.
+				parent := p.open(map[string]any{"seed": 100 + ti, "recordOutputs": true, "faults": map[string]any{
+					"get_order_details": map[string]any{"error_rate": 0.3}, "get_product_details": map[string]any{"timeout_rate": 0.3, "timeout_ms": 1}}})
 				for _, c := range calls[:n] {
 					p.run(parent, c)
 				}
@@ -95,13 +97,14 @@ func TestForkContinuesLikeParent(t *testing.T) {
 				}
 				var want []string
 				for _, c := range calls[n:] {
-					content, hash, _ := p.run(parent, c)
-					want = append(want, content, hash)
+					content, hash, out := p.run(parent, c)
+					want = append(want, content, hash, fmt.Sprint(out["fault"]))
 				}
 				for i, c := range calls[n:] {
-					content, hash, _ := p.run(live, c)
-					if content != want[2*i] || hash != want[2*i+1] {
-						t.Fatalf("trace %d call %d (%s): fork answered %.80q %s, parent %.80q %s", ti, n+i+1, c.Tool, content, hash, want[2*i], want[2*i+1])
+					content, hash, out := p.run(live, c)
+					if content != want[3*i] || hash != want[3*i+1] || fmt.Sprint(out["fault"]) != want[3*i+2] {
+						t.Fatalf("trace %d call %d (%s): fork answered %.80q %s %v, parent %.80q %s %s", ti, n+i+1, c.Tool,
+							content, hash, out["fault"], want[3*i], want[3*i+1], want[3*i+2])
 					}
 				}
 				// A fork of the finished parent at an earlier call, by the workspace key, replays to the same end.
