@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
@@ -252,11 +253,15 @@ func (s *envSession) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 		// Auth happened once for the MCP request that carries this call, outside it.
 		s.face.obs.Call("mcp", res.Fidelity, res.Rung, 0, res.Twin, res.Journal, time.Since(begun))
 	}
+	meta := map[string]any{"sessionId": sess.ID, "callId": res.CallID, "fidelity": res.Fidelity,
+		"rung": res.Rung, "downgraded": res.Downgraded, "ms": res.Ms}
+	if res.Fault != nil {
+		meta["fault"] = callFault(res.Fault)
+	}
 	return &mcp.CallToolResult{
 		Content: []mcp.Content{&mcp.TextContent{Text: res.Content}},
 		IsError: res.Error,
-		Meta: mcp.Meta{MetaCall: map[string]any{"sessionId": sess.ID, "callId": res.CallID, "fidelity": res.Fidelity,
-			"rung": res.Rung, "downgraded": res.Downgraded, "ms": res.Ms}},
+		Meta:    mcp.Meta{MetaCall: meta},
 	}, nil
 }
 
@@ -327,12 +332,13 @@ type openSpec struct {
 	instrA, instrB  *string
 	scenario, clock *string
 	record          *bool
+	faults          faults.Spec
 	where           map[string]string // parameter name → query or _meta
 	err             error             // the first bad _meta parameter
 }
 
 // openParams are the names an MCP address and the initialize _meta take.
-var openParams = []string{"seed", "seed_instructions", "seedInstructions", "scenario", "clock", "recordOutputs"}
+var openParams = []string{"seed", "seed_instructions", "seedInstructions", "scenario", "clock", "recordOutputs", "faults"}
 
 func specFromQuery(r *http.Request) (openSpec, error) {
 	q := r.URL.Query()
@@ -412,6 +418,21 @@ func (sp *openSpec) set(where, name string, v any) error {
 			return Invalid(field, "expected true or false")
 		}
 		sp.record = &b
+	case "faults":
+		// A fault plan (as sessions.open's body takes it): JSON text in a query, an object in _meta.
+		raw, ok := v.(string)
+		if !ok {
+			b, merr := json.Marshal(v)
+			if merr != nil {
+				return Invalid(field, "expected a JSON object: tool → {error_rate, timeout_rate, timeout_ms, latency}")
+			}
+			raw = string(b)
+		}
+		dec := json.NewDecoder(strings.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if derr := dec.Decode(&sp.faults); derr != nil {
+			return Invalid(field, "expected a JSON object: tool → {error_rate, timeout_rate, timeout_ms, latency}: "+derr.Error())
+		}
 	}
 	return err
 }
@@ -457,6 +478,7 @@ func (sp openSpec) request(start *envStart) (toolplane.OpenRequest, error) {
 	if sp.record != nil {
 		req.RecordOutputs = *sp.record
 	}
+	req.Faults = sp.faults
 	return req, nil
 }
 
@@ -465,7 +487,8 @@ func (sp openSpec) relocate(err error) error {
 	var pe *toolplane.Error
 	if errors.As(err, &pe) && pe.Kind == toolplane.Invalid {
 		if name, ok := strings.CutPrefix(pe.Field, "body."); ok {
-			if where, ok := sp.where[name]; ok {
+			root, _, _ := strings.Cut(name, ".") // faults.<tool>.error_rate was given as faults
+			if where, ok := sp.where[root]; ok {
 				return &toolplane.Error{Kind: pe.Kind, Field: where + "." + name, Detail: pe.Detail}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/toolplane"
 )
@@ -33,6 +34,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 	d.Auth.Tokens = sr.Plane.Tokens()
 	sr.obs = d.Observer
 	registerTools(a, d.DB, sr.Plane.Bundles(), sr.Model)
+	sr.registerWorlds(a, d)
 	Declare(a, Verb[OpenSessionInput, OpenSessionOutput]{
 		Name:    "sessions.open",
 		Method:  http.MethodPost,
@@ -111,13 +113,50 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 
 // OpenSessionBody is the body of POST /v1/envs/{slug}/sessions, in either naming variant.
 type OpenSessionBody struct {
-	SeedInstructionsA *string `json:"seed_instructions,omitempty" maxLength:"20000" doc:"Plain-language preconditions (variant A name). Omitted: the world the environment was built with."`
-	SeedInstructions  *string `json:"seedInstructions,omitempty" maxLength:"20000" doc:"Plain-language preconditions (variant B name)."`
-	Seed              *int64  `json:"seed,omitempty" minimum:"0" maximum:"9007199254740991" doc:"Pins generated values. Omitted: a fresh draw, returned in the answer."`
-	RecordOutputs     *bool   `json:"recordOutputs,omitempty" doc:"Keep each call's result in the transcript (default false: arguments, fidelity and latency only)."`
-	RecordOutputsA    *bool   `json:"record_outputs,omitempty" doc:"recordOutputs, variant A name."`
-	Scenario          *string `json:"scenario,omitempty" maxLength:"200" doc:"Name of a scenario from the environment's build config, used instead of seed instructions (never combined with them)."`
-	Clock             *string `json:"clock,omitempty" format:"date-time" doc:"Fixes the world's time, RFC 3339 (e.g. 2025-03-01T09:00:00Z). Omitted: the build's clock."`
+	SeedInstructionsA *string              `json:"seed_instructions,omitempty" maxLength:"20000" doc:"Plain-language preconditions (variant A name). Omitted: the world the environment was built with."`
+	SeedInstructions  *string              `json:"seedInstructions,omitempty" maxLength:"20000" doc:"Plain-language preconditions (variant B name)."`
+	Seed              *int64               `json:"seed,omitempty" minimum:"0" maximum:"9007199254740991" doc:"Pins generated values. Omitted: a fresh draw, returned in the answer."`
+	RecordOutputs     *bool                `json:"recordOutputs,omitempty" doc:"Keep each call's result in the transcript (default false: arguments, fidelity and latency only)."`
+	RecordOutputsA    *bool                `json:"record_outputs,omitempty" doc:"recordOutputs, variant A name."`
+	Scenario          *string              `json:"scenario,omitempty" maxLength:"200" doc:"Name of a scenario from the environment's build config, used instead of seed instructions (never combined with them)."`
+	Clock             *string              `json:"clock,omitempty" format:"date-time" doc:"Fixes the world's time, RFC 3339 (e.g. 2025-03-01T09:00:00Z). Omitted: the build's clock."`
+	Faults            map[string]FaultRule `json:"faults,omitempty" maxProperties:"1000" doc:"Injected faults per tool name (\"*\": every tool not named): recorded error answers, timeouts and added latency, drawn from the session's seed so the same seed fails the same calls. Each injected fault is labelled in the call's answer and the transcript."`
+}
+
+// FaultRule is one tool's injected faults.
+type FaultRule struct {
+	ErrorRate   float64       `json:"error_rate,omitempty" minimum:"0" maximum:"1" doc:"Fraction of calls answered with one of the tool's recorded error answers instead of running (the world unchanged). A named tool needs recorded errors; \"*\" applies it to the tools that have them."`
+	TimeoutRate float64       `json:"timeout_rate,omitempty" minimum:"0" maximum:"1" doc:"Fraction of calls that time out: after timeout_ms they answer a timeout error without running. error_rate + timeout_rate ≤ 1."`
+	TimeoutMs   int64         `json:"timeout_ms,omitempty" minimum:"0" maximum:"300000" doc:"How long a timed-out call hangs (default 10000)."`
+	Latency     *FaultLatency `json:"latency,omitempty" doc:"Latency added to the tool's calls (timeouts excepted)."`
+}
+
+// FaultLatency is added latency drawn from a named distribution, in milliseconds.
+type FaultLatency struct {
+	Dist     string  `json:"dist" enum:"fixed,uniform,normal,exponential,lognormal" doc:"fixed (ms), uniform (min_ms–max_ms), normal (mean_ms, stddev_ms; clamped at 0), exponential (mean_ms), lognormal (median_ms, sigma)."`
+	Ms       float64 `json:"ms,omitempty" minimum:"0" maximum:"60000"`
+	MinMs    float64 `json:"min_ms,omitempty" minimum:"0" maximum:"60000"`
+	MaxMs    float64 `json:"max_ms,omitempty" minimum:"0" maximum:"60000"`
+	MeanMs   float64 `json:"mean_ms,omitempty" minimum:"0" maximum:"60000"`
+	StddevMs float64 `json:"stddev_ms,omitempty" minimum:"0" maximum:"60000"`
+	MedianMs float64 `json:"median_ms,omitempty" minimum:"0" maximum:"60000"`
+	Sigma    float64 `json:"sigma,omitempty" minimum:"0" maximum:"5"`
+}
+
+func faultSpec(rules map[string]FaultRule) faults.Spec {
+	if len(rules) == 0 {
+		return nil
+	}
+	sp := make(faults.Spec, len(rules))
+	for tool, r := range rules {
+		t := faults.Tool{ErrorRate: r.ErrorRate, TimeoutRate: r.TimeoutRate, TimeoutMs: r.TimeoutMs}
+		if r.Latency != nil {
+			l := faults.Latency(*r.Latency)
+			t.Latency = &l
+		}
+		sp[tool] = t
+	}
+	return sp
 }
 
 // OpenSessionInput is POST /v1/envs/{slug}/sessions.
@@ -172,7 +211,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 		return nil, err
 	}
 	req := toolplane.OpenRequest{WorkspaceID: p.Workspace.ID, KeyID: p.Key.ID, Env: in.Slug, Seed: body.Seed,
-		SeedInstructions: instr, RecordOutputs: record}
+		SeedInstructions: instr, RecordOutputs: record, Faults: faultSpec(body.Faults)}
 	if body.Scenario != nil {
 		req.Scenario = *body.Scenario
 	}
@@ -257,13 +296,27 @@ type CallInput struct {
 
 // CallResult is a tool call's answer (spec §2.5).
 type CallResult struct {
-	Content    string `json:"content" doc:"The tool's answer as text, as the agent should see it."`
-	Error      bool   `json:"error" doc:"True when the tool answered with its own error, as production would."`
-	Fidelity   string `json:"fidelity" enum:"A_executed,B_twin,B_replayed,B_inferred,B_simulated" doc:"A_executed: provided code ran; B_twin: the world model answered; B_replayed: a recorded answer; B_inferred: the nearest recording adapted; B_simulated: a model imagined it."`
-	Rung       string `json:"rung" enum:"provided,twin,replay,infer,simulate" doc:"The rung that answered."`
-	Downgraded bool   `json:"downgraded" doc:"True when the tool's bound rung could not answer and a lower one did."`
-	CallID     string `json:"callId" doc:"The call's id in the transcript." example:"call_0123456789abcdef"`
-	Ms         int64  `json:"ms" doc:"Latency of the tool answer in milliseconds."`
+	Content    string     `json:"content" doc:"The tool's answer as text, as the agent should see it."`
+	Error      bool       `json:"error" doc:"True when the tool answered with its own error, as production would."`
+	Fidelity   string     `json:"fidelity" enum:"A_executed,B_twin,B_replayed,B_inferred,B_simulated" doc:"A_executed: provided code ran; B_twin: the world model answered; B_replayed: a recorded answer; B_inferred: the nearest recording adapted; B_simulated: a model imagined it."`
+	Rung       string     `json:"rung" enum:"provided,twin,replay,infer,simulate" doc:"The rung that answered."`
+	Downgraded bool       `json:"downgraded" doc:"True when the tool's bound rung could not answer and a lower one did."`
+	CallID     string     `json:"callId" doc:"The call's id in the transcript." example:"call_0123456789abcdef"`
+	Ms         int64      `json:"ms" doc:"Latency of the tool answer in milliseconds."`
+	Fault      *CallFault `json:"fault,omitempty" doc:"Set when the session's fault plan injected a fault into this call."`
+}
+
+// CallFault labels an injected fault.
+type CallFault struct {
+	Kind      string `json:"kind" enum:"error,timeout,latency" doc:"error: a recorded error answer of the tool answered instead of it; timeout: the call hung latency_ms and failed; neither ran, and the world is unchanged. latency: the call ran, latency_ms later."`
+	LatencyMs int64  `json:"latency_ms" doc:"Milliseconds the fault added before the answer."`
+}
+
+func callFault(f *toolplane.Fault) *CallFault {
+	if f == nil {
+		return nil
+	}
+	return &CallFault{Kind: f.Kind, LatencyMs: f.LatencyMs}
 }
 
 // CallOutput answers a call.
@@ -293,7 +346,7 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 	return &CallOutput{
 		ServerTiming: serverTiming(auth, res.Twin, res.Journal, total),
 		Body: CallResult{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
-			Downgraded: res.Downgraded, CallID: res.CallID, Ms: res.Ms},
+			Downgraded: res.Downgraded, CallID: res.CallID, Ms: res.Ms, Fault: callFault(res.Fault)},
 	}, nil
 }
 
@@ -340,22 +393,24 @@ type SessionReceiptsFull struct {
 
 // SessionView answers GET /v1/sessions/{session_id}.
 type SessionView struct {
-	ID            string              `json:"id" example:"ses_0123456789abcdef"`
-	Status        string              `json:"status" enum:"open,closed,expired,broken" doc:"open; closed (DELETE); expired (idle past the limit); broken (a rebuild from the journal diverged)."`
-	EnvID         string              `json:"env_id"`
-	BuildID       string              `json:"build_id" doc:"The build whose twin serves the session."`
-	NCalls        int64               `json:"n_calls" doc:"Calls journaled."`
-	NErrors       int64               `json:"n_errors" doc:"Calls the tool answered with its own error."`
-	NDowngraded   int64               `json:"n_downgraded" doc:"Calls answered below their tool's bound rung."`
-	Fidelity      FidelityMix         `json:"fidelity" doc:"Calls per fidelity label."`
-	StateHash     string              `json:"state_hash" doc:"sha256: hash of the session's world now; changes when the world changes."`
-	WorldHash     string              `json:"world_hash" doc:"sha256: hash of the world at open."`
-	Receipts      SessionReceiptsFull `json:"receipts"`
-	RecordOutputs bool                `json:"record_outputs" doc:"Whether the transcript carries results."`
-	CreatedAt     time.Time           `json:"created_at"`
-	LastUsedAt    time.Time           `json:"last_used_at" doc:"The last call (or the open)."`
-	ExpiresAt     time.Time           `json:"expires_at" doc:"When the session expires if unused from now on."`
-	ClosedAt      *time.Time          `json:"closed_at,omitempty"`
+	ID            string               `json:"id" example:"ses_0123456789abcdef"`
+	Status        string               `json:"status" enum:"open,closed,expired,broken" doc:"open; closed (DELETE); expired (idle past the limit); broken (a rebuild from the journal diverged)."`
+	EnvID         string               `json:"env_id"`
+	BuildID       string               `json:"build_id" doc:"The build whose twin serves the session."`
+	NCalls        int64                `json:"n_calls" doc:"Calls journaled."`
+	NErrors       int64                `json:"n_errors" doc:"Calls the tool answered with its own error."`
+	NDowngraded   int64                `json:"n_downgraded" doc:"Calls answered below their tool's bound rung."`
+	Fidelity      FidelityMix          `json:"fidelity" doc:"Calls per fidelity label."`
+	StateHash     string               `json:"state_hash" doc:"sha256: hash of the session's world now; changes when the world changes."`
+	WorldHash     string               `json:"world_hash" doc:"sha256: hash of the world at open."`
+	Receipts      SessionReceiptsFull  `json:"receipts"`
+	RecordOutputs bool                 `json:"record_outputs" doc:"Whether the transcript carries results."`
+	CreatedAt     time.Time            `json:"created_at"`
+	LastUsedAt    time.Time            `json:"last_used_at" doc:"The last call (or the open)."`
+	ExpiresAt     time.Time            `json:"expires_at" doc:"When the session expires if unused from now on."`
+	ClosedAt      *time.Time           `json:"closed_at,omitempty"`
+	ForkedFrom    *ForkedFromA         `json:"forked_from,omitempty" doc:"Set on a fork: the session it was forked from and the call it was forked after. n_calls counts the fork's own calls (numbered from at_call + 1)."`
+	Faults        map[string]FaultRule `json:"faults,omitempty" doc:"The session's fault plan, when it has one."`
 }
 
 // SessionOutput wraps SessionView.
@@ -372,6 +427,14 @@ func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutp
 	v := SessionView{ID: s.ID, Status: s.Status, EnvID: s.EnvID, BuildID: s.BuildID, StateHash: st.StateHash,
 		WorldHash: s.WorldHash, RecordOutputs: s.RecordOutputs, CreatedAt: s.CreatedAt, ClosedAt: s.ClosedAt,
 		NCalls: st.NCalls, NErrors: st.NErrors, NDowngraded: st.NDowngraded, LastUsedAt: st.LastUsedAt, ExpiresAt: st.ExpiresAt}
+	if s.ForkedFrom != "" {
+		v.ForkedFrom = &ForkedFromA{SessionID: s.ForkedFrom, AtCall: s.ForkedAt}
+	}
+	if len(s.Faults) > 0 {
+		if err := json.Unmarshal(s.Faults, &v.Faults); err != nil {
+			return nil, fmt.Errorf("fault plan of session %s: %w", s.ID, err)
+		}
+	}
 	for _, c := range st.Counts {
 		switch c.Fidelity {
 		case schema.FidelityAExecuted:
@@ -411,6 +474,7 @@ type TranscriptEntry struct {
 	StateHash  string          `json:"stateHash" doc:"The world's hash after the call."`
 	CreatedAt  time.Time       `json:"createdAt"`
 	Result     *string         `json:"result,omitempty" doc:"The tool's answer text; only when the session was opened with recordOutputs: true."`
+	Fault      *CallFault      `json:"fault,omitempty" doc:"Set when an injected fault answered or delayed the call."`
 }
 
 // TranscriptInput is GET /v1/sessions/{session_id}/transcript.
@@ -425,6 +489,7 @@ type TranscriptBody struct {
 	SessionID     string            `json:"sessionId"`
 	RecordOutputs bool              `json:"recordOutputs" doc:"Whether entries carry result."`
 	Calls         []TranscriptEntry `json:"calls" doc:"In call order."`
+	ForkedFrom    *ForkedFrom       `json:"forkedFrom,omitempty" doc:"Set on a fork: its world began as this session's after atCall; its own calls follow, numbered from atCall + 1 (the parent's transcript holds the calls before)."`
 }
 
 // TranscriptOutput wraps TranscriptBody.
@@ -439,10 +504,19 @@ func (sr *SessionRoutes) transcript(ctx context.Context, in *TranscriptInput) (*
 		return nil, err
 	}
 	out := TranscriptBody{SessionID: s.ID, RecordOutputs: s.RecordOutputs, Calls: make([]TranscriptEntry, 0, len(calls))}
+	if s.ForkedFrom != "" {
+		out.ForkedFrom = &ForkedFrom{SessionID: s.ForkedFrom, AtCall: s.ForkedAt}
+	}
 	for _, c := range calls {
 		e := TranscriptEntry{CallID: c.ID, Seq: c.Seq, Name: c.Tool, Arguments: c.Arguments, Fidelity: c.Fidelity,
 			Rung: c.Rung, Downgraded: c.Downgraded, Error: c.Error, Ms: c.Ms, Requestor: c.Requestor,
 			StateHash: c.StateHash, CreatedAt: c.CreatedAt}
+		if len(c.Fault) > 0 {
+			var f CallFault
+			if err := json.Unmarshal(c.Fault, &f); err == nil {
+				e.Fault = &f
+			}
+		}
 		if s.RecordOutputs {
 			content := c.Content
 			e.Result = &content

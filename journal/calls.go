@@ -38,7 +38,7 @@ type sqliteCalls struct {
 }
 
 const sqliteInsertCall = `INSERT INTO calls (id, session_id, seq, tool, arguments, content, error, fidelity, rung,
- downgraded, ms, requestor, state_hash, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+ downgraded, ms, requestor, state_hash, created_at, fault) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (p *sqliteCalls) prepared(ctx context.Context) (*sql.Stmt, error) {
 	p.mu.Lock()
@@ -90,7 +90,7 @@ func (p *sqliteCalls) exec(ctx context.Context, st *sql.Stmt, calls []schema.Cal
 	}
 	if _, err := st.ExecContext(ctx, c.ID, c.SessionID, c.Seq, c.Tool, string(c.Arguments), c.Content,
 		bit(c.Error), c.Fidelity, c.Rung, bit(c.Downgraded), c.Ms, c.Requestor, c.StateHash,
-		c.CreatedAt.UTC().Format(schema.TimeLayout)); err != nil {
+		c.CreatedAt.UTC().Format(schema.TimeLayout), nullText(c.Fault)); err != nil {
 		return fmt.Errorf("insert %d calls: calls[%d]: %w", len(calls), i, err)
 	}
 	return nil
@@ -105,6 +105,14 @@ func (p *sqliteCalls) close() error {
 	err := p.stmt.Close()
 	p.stmt = nil
 	return err
+}
+
+// nullText is a JSON column's value: NULL when empty, as bun writes a nil json.RawMessage.
+func nullText(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
 }
 
 func bit(b bool) int64 {

@@ -224,6 +224,12 @@ type Session struct {
 	LastUsedAt       time.Time       `bun:"last_used_at,notnull"`
 	ExpiresAt        time.Time       `bun:"expires_at,notnull"`
 	ClosedAt         *time.Time      `bun:"closed_at"`
+	// ForkedFrom is the session this one was forked from ("" for none), after its call ForkedAt: the fork's journal
+	// is the parent's first ForkedAt calls, then its own from seq ForkedAt+1.
+	ForkedFrom string `bun:"forked_from,notnull"`
+	ForkedAt   int64  `bun:"forked_at,notnull"`
+	// Faults is the session's fault plan (faults.Spec as JSON; nil: none).
+	Faults json.RawMessage `bun:"faults"`
 }
 
 // Call is one tool call in a session's transcript (its journal entry).
@@ -244,6 +250,8 @@ type Call struct {
 	Requestor  string          `bun:"requestor,notnull"`
 	StateHash  string          `bun:"state_hash,notnull"`
 	CreatedAt  time.Time       `bun:"created_at,notnull"`
+	// Fault labels a call an injected fault answered or delayed (JSON: kind, latency_ms; nil: none).
+	Fault json.RawMessage `bun:"fault"`
 }
 
 // UsageMeter is a workspace's running total of one meter in one period (e.g. "2026-11").

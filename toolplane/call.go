@@ -35,6 +35,8 @@ type CallResult struct {
 	Ms int64
 	// Twin is the twin's answer time (with the RPC); Journal the durable commit's.
 	Twin, Journal time.Duration
+	// Fault labels an injected fault (nil: none): an error or timeout answered instead of the tool, or latency added.
+	Fault *Fault
 }
 
 // Call runs one tool call in an open session's world down the rung ladder and journals it durably before it
@@ -55,12 +57,8 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 	if err := p.checkIdle(ctx, s, l, now); err != nil {
 		return nil, err
 	}
-	if l.build == nil {
-		b, err := store.GetBuildByID(ctx, p.db, s.BuildID)
-		if err != nil {
-			return nil, notFoundOr(err, "build "+s.BuildID)
-		}
-		l.build = b
+	if err := p.loadBuild(ctx, s, l); err != nil {
+		return nil, err
 	}
 	bundle, err := p.bundles.Get(ctx, l.build)
 	if err != nil {
@@ -75,7 +73,7 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 		return nil, invalid("body.arguments", "not valid JSON")
 	}
 	if l.calls < 0 {
-		n, err := store.LastSeq(ctx, p.db, s.ID)
+		n, err := p.lastSeq(ctx, s)
 		if err != nil {
 			return nil, err
 		}
@@ -84,6 +82,14 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 
 	treq := twinrpc.CallRequest{Tool: req.Tool, Arguments: json.RawMessage(args), Requestor: req.Requestor}
 	started := time.Now()
+	fault, inject, err := p.drawFault(s, l, bundle, req.Tool, l.calls+1)
+	if err != nil {
+		return nil, err
+	}
+	treq.Inject = inject
+	if err := wait(ctx, fault); err != nil {
+		return nil, errorf(Unavailable, "the call was given up during its injected latency, and not run: %v", err)
+	}
 	tctx, span := p.span(ctx, "twin.call")
 	res, err := p.callTwin(tctx, s, l, treq)
 	if span != nil {
@@ -102,6 +108,11 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 		ID: schema.NewSortableID(schema.PrefixCall, now), SessionID: s.ID, Seq: l.calls + 1, Tool: treq.Tool,
 		Arguments: json.RawMessage(args), Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
 		Downgraded: res.Downgraded, Ms: ms, Requestor: treq.Requestor, StateHash: res.StateHash, CreatedAt: now,
+	}
+	if fault != nil {
+		if c.Fault, err = json.Marshal(fault); err != nil {
+			return nil, err
+		}
 	}
 	// Outputs are kept when asked for, and always for simulated answers: a rebuilt session replays those from the
 	// journal instead of asking the model again.
@@ -124,7 +135,7 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 	}
 	l.calls++
 	l.lastUsed = now
-	return &CallResult{CallResult: res, CallID: c.ID, Ms: ms, Twin: journaled.Sub(started), Journal: time.Since(journaled)}, nil
+	return &CallResult{CallResult: res, CallID: c.ID, Ms: ms, Twin: journaled.Sub(started), Journal: time.Since(journaled), Fault: fault}, nil
 }
 
 // checkIdle answers NotFound for a session idle past the idle time, expiring it (the reaper would, later).
@@ -224,19 +235,14 @@ func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Sessi
 		p.forget(s.ID)
 		return errorf(NotFound, "session %s is %s", s.ID, cur.Status)
 	}
-	calls, err := store.ListCalls(ctx, p.db, s.ID, 0, 0)
+	journal, err := p.lineage(ctx, s, allCalls, 0)
 	if err != nil {
 		return err
-	}
-	journal := make([]twinrpc.JournalEntry, len(calls))
-	for i, c := range calls {
-		journal[i] = twinrpc.JournalEntry{Tool: c.Tool, Arguments: c.Arguments, Content: c.Content, Error: c.Error,
-			Fidelity: c.Fidelity, Rung: c.Rung, StateHash: c.StateHash}
 	}
 	_, err = tc.Open(context.WithoutCancel(ctx), twinrpc.OpenRequest{ID: s.ID, Spec: specOf(s), Journal: journal})
 	switch {
 	case err == nil, errors.Is(err, twinrpc.ErrSessionExists):
-		l.calls = int64(len(calls))
+		l.calls = int64(len(journal))
 		return nil
 	case errors.Is(err, twinrpc.ErrDiverged):
 		if _, eerr := store.EndSession(ctx, p.db, s.ID, schema.SessionBroken); eerr != nil {
@@ -251,7 +257,7 @@ func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Sessi
 // resync makes the journal length and the twin's agree after a calls mismatch: equal counts just refresh ours; a
 // twin ahead of the journal (a call applied but never journaled) loses its copy and is rebuilt.
 func (p *Plane) resync(ctx context.Context, tc *twinrpc.Client, s *schema.Session, l *liveSession) error {
-	n, err := store.LastSeq(ctx, p.db, s.ID)
+	n, err := p.lastSeq(ctx, s)
 	if err != nil {
 		return err
 	}

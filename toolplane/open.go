@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
@@ -32,6 +33,8 @@ type OpenRequest struct {
 	// Clock fixes the world's time, RFC 3339; "" keeps the build's.
 	Clock         string
 	RecordOutputs bool
+	// Faults is the session's fault plan (nil: none), checked against the build's tools and recorded errors.
+	Faults faults.Spec
 }
 
 // Opened is an open session: its row, its token (shown once) and its receipts.
@@ -78,6 +81,19 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 	if env.ActiveBuildID == "" {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s)", env.Slug, env.Status)
 	}
+	var plan json.RawMessage
+	if len(req.Faults) > 0 {
+		build, err := store.GetBuildByID(ctx, p.db, env.ActiveBuildID)
+		if err != nil {
+			return nil, notFoundOr(err, "build "+env.ActiveBuildID)
+		}
+		if err := p.checkFaults(ctx, req.Faults, build); err != nil {
+			return nil, err
+		}
+		if plan, err = json.Marshal(req.Faults); err != nil {
+			return nil, err
+		}
+	}
 	if p.opener == nil {
 		return nil, errorf(Unavailable, "sessions cannot be opened: no workflow client configured")
 	}
@@ -95,7 +111,7 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		ID: id, EnvID: env.ID, WorkspaceID: env.WorkspaceID, BuildID: res.BuildID, OpenedByKeyID: req.KeyID,
 		Seed: spec.Seed, SeedInstructions: spec.SeedInstructions, Scenario: spec.Scenario,
 		Clock: rc.Clock, RecordOutputs: req.RecordOutputs, Seeded: rc.Seeded, SeedNote: deref(rc.Note),
-		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts,
+		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts, Faults: plan,
 		ExpiresAt: schema.Now().Add(p.idle),
 	}
 	if s.BuildID == "" {

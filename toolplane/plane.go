@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
@@ -80,13 +81,15 @@ type Plane struct {
 	mu      sync.Mutex
 	live    map[string]*liveSession
 	clients map[string]*twinEntry // build id → its ready twin
+	// errAnswers caches each build's recorded error answers per tool, for fault injection.
+	errAnswers map[string]map[string][]string
 }
 
 // New builds a Plane.
 func New(o Options) *Plane {
 	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, bundles: o.Bundles, idle: o.Idle,
 		hc: o.HTTP, locals: o.Locals, log: o.Log,
-		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}}
+		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}, errAnswers: map[string]map[string][]string{}}
 	if p.idle <= 0 {
 		p.idle = store.DefaultSessionIdle
 	}
@@ -131,6 +134,7 @@ type liveSession struct {
 	calls    int64 // journaled calls; -1: unknown (read from the journal on next use)
 	lastUsed time.Time
 	build    *schema.Build
+	faults   faults.Spec // the session's fault plan, decoded on first use
 }
 
 func (p *Plane) liveOf(id string) *liveSession {

@@ -35,6 +35,9 @@ func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
 		return nil, err
 	}
 	st := &State{Session: s, Counts: counts, StateHash: s.WorldHash, LastUsedAt: s.CreatedAt}
+	if s.ForkedFrom != "" {
+		st.StateHash = s.StateHash // a fork opens on its parent's world at the fork point
+	}
 	for _, c := range counts {
 		st.NCalls += c.N
 		st.NErrors += c.Errors

@@ -16,6 +16,9 @@ type JournalEntry struct {
 	Content   string `json:"content"`
 	Rung      string `json:"rung"`
 	StateHash string `json:"state_hash"`
+	// Injected is set for a call an injected fault answered (an error or a timeout): it never reached the world,
+	// so a rebuild passes over it.
+	Injected bool `json:"injected,omitempty"`
 }
 
 // Rebuild remakes a session from its spec and journal, replaying each call; it
@@ -26,6 +29,12 @@ func (rt *Runtime) Rebuild(ctx context.Context, spec SessionSpec, journal []Jour
 		return nil, rc, err
 	}
 	for i, j := range journal {
+		if j.Injected {
+			if h := s.StateHash(); j.StateHash != "" && h != j.StateHash {
+				return nil, rc, fmt.Errorf("%w: journal[%d] (%s, injected fault): state %s, journal says %s", ErrDiverged, i, j.Tool, h, j.StateHash)
+			}
+			continue
+		}
 		t := rt.tools[j.Tool]
 		if t == nil {
 			return nil, rc, fmt.Errorf("%w: journal[%d]: %w: %q", ErrDiverged, i, ErrUnknownTool, j.Tool)

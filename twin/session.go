@@ -42,15 +42,17 @@ type Receipts struct {
 // Session is one isolated world: a copy-on-write overlay over the base world.
 // Calls on one session are serialized; sessions are independent.
 type Session struct {
-	rt     *Runtime
-	spec   SessionSpec
-	clock  string
-	mu     sync.Mutex
-	over   map[string]map[string]*jsonvalue.Object // table → key → row; nil row = deleted
-	hashes map[string]*tableHash                   // per changed table: what the next hash must redo (hash.go)
-	hash   string
-	dirty  bool // hash is stale
-	closed bool
+	rt    *Runtime
+	spec  SessionSpec
+	clock string
+	mu    sync.Mutex
+	over  map[string]map[string]*jsonvalue.Object // table → key → row; nil row = deleted
+	// opening is the overlay as the open left it (the seed rows): the world a diff compares with by default.
+	opening overlay
+	hashes  map[string]*tableHash // per changed table: what the next hash must redo (hash.go)
+	hash    string
+	dirty   bool // hash is stale
+	closed  bool
 }
 
 // Open makes a session: the base world plus the rows its seed instructions (or scenario) make.
@@ -98,6 +100,7 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 	}
 	s.hash = rt.baseHash
 	rc.WorldHash = s.currentHash()
+	s.opening = overlay(s.over).clone()
 	return s, rc, nil
 }
 

@@ -83,7 +83,7 @@ func (r *twinRuntime) Open(spec SessionSpec) (Session, Receipts, error) {
 func (r *twinRuntime) Rebuild(ctx context.Context, spec SessionSpec, journal []JournalEntry) (Session, Receipts, error) {
 	j := make([]twin.JournalEntry, len(journal))
 	for i, e := range journal {
-		j[i] = twin.JournalEntry{Tool: e.Tool, Args: e.Arguments, Content: e.Content, Rung: e.Rung, StateHash: e.StateHash}
+		j[i] = twin.JournalEntry{Tool: e.Tool, Args: e.Arguments, Content: e.Content, Rung: e.Rung, StateHash: e.StateHash, Injected: e.Injected}
 	}
 	s, rc, err := r.rt.Rebuild(ctx, spec, j)
 	if err != nil {

@@ -92,6 +92,7 @@ func NewServer(opts ServerOptions) *Server {
 	mux.HandleFunc("GET "+PathSessions+"/{id}", s.state)
 	mux.HandleFunc("DELETE "+PathSessions+"/{id}", s.close)
 	mux.HandleFunc("POST "+PathSessions+"/{id}/call", s.call)
+	s.routeWorlds(mux)
 	s.mux = mux
 	return s
 }
@@ -309,8 +310,10 @@ func (s *Server) CallSession(ctx context.Context, id string, req CallRequest) (r
 	// A call that panicked may have left its world half changed: the session is dropped, so the next call rebuilds
 	// it from the journal.
 	defer s.recoverInto(&err, what, func() { s.drop(h) })
-	res, err = h.sess.Call(context.WithoutCancel(ctx), req.Tool, req.Arguments)
-	if err != nil {
+	if in := req.Inject; in != nil {
+		// An injected fault answers instead of the tool: the call is counted, the world is not touched.
+		res = CallResult{Content: in.Content, Error: true, Fidelity: in.Fidelity, Rung: in.Rung, StateHash: h.sess.StateHash()}
+	} else if res, err = h.sess.Call(context.WithoutCancel(ctx), req.Tool, req.Arguments); err != nil {
 		return CallResult{}, s.runtimeError(what, err)
 	}
 	h.calls++

@@ -33,6 +33,8 @@ type JournalEntry struct {
 	Fidelity  string          `json:"fidelity,omitempty"`
 	Rung      string          `json:"rung,omitempty"`
 	StateHash string          `json:"state_hash"`
+	// Injected marks a call an injected fault answered: it never reached the world, and a rebuild passes over it.
+	Injected bool `json:"injected,omitempty"`
 }
 
 // Receipts are a session's reproducibility receipts (spec §2.2, §2.3).
@@ -70,6 +72,17 @@ type CallRequest struct {
 	// many calls, else answers code "calls_mismatch" and changes nothing. A caller that retries a call whose answer
 	// it lost sets it to its journal's length, so a call is never applied twice.
 	ExpectCalls *int64 `json:"expect_calls,omitempty"`
+	// Inject, when set, answers the call with an injected fault instead of running it: the session counts the call,
+	// its world is unchanged, and the answer is Inject's, as the tool's error.
+	Inject *Inject `json:"inject,omitempty"`
+}
+
+// Inject is an injected fault's answer: the text (a recorded error answer of the tool, or a timeout's) and the labels
+// it carries.
+type Inject struct {
+	Content  string `json:"content"`
+	Fidelity string `json:"fidelity"`
+	Rung     string `json:"rung"`
 }
 
 // CallResult answers POST /sessions/{id}/call: the tool's answer and its labels, and the session's state after it.

@@ -24,6 +24,7 @@ func TestImportRules(t *testing.T) {
 		{"activities", []string{"api", "toolplane", "workflows"}},
 		{"toolplane", []string{"api", "driver", "worker"}},
 		{"jsonvalue", nil}, // imports nothing of doppel
+		{"faults", nil},    // fault draws are pure: a seed and a call index in, a fault out
 		{"twinstate", nil},
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
 	}

@@ -1,0 +1,193 @@
+package toolplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twinrpc"
+)
+
+// ForkRequest forks a session.
+type ForkRequest struct {
+	// KeyID is the workspace key that forks ("" when the session's token does: the fork is then the parent's
+	// opener's too).
+	KeyID string
+	// AtCall forks the world as it was after this call (0: the opening world); nil forks it as it is now.
+	AtCall *int64
+}
+
+// maxLineage bounds how deep forks of forks go.
+const maxLineage = 256
+
+// Fork opens a new session whose world is exactly parent's after call AtCall: its own token, its own journal and
+// receipts, the parent's build, twin, seed, clock and fault plan. Forking the parent as it is now copies its world
+// copy-on-write on the twin; an earlier point (or a parent the twin no longer holds, or one that ended) is rebuilt
+// from the parent's journal. The fork's journal refers to the parent's first AtCall calls instead of copying them,
+// and its own calls are numbered from AtCall+1, so call N+1 of the fork is call N+1 of the episode. The parent is
+// not changed.
+func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkRequest) (*Opened, error) {
+	if parent.Status == schema.SessionBroken {
+		return nil, errorf(Conflict, "session %s is broken: its journal does not rebuild its world, so it cannot be forked", parent.ID)
+	}
+	l := p.liveOf(parent.ID)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := p.lastSeq(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	at := n
+	if req.AtCall != nil {
+		at = *req.AtCall
+		if at < 0 || at > n {
+			return nil, invalid("body.at_call", fmt.Sprintf("session %s holds %d calls: fork at 0 (its opening world) to %d", parent.ID, n, n))
+		}
+	}
+	if err := p.loadBuild(ctx, parent, l); err != nil {
+		return nil, err
+	}
+	te, err := p.twin(ctx, parent, l, "")
+	if err != nil {
+		return nil, err
+	}
+	id := schema.NewID(schema.PrefixSession)
+	var res twinrpc.OpenResponse
+	forked := false
+	if parent.Status == schema.SessionOpen && at == n {
+		res, err = te.c.Fork(ctx, parent.ID, twinrpc.ForkRequest{ID: id, ExpectCalls: &n})
+		switch {
+		case err == nil:
+			forked = true
+		case errors.Is(err, twinrpc.ErrUnknownSession), errors.Is(err, twinrpc.ErrCallsMismatch):
+			// The twin lost the parent (restart) or is behind its journal: rebuild the fork from the journal.
+		default:
+			return nil, twinError(err)
+		}
+	}
+	if !forked {
+		journal, err := p.lineage(ctx, parent, at, 0)
+		if err != nil {
+			return nil, err
+		}
+		res, err = te.c.Open(ctx, twinrpc.OpenRequest{ID: id, Spec: specOf(parent), Journal: journal})
+		if errors.Is(err, twinrpc.ErrDiverged) {
+			return nil, errorf(Conflict, "session %s cannot be forked at call %d: its journal rebuilds another world (%s)", parent.ID, at, twinDetail(err))
+		}
+		if err != nil {
+			return nil, twinError(err)
+		}
+	}
+	keyID := req.KeyID
+	if keyID == "" {
+		keyID = parent.OpenedByKeyID
+	}
+	s := &schema.Session{
+		ID: id, EnvID: parent.EnvID, WorkspaceID: parent.WorkspaceID, BuildID: parent.BuildID, OpenedByKeyID: keyID,
+		Seed: parent.Seed, SeedInstructions: parent.SeedInstructions, Scenario: parent.Scenario, Clock: parent.Clock,
+		RecordOutputs: parent.RecordOutputs, Seeded: parent.Seeded, SeedNote: parent.SeedNote,
+		WorldHash: parent.WorldHash, StateHash: res.StateHash, Receipts: parent.Receipts,
+		ForkedFrom: parent.ID, ForkedAt: at, Faults: parent.Faults,
+		ExpiresAt: schema.Now().Add(p.idle),
+	}
+	token, err := store.CreateSession(ctx, p.db, s)
+	if err != nil {
+		p.DropWorld(context.WithoutCancel(ctx), s)
+		return nil, err
+	}
+	p.mu.Lock()
+	p.live[id] = &liveSession{calls: at, lastUsed: s.CreatedAt, build: l.build}
+	p.mu.Unlock()
+	var rc twinrpc.Receipts
+	if len(parent.Receipts) > 0 {
+		if err := json.Unmarshal(parent.Receipts, &rc); err != nil {
+			return nil, fmt.Errorf("receipts of session %s: %w", parent.ID, err)
+		}
+	}
+	if rc.Pinned == nil {
+		rc.Pinned = map[string][]string{}
+	}
+	return &Opened{Session: s, Token: token, Receipts: rc}, nil
+}
+
+// twinError is a twin's refusal of a world operation as the answer.
+func twinError(err error) error {
+	if twinrpc.IsRetryable(err) {
+		return errorf(NotReady, "the session's twin is starting; retry in a moment")
+	}
+	return err
+}
+
+// lastSeq is the seq of a session's last call: its own last, or for a fork with none of its own yet the call it was
+// forked after.
+func (p *Plane) lastSeq(ctx context.Context, s *schema.Session) (int64, error) {
+	n, err := store.LastSeq(ctx, p.db, s.ID)
+	if err != nil {
+		return 0, err
+	}
+	return max(n, s.ForkedAt), nil
+}
+
+// loadBuild reads the session's build once per live session.
+func (p *Plane) loadBuild(ctx context.Context, s *schema.Session, l *liveSession) error {
+	if l.build != nil {
+		return nil
+	}
+	b, err := store.GetBuildByID(ctx, p.db, s.BuildID)
+	if err != nil {
+		return notFoundOr(err, "build "+s.BuildID)
+	}
+	l.build = b
+	return nil
+}
+
+// allCalls asks lineage for every call.
+const allCalls = -1
+
+// lineage is the journal that rebuilds a session's world after its call upTo (allCalls: every call): for a fork,
+// its parent's first ForkedAt calls (read through the parent, recursively), then its own.
+func (p *Plane) lineage(ctx context.Context, s *schema.Session, upTo int64, depth int) ([]twinrpc.JournalEntry, error) {
+	if depth > maxLineage {
+		return nil, fmt.Errorf("session %s: forks nest deeper than %d", s.ID, maxLineage)
+	}
+	var out []twinrpc.JournalEntry
+	if s.ForkedFrom != "" {
+		parent, err := store.GetSessionByID(ctx, p.db, s.ForkedFrom)
+		if err != nil {
+			return nil, fmt.Errorf("session %s was forked from %s: %w", s.ID, s.ForkedFrom, err)
+		}
+		from := s.ForkedAt
+		if upTo != allCalls {
+			from = min(from, upTo)
+		}
+		if from > 0 {
+			if out, err = p.lineage(ctx, parent, from, depth+1); err != nil {
+				return nil, err
+			}
+		}
+	}
+	limit := 0
+	if upTo != allCalls {
+		if upTo <= s.ForkedAt {
+			return out, nil
+		}
+		limit = int(upTo - s.ForkedAt)
+	}
+	calls, err := store.ListCalls(ctx, p.db, s.ID, s.ForkedAt, limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range calls {
+		out = append(out, entryOf(c))
+	}
+	return out, nil
+}
+
+// entryOf is a journaled call as the twin replays it.
+func entryOf(c schema.Call) twinrpc.JournalEntry {
+	return twinrpc.JournalEntry{Tool: c.Tool, Arguments: c.Arguments, Content: c.Content, Error: c.Error,
+		Fidelity: c.Fidelity, Rung: c.Rung, StateHash: c.StateHash, Injected: injected(c.Fault)}
+}
