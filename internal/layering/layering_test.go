@@ -23,6 +23,7 @@ func TestImportRules(t *testing.T) {
 		{"workflows", []string{"driver", "api", "toolplane"}},
 		{"activities", []string{"api", "toolplane", "workflows"}},
 		{"toolplane", []string{"api", "driver", "worker"}},
+		{"agent", []string{"api", "activities", "workflows", "toolplane", "store", "schema", "driver", "worker", "journal", "llm"}},
 		{"jsonvalue", nil}, // imports nothing of doppel
 		{"twinstate", nil},
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
