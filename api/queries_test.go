@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/internal/testenv"
@@ -211,6 +215,7 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 	}
 	t.Cleanup(w.Stop)
 	late.QueryStarter = &workflows.Queries{Client: c, TaskQueue: queue}
+	p.temporal = c
 	return p
 }
 
@@ -321,6 +326,31 @@ func TestQueryEndToEndOnTemporal(t *testing.T) {
 	sess, err := store.GetSessionByID(context.Background(), p.db, q.SessionID)
 	if err != nil || sess.Status != schema.SessionClosed || p.journaled(q.SessionID) != 2 {
 		t.Errorf("query session: %+v %v (journaled %d)", sess, err, p.journaled(q.SessionID))
+	}
+	if f := os.Getenv("DOPPEL_RECORD_QUERY_HISTORY"); f != "" {
+		recordHistory(t, p.temporal, workflows.QueryWorkflowID(id), f)
+	}
+}
+
+// recordHistory writes a workflow's history as the Temporal CLI's `workflow show --output json` does, for
+// workflows' replay test.
+func recordHistory(t *testing.T, c client.Client, workflowID, file string) {
+	t.Helper()
+	var h historypb.History
+	it := c.GetWorkflowHistory(context.Background(), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, e)
+	}
+	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

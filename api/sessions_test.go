@@ -21,6 +21,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/humatest"
 	"github.com/uptrace/bun"
 	oteltrace "go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
@@ -148,6 +149,8 @@ type plane struct {
 	twins   *inprocTwins
 	routes  *api.SessionRoutes
 	queries *api.QueryRoutes
+	// temporal is the client queries run through on a real Temporal (nil in the SDK's test environment).
+	temporal client.Client
 	tp      *toolplane.Plane
 	opener  *swapOpener
 	journal *journal.Writer[schema.Call]

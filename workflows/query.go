@@ -46,10 +46,15 @@ type QueryInput struct {
 	Deadline time.Duration
 }
 
-// Query runs the hosted agent once against a fresh seeded world: it prepares the run (mode, seed instructions, the
-// recorded run to replay), opens a session through the tool plane as sessions.open does, runs the agent loop
-// (model → tool calls → twin → model …, or the recorded run's calls) under a step limit and a deadline, always
-// closes the session, and records the result (or the error) on the query's row.
+// Query runs the hosted agent once against a fresh seeded world. Its steps are local activities (run by the worker
+// that runs the workflow, recorded as markers in the history): a query with an instant model is a few workflow
+// tasks, not a server round trip per step, and each step still shows in the Temporal UI.
+//
+// It prepares the run (mode, seed instructions, the recorded run to replay), opens a session through the tool
+// plane as sessions.open does, runs the agent loop (model → tool calls → twin → model …, or the recorded run's
+// calls) under a step limit and a deadline, always closes the session, and records the result (or the error) on
+// the query's row. The conversation passes through the model-turn steps, so the history holds it once per turn:
+// the step limit bounds it.
 func Query(ctx workflow.Context, in QueryInput) (activities.QueryResult, error) {
 	r := &queryRun{in: in, res: activities.QueryResult{ID: in.QueryID, Seed: in.Seed}}
 	if r.in.MaxSteps <= 0 {
@@ -67,7 +72,8 @@ func Query(ctx workflow.Context, in QueryInput) (activities.QueryResult, error) 
 	}
 	dctx, cancel := workflow.NewDisconnectedContext(ctx)
 	defer cancel()
-	if ferr := workflow.ExecuteActivity(shortActivity(dctx), (*activities.Queries).FinishQuery, fin).Get(dctx, nil); ferr != nil {
+	var a *activities.Queries
+	if ferr := workflow.ExecuteLocalActivity(shortActivity(dctx), a.FinishQuery, fin).Get(dctx, nil); ferr != nil {
 		workflow.GetLogger(ctx).Error("record query outcome", "query", in.QueryID, "error", ferr)
 		if err == nil {
 			err = ferr
@@ -89,7 +95,7 @@ func errorType(err error) string {
 }
 
 func shortActivity(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 5, NonRetryableErrorTypes: []string{
 			activities.ErrTypeQueryInvalid, activities.ErrTypeQueryNotFound}},
@@ -107,19 +113,19 @@ func (r *queryRun) run(ctx workflow.Context) error {
 	r.start = workflow.Now(ctx)
 	short := shortActivity(ctx)
 	var prep activities.PreparedQuery
-	if err := workflow.ExecuteActivity(short, a.PrepareQuery, activities.PrepareQueryInput{EnvID: r.in.EnvID, Input: r.in.Input,
+	if err := workflow.ExecuteLocalActivity(short, a.PrepareQuery, activities.PrepareQueryInput{EnvID: r.in.EnvID, Input: r.in.Input,
 		SeedInstructions: r.in.SeedInstructions, AutoSeed: r.in.AutoSeed, Model: r.in.Model}).Get(ctx, &prep); err != nil {
 		return err
 	}
 	r.res.Mode, r.res.Model, r.res.BuildID = prep.Mode, prep.Model, prep.BuildID
 	// The open waits for a cold twin as sessions.open does (about two minutes at most).
-	openCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	openCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 6 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 2, NonRetryableErrorTypes: []string{
 			activities.ErrTypeQueryInvalid, activities.ErrTypeQueryNotFound}},
 	})
 	var opened activities.QueryOpened
-	if err := workflow.ExecuteActivity(openCtx, a.OpenQuerySession, activities.QueryOpen{WorkspaceID: r.in.WorkspaceID,
+	if err := workflow.ExecuteLocalActivity(openCtx, a.OpenQuerySession, activities.QueryOpen{WorkspaceID: r.in.WorkspaceID,
 		KeyID: r.in.KeyID, EnvSlug: r.in.EnvSlug, Seed: r.in.Seed, SeedInstructions: prep.SeedInstructions}).Get(ctx, &opened); err != nil {
 		return err
 	}
@@ -139,7 +145,7 @@ func (r *queryRun) run(ctx workflow.Context) error {
 		// Always close the session, even when the run failed or was cancelled.
 		dctx, cancel := workflow.NewDisconnectedContext(ctx)
 		defer cancel()
-		if err := workflow.ExecuteActivity(shortActivity(dctx), a.CloseQuerySession, opened.SessionID).Get(dctx, nil); err != nil {
+		if err := workflow.ExecuteLocalActivity(shortActivity(dctx), a.CloseQuerySession, opened.SessionID).Get(dctx, nil); err != nil {
 			workflow.GetLogger(ctx).Warn("close query session", "session", opened.SessionID, "error", err)
 		}
 	}()
@@ -159,7 +165,7 @@ func (r *queryRun) run(ctx workflow.Context) error {
 // callActivity runs one tool call; a call is journaled by the tool plane, so it is retried only on failures
 // that leave nothing applied (the plane answers those as errors before journaling).
 func callActivity(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, InitialInterval: 500 * time.Millisecond},
 	})
@@ -174,7 +180,7 @@ func (r *queryRun) overDeadline(ctx workflow.Context) bool {
 func (r *queryRun) toolSpan(ctx workflow.Context, sessionID, tool, args string, replayed bool) (activities.ToolAnswer, error) {
 	var a *activities.Queries
 	var ans activities.ToolAnswer
-	if err := workflow.ExecuteActivity(callActivity(ctx), a.CallQueryTool, activities.QueryToolCall{SessionID: sessionID, Tool: tool,
+	if err := workflow.ExecuteLocalActivity(callActivity(ctx), a.CallQueryTool, activities.QueryToolCall{SessionID: sessionID, Tool: tool,
 		Arguments: args}).Get(ctx, &ans); err != nil {
 		return ans, err
 	}
@@ -234,7 +240,7 @@ func (r *queryRun) replay(ctx workflow.Context, plan *activities.ReplayPlan) err
 func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery) error {
 	var a *activities.Queries
 	// The client retries a failing endpoint with backoff; the activity is not retried on top of that.
-	turnCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	turnCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 3 * time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
@@ -246,7 +252,7 @@ func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery
 			break
 		}
 		var turn activities.ModelTurnResult
-		if err := workflow.ExecuteActivity(turnCtx, a.ModelTurn, activities.ModelTurnInput{BuildID: prep.BuildID, Model: prep.Model,
+		if err := workflow.ExecuteLocalActivity(turnCtx, a.ModelTurn, activities.ModelTurnInput{BuildID: prep.BuildID, Model: prep.Model,
 			Input: r.in.Input, Messages: msgs, Seed: r.in.Seed}).Get(ctx, &turn); err != nil {
 			return err
 		}
