@@ -199,7 +199,8 @@ func (q *Queries) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTurnRe
 		}
 		return ModelTurnResult{}, temporal.NewNonRetryableApplicationError("model "+in.Model+": "+err.Error(), ErrTypeModelFailed, err)
 	}
-	return ModelTurnResult{Message: res.Message, Model: res.Model, Usage: res.Usage, Ms: time.Since(started).Milliseconds()}, nil
+	took := time.Since(started)
+	return ModelTurnResult{Message: res.Message, Model: res.Model, Usage: res.Usage, Ms: took.Milliseconds(), Took: took}, nil
 }
 
 // FinishQuery records the query's outcome on its row.

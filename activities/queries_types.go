@@ -2,6 +2,7 @@ package activities
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/doppel-dev/doppel/llm"
 )
@@ -106,6 +107,8 @@ type ToolAnswer struct {
 	Rung       string
 	Downgraded bool
 	Ms         int64
+	// Took is the call's time in the tool plane: the twin's answer and the journal's commit.
+	Took time.Duration
 }
 
 // ModelTurnInput is one model turn: the build whose agent profile and tools it runs with, the model, the user's
@@ -124,6 +127,7 @@ type ModelTurnResult struct {
 	Model   string
 	Usage   llm.Usage
 	Ms      int64
+	Took    time.Duration
 }
 
 // Span is one step of a query's trace (spec §2.2): kind tool (a tool call: label the tool, detail its JSON

@@ -207,7 +207,7 @@ func (qs QuerySessions) CallQuerySession(ctx context.Context, in activities.Quer
 		return activities.ToolAnswer{}, activityError(err)
 	}
 	return activities.ToolAnswer{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
-		Downgraded: res.Downgraded, Ms: res.Ms}, nil
+		Downgraded: res.Downgraded, Ms: res.Ms, Took: res.Twin + res.Journal}, nil
 }
 
 // CloseQuerySession ends the session; one already ended is fine.

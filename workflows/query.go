@@ -184,7 +184,7 @@ func (r *queryRun) toolSpan(ctx workflow.Context, sessionID, tool, args string, 
 		Arguments: args}).Get(ctx, &ans); err != nil {
 		return ans, err
 	}
-	sp := activities.Span{Kind: "tool", Label: tool, Dur: msText(ans.Ms), Detail: args, Result: ans.Content,
+	sp := activities.Span{Kind: "tool", Label: tool, Dur: durText(ans.Took, ans.Ms), Detail: args, Result: ans.Content,
 		Error: ans.Error || ans.Refused, Fidelity: ans.Fidelity, Rung: ans.Rung, Downgraded: ans.Downgraded, Replayed: replayed}
 	r.res.Trace = append(r.res.Trace, sp)
 	if HighFidelity(ans.Fidelity) {
@@ -206,7 +206,13 @@ func HighFidelity(f string) bool {
 	return false
 }
 
-func msText(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+// durText is a step's time as text, to the microsecond (from took, or ms when took is unknown).
+func durText(took time.Duration, ms int64) string {
+	if took <= 0 {
+		took = time.Duration(ms) * time.Millisecond
+	}
+	return took.Round(time.Microsecond).String()
+}
 
 // replay replays the recorded run's calls against the seeded world and answers its recorded final answer.
 func (r *queryRun) replay(ctx workflow.Context, plan *activities.ReplayPlan) error {
@@ -230,7 +236,7 @@ func (r *queryRun) replay(ctx workflow.Context, plan *activities.ReplayPlan) err
 		r.res.Steps++
 	}
 	r.res.Response = plan.Answer
-	r.res.Trace = append(r.res.Trace, activities.Span{Kind: "ok", Label: "final answer", Dur: msText(0),
+	r.res.Trace = append(r.res.Trace, activities.Span{Kind: "ok", Label: "final answer", Dur: durText(0, 0),
 		Detail: "replayed from " + plan.TraceID, Replayed: true})
 	return nil
 }
@@ -265,7 +271,7 @@ func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery
 		if len(msg.ToolCalls) == 0 {
 			r.res.Response = msg.Content
 			r.res.Stopped = "answered"
-			r.res.Trace = append(r.res.Trace, activities.Span{Kind: "ok", Label: "final answer", Dur: msText(turn.Ms)})
+			r.res.Trace = append(r.res.Trace, activities.Span{Kind: "ok", Label: "final answer", Dur: durText(turn.Took, turn.Ms)})
 			return nil
 		}
 		msgs = append(msgs, msg)
