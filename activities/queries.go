@@ -114,6 +114,11 @@ func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (Prepa
 	if strings.TrimSpace(p.SeedInstructions) == "" && in.AutoSeed {
 		p.SeedInstructions = agent.DeriveSeed(in.Input, bundle.Tables)
 		p.SeedDerived, p.DerivedBy = p.SeedInstructions != "", "parser"
+		if !p.SeedDerived && q.Model != nil {
+			if err := q.modelSeed(ctx, in, bundle, &p); err != nil {
+				return p, err
+			}
+		}
 	}
 	if p.Mode == ModeReplay {
 		var runs []twin.AgentRun
@@ -132,6 +137,54 @@ func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (Prepa
 		p.Replay = rp
 	}
 	return p, nil
+}
+
+// modelSeed asks the model for seed instructions when the parser found nothing the input names: the world's
+// entities (name, key field, a few keys) and the input go in, one line of plain instructions (or NONE) comes out.
+// The twin turns them into rows (with its parser, or the model when they need it) and the receipts keep them, so
+// the query can be run again with exactly these instructions.
+func (q *Queries) modelSeed(ctx context.Context, in PrepareQueryInput, bundle *twin.Bundle, p *PreparedQuery) error {
+	var ents strings.Builder
+	for _, t := range bundle.Tables {
+		fmt.Fprintf(&ents, "- %s (key %s", t.Name, t.Key)
+		for i, r := range t.Rows {
+			if i == 3 {
+				break
+			}
+			fmt.Fprintf(&ents, ", e.g. %s", r.Key)
+		}
+		ents.WriteString(")\n")
+	}
+	sys := "You write seed instructions for a simulated world an agent will run against, so that the world holds what " +
+		"the user's message is about. Answer with one line of plain instructions in forms such as \"order #W0000001 " +
+		"with status pending\", \"2 orders for user jane_doe_1234 with status delivered\" or \"user with email a@b.c\" " +
+		"(clauses separated by \";\"), naming only these entities:\n" + ents.String() +
+		"Answer NONE when the message names nothing the world should hold."
+	model := p.Model
+	if p.Mode == ModeReplay {
+		model = q.Model.Model() // replay mode runs no model for the agent; the seeding may still ask the configured one
+	}
+	seed := int64(0)
+	res, err := q.Model.Chat(ctx, llm.ChatRequest{Model: model, Seed: &seed, MaxTokens: 200, Messages: []llm.ChatMessage{
+		{Role: "system", Content: sys}, {Role: "user", Content: in.Input}}})
+	if err != nil {
+		return modelError(model, err)
+	}
+	p.SeedUsage = QueryUsage{ModelCalls: 1, PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens}
+	line := strings.TrimSpace(strings.SplitN(strings.TrimSpace(res.Message.Content), "\n", 2)[0])
+	if line == "" || strings.EqualFold(strings.Trim(line, ". "), "none") {
+		return nil
+	}
+	p.SeedInstructions, p.SeedDerived, p.DerivedBy = line, true, "model"
+	return nil
+}
+
+// modelError types a model failure for the workflow: unavailable (down, slow, 5xx after retries) or failed.
+func modelError(model string, err error) error {
+	if errors.Is(err, llm.ErrUnavailable) {
+		return temporal.NewNonRetryableApplicationError("model "+model+": "+err.Error(), ErrTypeModelUnavailable, err)
+	}
+	return temporal.NewNonRetryableApplicationError("model "+model+": "+err.Error(), ErrTypeModelFailed, err)
 }
 
 // index is the build's runs' index, made once per build.
@@ -194,10 +247,7 @@ func (q *Queries) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTurnRe
 	res, err := q.Model.Chat(ctx, llm.ChatRequest{Model: in.Model, Messages: msgs, Tools: tools, Seed: &seed})
 	if err != nil {
 		q.log().Warn("query model turn", "model", in.Model, "error", err)
-		if errors.Is(err, llm.ErrUnavailable) {
-			return ModelTurnResult{}, temporal.NewNonRetryableApplicationError("model "+in.Model+": "+err.Error(), ErrTypeModelUnavailable, err)
-		}
-		return ModelTurnResult{}, temporal.NewNonRetryableApplicationError("model "+in.Model+": "+err.Error(), ErrTypeModelFailed, err)
+		return ModelTurnResult{}, modelError(in.Model, err)
 	}
 	took := time.Since(started)
 	return ModelTurnResult{Message: res.Message, Model: res.Model, Usage: res.Usage, Ms: took.Milliseconds(), Took: took}, nil

@@ -52,7 +52,9 @@ type PreparedQuery struct {
 	// SeedDerived says SeedInstructions were derived from the input (auto_seed); DerivedBy names how.
 	SeedDerived bool
 	DerivedBy   string
-	Replay      *ReplayPlan `json:",omitempty"`
+	// SeedUsage is what asking the model for seed instructions cost (zero when it was not asked).
+	SeedUsage QueryUsage
+	Replay    *ReplayPlan `json:",omitempty"`
 }
 
 // ReplayPlan is the recorded run replay mode chose: its trace, its similarity to the input, its calls and

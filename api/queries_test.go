@@ -136,6 +136,13 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request) {
 	if len(req.Messages) > 0 && req.Messages[0].Role == "system" && strings.Contains(req.Messages[0].Content, "Retail agent policy") {
 		m.sawSystem.Add(1)
 	}
+	if len(req.Tools) == 0 && len(req.Messages) > 0 && strings.HasPrefix(req.Messages[0].Content, "You write seed instructions") {
+		// Asked for seed instructions (auto_seed): the first order the entity list shows, made pending.
+		order := orderIDRE.FindString(req.Messages[0].Content)
+		fmt.Fprintf(w, `{"model":%q,"choices":[{"message":{"role":"assistant","content":%q},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":8}}`,
+			req.Model, "order "+order+" with status pending")
+		return
+	}
 	user, calls := "", map[string]string{} // tool call id → tool
 	for _, msg := range req.Messages {
 		if msg.Role == "user" && user == "" {
@@ -509,6 +516,31 @@ func TestQueryRefusals(t *testing.T) {
 	// Another workspace has its own bucket.
 	if code, out := p.do(http.MethodPost, "/v1/envs/"+p.otherEnv.Slug+"/query", p.otherKey, map[string]any{"input": "hi", "model": "replay"}); code == http.StatusTooManyRequests {
 		t.Errorf("the other workspace was limited too: %v", out)
+	}
+}
+
+// TestQueryAutoSeedByModel: with a model configured, auto_seed asks it for instructions when the input names
+// nothing the parser knows; the instructions come back, seed the world, and the model's tokens are counted.
+func TestQueryAutoSeedByModel(t *testing.T) {
+	model := newScriptedModel(t)
+	p := newQueryPlane(t, schema.DriverSQLite, model.URL+"/v1", queryOptions{}, "")
+	code, out := p.do(http.MethodPost, "/v1/envs/"+p.env.Slug+"/query", p.key,
+		map[string]any{"input": "I placed an order by mistake, please cancel it.", "auto_seed": true, "seed": 9})
+	if code != http.StatusOK {
+		t.Fatalf("query: %d %v", code, out)
+	}
+	instr, _ := out["seed_instructions"].(string)
+	note, _ := out["seed_note"].(string)
+	if !orderIDRE.MatchString(instr) || !strings.HasSuffix(instr, " with status pending") || out["seeded"] != true || !strings.Contains(note, "model") {
+		t.Fatalf("instructions %q seeded %v note %q", instr, out["seeded"], note)
+	}
+	if u := out["usage"].(map[string]any); u["model_calls"].(float64) != 2 || u["prompt_tokens"].(float64) < 50 {
+		t.Errorf("usage = %v", u)
+	}
+	// Fed back, the instructions give the same world.
+	s := p.open(map[string]any{"seed": 9, "seed_instructions": instr})
+	if s.Open["world_hash"] != out["world_hash"] {
+		t.Errorf("query world %v, session world %v", out["world_hash"], s.Open["world_hash"])
 	}
 }
 

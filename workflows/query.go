@@ -111,13 +111,19 @@ type queryRun struct {
 func (r *queryRun) run(ctx workflow.Context) error {
 	var a *activities.Queries
 	r.start = workflow.Now(ctx)
-	short := shortActivity(ctx)
+	// Preparing may ask the model for seed instructions (auto_seed): as long as a model turn.
+	prepCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 3 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{
+			activities.ErrTypeQueryInvalid, activities.ErrTypeQueryNotFound}},
+	})
 	var prep activities.PreparedQuery
-	if err := workflow.ExecuteLocalActivity(short, a.PrepareQuery, activities.PrepareQueryInput{EnvID: r.in.EnvID, Input: r.in.Input,
+	if err := workflow.ExecuteLocalActivity(prepCtx, a.PrepareQuery, activities.PrepareQueryInput{EnvID: r.in.EnvID, Input: r.in.Input,
 		SeedInstructions: r.in.SeedInstructions, AutoSeed: r.in.AutoSeed, Model: r.in.Model}).Get(ctx, &prep); err != nil {
 		return err
 	}
 	r.res.Mode, r.res.Model, r.res.BuildID = prep.Mode, prep.Model, prep.BuildID
+	r.res.Usage = prep.SeedUsage
 	// The open waits for a cold twin as sessions.open does (about two minutes at most).
 	openCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: 6 * time.Minute,
