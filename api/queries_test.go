@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -582,5 +583,35 @@ func TestQueryAnswers202ThenPolls(t *testing.T) {
 			t.Fatalf("still %v after 30s", read["status"])
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// endedStarter stands for a query workflow that ended without recording its outcome (timed out, terminated):
+// it starts nothing and its result is that error.
+type endedStarter struct{}
+
+func (endedStarter) StartQuery(context.Context, workflows.QueryInput) error { return nil }
+
+func (endedStarter) AwaitQuery(ctx context.Context, _ string) (activities.QueryResult, error) {
+	return activities.QueryResult{}, errors.New("workflow execution timed out")
+}
+
+// TestQueryThatEndedUnrecordedReadsFailed: a poll of a query whose workflow ended without recording its outcome
+// answers failed (and records it), not running forever.
+func TestQueryThatEndedUnrecordedReadsFailed(t *testing.T) {
+	bundle, _ := retailBundle(t)
+	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{query: &queryOptions{starter: endedStarter{}, wait: time.Nanosecond}})
+	code, out := p.do(http.MethodPost, "/v1/envs/"+p.env.Slug+"/query", p.key, map[string]any{"input": "cancel my order"})
+	if code != http.StatusAccepted || out["status"] != "running" {
+		t.Fatalf("query: %d %v", code, out)
+	}
+	code, read := p.do(http.MethodGet, "/v1/queries/"+out["id"].(string), p.key, nil)
+	qe, _ := read["error"].(map[string]any)
+	if code != http.StatusOK || read["status"] != "failed" || qe == nil || !strings.Contains(qe["detail"].(string), "timed out") {
+		t.Fatalf("poll: %d %v", code, read)
+	}
+	q, err := store.GetQuery(context.Background(), p.db, p.ws.ID, out["id"].(string))
+	if err != nil || q.Status != schema.QueryFailed || q.FinishedAt == nil {
+		t.Fatalf("row: %+v %v", q, err)
 	}
 }

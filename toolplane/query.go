@@ -127,8 +127,45 @@ func (p *Plane) GetQuery(ctx context.Context, workspaceID, id string) (*QueryAns
 		ans.Result = &r
 	case schema.QueryFailed:
 		ans.Err = errorOfKind(q.ErrorKind, "", q.Error)
+	case schema.QueryRunning:
+		p.settle(ctx, q, ans)
 	}
 	return ans, nil
+}
+
+// settleWait is how long a read of a running query asks its workflow whether it ended.
+const settleWait = 100 * time.Millisecond
+
+// settle asks a running query's workflow whether it has in fact ended: one that ended without recording its
+// outcome (timed out, terminated) is recorded as failed, so a poll does not answer running forever.
+func (p *Plane) settle(ctx context.Context, q *schema.Query, ans *QueryAnswer) {
+	if p.queries == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	res, err := p.queries.AwaitQuery(wctx, q.ID)
+	switch {
+	case err == nil:
+		ans.Status, ans.Result, ans.Usage = schema.QuerySucceeded, &res, res.Usage
+	case wctx.Err() != nil:
+		// still running
+	default:
+		var pe *Error
+		if !errors.As(queryError(err), &pe) {
+			return
+		}
+		ans.Status, ans.Err = schema.QueryFailed, pe
+		kind, msg := "WorkflowEnded", err.Error()
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) {
+			kind, msg = appErr.Type(), appErr.Message()
+		}
+		if ferr := store.FinishQuery(context.WithoutCancel(ctx), p.db, q.ID, store.QueryOutcome{Status: schema.QueryFailed,
+			SessionID: q.SessionID, Error: msg, ErrorKind: kind}); ferr != nil {
+			p.log.Warn("record an ended query", "query", q.ID, "error", ferr)
+		}
+	}
 }
 
 // queryError maps a failed query workflow to a refusal: bad input is Invalid naming the field, a gone
