@@ -514,6 +514,15 @@ func TestQueryRefusals(t *testing.T) {
 	if limited == nil || retryAfter == "" || retryAfter == "0" {
 		t.Fatalf("no 429 with Retry-After under a burst (Retry-After %q)", retryAfter)
 	}
+	// Through tRPC too: 429, the envelope at error.data.envelope, Retry-After on the response.
+	r := httptest.NewRequest(http.MethodPost, "/trpc/envs.query", strings.NewReader(`{"slug":"`+p.env.Slug+`","input":"hi","model":"replay"}`))
+	r.Header.Set("Authorization", "Bearer "+p.key)
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	p.h.ServeHTTP(w, r)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), `"rateLimited"`) {
+		t.Errorf("tRPC under the limit: %d Retry-After %q %s", w.Code, w.Header().Get("Retry-After"), w.Body)
+	}
 	// Another workspace has its own bucket.
 	if code, out := p.do(http.MethodPost, "/v1/envs/"+p.otherEnv.Slug+"/query", p.otherKey, map[string]any{"input": "hi", "model": "replay"}); code == http.StatusTooManyRequests {
 		t.Errorf("the other workspace was limited too: %v", out)
