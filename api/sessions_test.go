@@ -151,11 +151,11 @@ type plane struct {
 	queries *api.QueryRoutes
 	// temporal is the client queries run through on a real Temporal (nil in the SDK's test environment).
 	temporal client.Client
-	tp      *toolplane.Plane
-	opener  *swapOpener
-	journal *journal.Writer[schema.Call]
-	h       http.Handler
-	api     humatest.TestAPI
+	tp       *toolplane.Plane
+	opener   *swapOpener
+	journal  *journal.Writer[schema.Call]
+	h        http.Handler
+	api      humatest.TestAPI
 
 	ws, other     *schema.Workspace
 	key, key2     string // two keys of ws
