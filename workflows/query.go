@@ -53,8 +53,8 @@ type QueryInput struct {
 // It prepares the run (mode, seed instructions, the recorded run to replay), opens a session through the tool
 // plane as sessions.open does, runs the agent loop (model → tool calls → twin → model …, or the recorded run's
 // calls) under a step limit and a deadline, always closes the session, and records the result (or the error) on
-// the query's row. The conversation passes through the model-turn steps, so the history holds it once per turn:
-// the step limit bounds it.
+// the query's row. A local activity's input is not recorded in the history, only its result, so the history holds
+// each model message and tool answer once (not the conversation once per turn); the step limit bounds it.
 func Query(ctx workflow.Context, in QueryInput) (activities.QueryResult, error) {
 	r := &queryRun{in: in, res: activities.QueryResult{ID: in.QueryID, Seed: in.Seed}}
 	if r.in.MaxSteps <= 0 {
@@ -177,6 +177,16 @@ func callActivity(ctx workflow.Context) workflow.Context {
 	})
 }
 
+// boundedBy gives a model turn at most limit, and no more than the run's time left (at least a second). It is not
+// retried: the model client retries a failing endpoint with backoff itself.
+func (r *queryRun) boundedBy(ctx workflow.Context, limit time.Duration) workflow.Context {
+	left := r.in.Deadline - workflow.Now(ctx).Sub(r.start)
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: max(min(limit, left), time.Second),
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+}
+
 // overDeadline reports whether the run has used its time.
 func (r *queryRun) overDeadline(ctx workflow.Context) bool {
 	return workflow.Now(ctx).Sub(r.start) >= r.in.Deadline
@@ -251,11 +261,6 @@ func (r *queryRun) replay(ctx workflow.Context, plan *activities.ReplayPlan) err
 // limit or the deadline.
 func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery) error {
 	var a *activities.Queries
-	// The client retries a failing endpoint with backoff; the activity is not retried on top of that.
-	turnCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 3 * time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
 	var msgs []llm.ChatMessage
 	r.res.Stopped = "step_limit"
 	for step := 0; step < r.in.MaxSteps; step++ {
@@ -264,7 +269,7 @@ func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery
 			break
 		}
 		var turn activities.ModelTurnResult
-		if err := workflow.ExecuteLocalActivity(turnCtx, a.ModelTurn, activities.ModelTurnInput{BuildID: prep.BuildID, Model: prep.Model,
+		if err := workflow.ExecuteLocalActivity(r.boundedBy(ctx, 3*time.Minute), a.ModelTurn, activities.ModelTurnInput{BuildID: prep.BuildID, Model: prep.Model,
 			Input: r.in.Input, Messages: msgs, Seed: r.in.Seed}).Get(ctx, &turn); err != nil {
 			return err
 		}
