@@ -418,6 +418,11 @@ func TestQueryReplayMode(t *testing.T) {
 			if last["kind"] != "ok" || out["response"] == "" {
 				t.Errorf("%s: no final answer: %v %q", tr.ID, last, out["response"])
 			}
+			// The stored result reads back the same (JSON in the queries row, JSONB on PostgreSQL).
+			code, read := p.do(http.MethodGet, "/v1/queries/"+out["id"].(string), p.key, nil)
+			if code != http.StatusOK || read["response"] != out["response"] || len(spanKeys(t, read)) != len(spans) || read["world_hash"] != out["world_hash"] {
+				t.Errorf("%s: read back %d %v", tr.ID, code, read)
+			}
 		}
 		t.Logf("%s: replay chose a run of the same task for %d of %d first user messages", driver, sameTask, n)
 		if sameTask != n {
