@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -248,6 +249,11 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 		NTools: len(bundle.Tools), SchemaSource: report.SchemaSource, Warnings: warnings,
 		CoveredPct: report.CoveredPct, SimulatedPct: report.SimulatedPct, Headline: report.Headline,
 	}
+	if ag := bundle.Agent; ag != nil {
+		done.HasAgent, done.Framework, done.Language = ag.HasAgent(), ag.Framework, ag.Language
+	}
+	det := ingest.Detect(&trace.Batch{Traces: traces}, ingest.Hints{}) // known framework system prompts
+	done.DetectedFramework, done.DetectedLanguage = det.Framework, det.Language
 	beat.set(done)
 	return done, nil
 }
@@ -359,8 +365,11 @@ func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred
 		env.Status, env.ActiveBuildID = schema.EnvReady, bl.ID
 		env.NTools, env.SchemaSource = int64(inf.NTools), inf.SchemaSource
 		env.CoveredPct, env.SimulatedPct, env.Headline = inf.CoveredPct, inf.SimulatedPct, chk.Headline
+		env.HasAgent = inf.HasAgent
+		env.Framework = cmp.Or(inf.Framework, env.Framework, inf.DetectedFramework)
+		env.Language = cmp.Or(inf.Language, env.Language, inf.DetectedLanguage)
 		return store.UpdateEnv(ctx, tx, env, "status", "active_build_id", "n_tools", "schema_source",
-			"covered_pct", "simulated_pct", "headline")
+			"covered_pct", "simulated_pct", "headline", "has_agent", "framework", "language")
 	})
 	if err == nil && b.Observer != nil {
 		b.Observer.BuildFinished(true)

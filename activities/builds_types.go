@@ -28,6 +28,12 @@ type Inferred struct {
 	CoveredPct   float64
 	SimulatedPct float64
 	Headline     string
+	// HasAgent, Framework and Language are what the traces and the build config show of the agent (see
+	// twin.Agent). Framework and Language are the build config's; Detected* are what the traces' system prompts
+	// tell (ingest.Detect). The environment shows the config's, else what collect saw, else the detected.
+	HasAgent                            bool
+	Framework, Language                 string
+	DetectedFramework, DetectedLanguage string
 }
 
 // SelfChecked is the result of the leave-one-out self-check.

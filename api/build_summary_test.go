@@ -76,3 +76,45 @@ func TestBuildSummaryKeys(t *testing.T) {
 		})
 	}
 }
+
+// The environment summary says what the build saw of the agent: has_agent from the traces' profile, framework and
+// language from the build config first, else what collect was told or saw, else what the traces' system prompts
+// show.
+func TestBuildShowsTheAgent(t *testing.T) {
+	f := newBuildFixture(t, schema.DriverSQLite)
+	ab := &activities.Builds{DB: f.db, Blobs: f.blobs}
+	activate := func(inf activities.Inferred) map[string]any {
+		t.Helper()
+		b := &schema.Build{EnvID: f.env.ID}
+		if err := store.CreateBuild(bg, f.db, b); err != nil {
+			t.Fatal(err)
+		}
+		inf.BundleKey, inf.BundleHash = "bundles/b1", "sha256:b1"
+		if err := ab.ActivateBuild(bg, activities.BuildPlan{EnvID: f.env.ID, BuildID: b.ID}, inf, activities.SelfChecked{}); err != nil {
+			t.Fatal(err)
+		}
+		w := f.do(http.MethodGet, "/v1/envs/"+f.env.Slug, f.key, nil, "")
+		var env map[string]any
+		if err := json.Unmarshal(w.Body.Bytes(), &env); err != nil || w.Code != http.StatusOK {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		return env
+	}
+	env := activate(activities.Inferred{HasAgent: true, DetectedFramework: "crewai"})
+	if env["has_agent"] != true || env["framework"] != "crewai" || env["language"] != "" {
+		t.Errorf("detected only: has_agent %v framework %v language %v", env["has_agent"], env["framework"], env["language"])
+	}
+	// Collect was told langgraph: the build's detection does not override it; the config does.
+	f.env.Framework = "langgraph"
+	if err := store.UpdateEnv(bg, f.db, f.env, "framework"); err != nil {
+		t.Fatal(err)
+	}
+	env = activate(activities.Inferred{HasAgent: false, DetectedFramework: "crewai", Language: "python"})
+	if env["has_agent"] != false || env["framework"] != "langgraph" || env["language"] != "python" {
+		t.Errorf("collect's framework: has_agent %v framework %v language %v", env["has_agent"], env["framework"], env["language"])
+	}
+	env = activate(activities.Inferred{HasAgent: true, Framework: "tau2"})
+	if env["framework"] != "tau2" || env["language"] != "python" {
+		t.Errorf("config's framework: framework %v language %v", env["framework"], env["language"])
+	}
+}

@@ -64,6 +64,7 @@ func Codes() []CodeInfo {
 		{422, CodeInvalid, "The input did not validate. `detail` names the first bad field as a path (e.g. `body.seed: expected integer`); `errors` lists every one."},
 		{429, CodeRateLimited, "Rate limited. Retry after a moment."},
 		{500, CodeInternal, "An unexpected error. Quote the requestId when reporting it."},
+		{502, CodeUnavailable, "An upstream the request needed (a query's model endpoint) failed or refused; `detail` says which and why."},
 		{503, CodeUnavailable, "A dependency (database, blob store, Temporal, twin) is not answering."},
 	}
 }
@@ -245,6 +246,8 @@ func planeEnvelope(pe *toolplane.Error) *Envelope {
 		return NotReady("%s", pe.Detail)
 	case toolplane.Conflict:
 		return Conflict("%s", pe.Detail)
+	case toolplane.BadGateway:
+		return NewError(http.StatusBadGateway, pe.Detail)
 	}
 	return Unavailable("%s", pe.Detail)
 }

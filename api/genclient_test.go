@@ -28,6 +28,7 @@ func docAPI() (*huma.OpenAPI, []byte) {
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
+		(&api.QueryRoutes{}).Register,
 	}})
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/openapi-3.0.json", nil))

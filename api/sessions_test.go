@@ -21,6 +21,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/humatest"
 	"github.com/uptrace/bun"
 	oteltrace "go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
@@ -147,11 +148,14 @@ type plane struct {
 	blobs   blob.Store
 	twins   *inprocTwins
 	routes  *api.SessionRoutes
-	tp      *toolplane.Plane
-	opener  *swapOpener
-	journal *journal.Writer[schema.Call]
-	h       http.Handler
-	api     humatest.TestAPI
+	queries *api.QueryRoutes
+	// temporal is the client queries run through on a real Temporal (nil in the SDK's test environment).
+	temporal client.Client
+	tp       *toolplane.Plane
+	opener   *swapOpener
+	journal  *journal.Writer[schema.Call]
+	h        http.Handler
+	api      humatest.TestAPI
 
 	ws, other     *schema.Workspace
 	key, key2     string // two keys of ws
@@ -203,6 +207,8 @@ type planeOptions struct {
 	// tracer and observer, when set, trace and count what the API and the tool plane serve.
 	tracer   oteltrace.TracerProvider
 	observer api.Observer
+	// query, when set, serves queries (envs.query, queries.get) with these options.
+	query *queryOptions
 }
 
 // eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
@@ -278,10 +284,18 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		popts.Locals = p.locals
 		p.opener.set(directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}})
 	}
+	routes := []func(huma.API, *api.Deps){}
+	if o.query != nil {
+		popts.Queries, popts.QueryModel, popts.QueryWait, popts.QueryMaxSteps = o.query.starter, o.query.model, o.query.wait, o.query.maxSteps
+	}
 	p.tp = toolplane.New(popts)
 	p.routes = &api.SessionRoutes{Plane: p.tp}
-	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register},
-		Tracer: o.tracer, Observer: o.observer})
+	routes = append(routes, p.routes.Register)
+	if o.query != nil {
+		p.queries = &api.QueryRoutes{Plane: p.tp, RatePerSecond: o.query.rate, Burst: o.query.burst}
+		routes = append(routes, p.queries.Register)
+	}
+	h, humaAPI := api.New(api.Options{DB: p.db, Routes: routes, Tracer: o.tracer, Observer: o.observer})
 	p.h = h
 	p.api = humatest.Wrap(t, humaAPI)
 	return p

@@ -58,8 +58,9 @@ type trpcResult struct {
 		Data json.RawMessage `json:"data"`
 	} `json:"result,omitempty"`
 	Error *TRPCError `json:"error,omitempty"`
-	// timing is the procedure's Server-Timing, passed on when it is the only one.
-	timing string
+	// timing is the procedure's Server-Timing and retryAfter its Retry-After (a 429's), passed on when it is the
+	// only one.
+	timing, retryAfter string
 }
 
 type trpc struct {
@@ -119,6 +120,9 @@ func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if results[0].timing != "" {
 			w.Header().Set("Server-Timing", results[0].timing)
 		}
+		if results[0].retryAfter != "" {
+			w.Header().Set("Retry-After", results[0].retryAfter)
+		}
 		t.write(w, statuses[0], results[0])
 		return
 	}
@@ -157,7 +161,9 @@ func (t *trpc) call(r *http.Request, name string, input json.RawMessage) (int, t
 		}{Data: a.data}, timing: a.header.Get("Server-Timing")}
 		return http.StatusOK, res
 	}
-	return a.status, t.failure(r, name, a.envelope)
+	res := t.failure(r, name, a.envelope)
+	res.retryAfter = a.header.Get("Retry-After")
+	return a.status, res
 }
 
 // scalar renders a JSON scalar as a path or query value.

@@ -36,6 +36,7 @@ type Config struct {
 	Session      Session  `koanf:"session"`
 	MCP          MCP      `koanf:"mcp"`
 	Model        Model    `koanf:"model"`
+	Query        Query    `koanf:"query"`
 	Runtime      Runtime  `koanf:"runtime"`
 	Metrics      Metrics  `koanf:"metrics"`
 	OTel         OTel     `koanf:"otel"`
@@ -147,6 +148,15 @@ type Model struct {
 	Timeout time.Duration `koanf:"timeout"`
 }
 
+// Query bounds one-shot queries (POST /v1/envs/{slug}/query).
+type Query struct {
+	RatePerSecond float64       `koanf:"rate_per_second"`
+	Burst         int           `koanf:"burst"`
+	Wait          time.Duration `koanf:"wait"`
+	MaxSteps      int           `koanf:"max_steps"`
+	Deadline      time.Duration `koanf:"deadline"`
+}
+
 // Key describes one configuration key: its dotted name, default and meaning.
 type Key struct {
 	Name    string
@@ -208,6 +218,11 @@ func Keys() []Key {
 		{"model.api_key", "", "API key for model.base_url"},
 		{"model.name", "", "model name sent to model.base_url"},
 		{"model.timeout", "30s", "time limit of one model request"},
+		{"query.rate_per_second", 1.0, "query requests a workspace may make per second, on average (token bucket); negative: no limit"},
+		{"query.burst", 10, "query requests a workspace may make at once before query.rate_per_second applies"},
+		{"query.wait", "60s", "longest a query request waits for the result before answering 202 with the id to poll"},
+		{"query.max_steps", 30, "most model turns (or replayed calls) one query runs"},
+		{"query.deadline", "5m", "longest one query's agent loop runs"},
 		{"runtime.gc_percent", 400, "Go GC target (as GOGC) of doppel's processes and the twins they start: above Go's 100 it trades memory for fewer collections, which stall tool calls; GOGC in the environment wins"},
 		{"runtime.return_memory_every", "10s", "after large request bodies (1 MiB and up) finish, free memory is returned to the OS at most this often; 0: left to the Go runtime"},
 		{"metrics.enabled", true, "serve Prometheus metrics at GET /metrics (unauthenticated) and record them"},
@@ -483,6 +498,17 @@ func (c *Config) Validate() error {
 		}
 	}
 	positive("model.timeout", c.Model.Timeout)
+	positive("query.wait", c.Query.Wait)
+	positive("query.deadline", c.Query.Deadline)
+	if c.Query.MaxSteps < 1 {
+		bad("query.max_steps", "must be at least 1")
+	}
+	if c.Query.Burst < 1 {
+		bad("query.burst", "must be at least 1")
+	}
+	if c.Query.RatePerSecond == 0 {
+		bad("query.rate_per_second", "must not be 0 (negative turns the limit off)")
+	}
 	return errors.Join(errs...)
 }
 

@@ -81,7 +81,12 @@ func Build(traces []trace.Trace, opts Options) (*twin.Bundle, *Report, error) {
 	}
 	w := &warnings{}
 	pts := prepare(traces, w)
-	return buildPrepared(pts, &opts, w)
+	b, rep, err := buildPrepared(pts, &opts, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.Agent = LearnAgent(traces, opts.Config)
+	return b, rep, nil
 }
 
 func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Report, error) {

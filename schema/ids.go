@@ -20,6 +20,7 @@ const (
 	PrefixRequest     = "req_"
 	PrefixOAuthClient = "oc_"
 	PrefixOAuthCode   = "ocd_"
+	PrefixQuery       = "qry_"
 )
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)

@@ -45,6 +45,13 @@ const (
 	SessionBroken  = "broken"
 )
 
+// Query status values.
+const (
+	QueryRunning   = "running"
+	QuerySucceeded = "succeeded"
+	QueryFailed    = "failed"
+)
+
 // Fidelity labels of a call result (spec §2.5); sessions count calls per label.
 const (
 	FidelityAExecuted  = "A_executed"
@@ -272,4 +279,29 @@ func Models() []any {
 		(*TraceBatch)(nil), (*Trace)(nil), (*Session)(nil), (*Call)(nil), (*UsageMeter)(nil),
 		(*OAuthClient)(nil), (*OAuthCode)(nil),
 	}
+}
+
+// Query is one one-shot query: the agent run against a fresh seeded world by a QueryWorkflow (workflow id
+// query/<id>). Result holds the query result (spec §2.2) once it finished; the token counts are the model's.
+type Query struct {
+	bun.BaseModel `bun:"table:queries"`
+
+	ID               string          `bun:"id,pk"`
+	WorkspaceID      string          `bun:"workspace_id,notnull"`
+	EnvID            string          `bun:"env_id,notnull"`
+	KeyID            string          `bun:"key_id,notnull"`
+	BuildID          string          `bun:"build_id,notnull"`
+	Status           string          `bun:"status,notnull"`
+	Input            string          `bun:"input,notnull"`
+	Model            string          `bun:"model,notnull"` // "replay" or the model id
+	Seed             int64           `bun:"seed,notnull"`
+	SessionID        string          `bun:"session_id,notnull"`
+	Result           json.RawMessage `bun:"result"`
+	Error            string          `bun:"error,notnull"`
+	ErrorKind        string          `bun:"error_kind,notnull"`
+	ModelCalls       int64           `bun:"model_calls,notnull"`
+	PromptTokens     int64           `bun:"prompt_tokens,notnull"`
+	CompletionTokens int64           `bun:"completion_tokens,notnull"`
+	CreatedAt        time.Time       `bun:"created_at,notnull"`
+	FinishedAt       *time.Time      `bun:"finished_at"`
 }

@@ -62,6 +62,15 @@ type Options struct {
 	Log      *slog.Logger
 	// Tracer, when set, makes spans of each call's twin answer and journal commit (nil: none, at no cost).
 	Tracer trace.TracerProvider
+	// Queries runs one-shot queries (nil: queries answer 503); QueryModel is the configured model's name ("" when
+	// none is configured: queries run in replay mode); QueryWait bounds how long a query request waits for its
+	// result before answering 202 (default DefaultQueryWait).
+	Queries    QueryStarter
+	QueryModel string
+	QueryWait  time.Duration
+	// QueryMaxSteps and QueryDeadline bound each query's run (0: the workflow's defaults).
+	QueryMaxSteps int
+	QueryDeadline time.Duration
 }
 
 // Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
@@ -77,6 +86,12 @@ type Plane struct {
 	log     *slog.Logger
 	tokens  *Tokens
 	tracer  trace.Tracer // nil: no spans
+
+	queries       QueryStarter
+	queryModel    string
+	queryWait     time.Duration
+	queryMaxSteps int
+	queryDeadline time.Duration
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -103,6 +118,11 @@ func New(o Options) *Plane {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.tokens = NewTokens(o.DB, o.TokenTTL)
+	p.queries, p.queryModel, p.queryWait = o.Queries, o.QueryModel, o.QueryWait
+	p.queryMaxSteps, p.queryDeadline = o.QueryMaxSteps, o.QueryDeadline
+	if p.queryWait <= 0 {
+		p.queryWait = DefaultQueryWait
+	}
 	if o.Tracer != nil {
 		p.tracer = o.Tracer.Tracer("doppel/toolplane")
 	}
@@ -183,6 +203,7 @@ const (
 	NotReady                    // the twin is booting or the environment has no build yet (409 notReady)
 	Conflict                    // the request conflicts with the state, e.g. a broken session (409)
 	Unavailable                 // a dependency (twin, Temporal, blob store) is not answering (503)
+	BadGateway                  // an upstream the request needed (the model endpoint) failed or refused (502)
 )
 
 // Error is a refusal of the tool plane.

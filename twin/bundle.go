@@ -108,6 +108,60 @@ type Bundle struct {
 	// Scenarios are named seed instructions from the build config.
 	Scenarios map[string]string `json:"scenarios,omitempty"`
 	Summary   Summary           `json:"summary"`
+	// Agent is what the traces show of the agent that recorded them (nil in bundles built before it was learned).
+	Agent *Agent `json:"agent,omitempty"`
+}
+
+// Agent is the agent as its traces show it: what a one-shot query runs (its prompt, tools and model) and the
+// recorded runs replay mode picks from.
+type Agent struct {
+	// SystemPrompt is the system prompt most traces open with ("" when no trace has one); Prompts lists every
+	// distinct one with how many traces used it, most used first (at most 8).
+	SystemPrompt string        `json:"system_prompt,omitempty"`
+	Prompts      []AgentPrompt `json:"prompts,omitempty"`
+	// Models are the model ids the traces name, most used first.
+	Models []AgentCount `json:"models,omitempty"`
+	// Tools are the tools the traces call, sorted.
+	Tools []string `json:"tools,omitempty"`
+	// Framework and Language are the build config's, when it names them; FrameworkFrom and LanguageFrom say
+	// where each came from ("config", or "" when the build did not say: the environment keeps what collect saw).
+	Framework     string `json:"framework,omitempty"`
+	FrameworkFrom string `json:"framework_from,omitempty"`
+	Language      string `json:"language,omitempty"`
+	LanguageFrom  string `json:"language_from,omitempty"`
+	// Runs are the recorded runs, sorted by trace id: what replay mode ranks and replays.
+	Runs []AgentRun `json:"runs,omitempty"`
+}
+
+// AgentPrompt is one distinct system prompt and the number of traces that open with it.
+type AgentPrompt struct {
+	Text   string `json:"text"`
+	Traces int    `json:"traces"`
+}
+
+// AgentCount is a value and the number of traces showing it.
+type AgentCount struct {
+	Name   string `json:"name"`
+	Traces int    `json:"traces"`
+}
+
+// AgentRun is one recorded run: its first user message, its tool calls in order and its final answer.
+type AgentRun struct {
+	TraceID string      `json:"trace_id"`
+	Request string      `json:"request"`
+	Calls   []AgentCall `json:"calls,omitempty"`
+	Answer  string      `json:"answer"`
+}
+
+// AgentCall is one recorded tool call: the tool and its arguments as the model sent them (JSON text).
+type AgentCall struct {
+	Tool      string `json:"tool"`
+	Arguments string `json:"arguments"`
+}
+
+// HasAgent reports whether the traces show an agent a query can run: a system prompt and tools it calls.
+func (a *Agent) HasAgent() bool {
+	return a != nil && a.SystemPrompt != "" && len(a.Tools) > 0
 }
 
 // Tool is one production tool and how the twin answers it.

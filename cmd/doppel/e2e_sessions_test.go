@@ -23,6 +23,16 @@ import (
 	"github.com/doppel-dev/doppel/trace"
 )
 
+// firstUserMessage is a trace's first user message.
+func firstUserMessage(tr trace.Trace) string {
+	for _, m := range tr.Messages {
+		if m.Role == trace.RoleUser && m.Content != nil {
+			return *m.Content
+		}
+	}
+	return ""
+}
+
 // seedUnscheduledBatch stores tau-retail's traces in a fresh data dir the way collect does, but without scheduling
 // a rebuild: the state a process leaves when it dies between the batch's commit and the scheduling.
 func seedUnscheduledBatch(t *testing.T, dir, key string) trace.Batch {
@@ -186,6 +196,23 @@ func e2eSessions(t *testing.T, twinDriver string) {
 	if read.NCalls != len(calls) || !strings.HasPrefix(read.StateHash, "sha256:") {
 		t.Errorf("session read = %+v, want %d calls", read, len(calls))
 	}
+	// A one-shot query through the whole stack: replay mode (no model is configured), its session opened by the
+	// session-open workflow, its own QueryWorkflow on the dev server; seed 7 and no instructions give a's world.
+	var q struct {
+		ID            string `json:"id"`
+		Status        string `json:"status"`
+		Mode          string `json:"mode"`
+		WorldHash     string `json:"world_hash"`
+		NSpans        int    `json:"n_spans"`
+		Response      string `json:"response"`
+		ReplayedTrace string `json:"replayed_trace"`
+	}
+	qbody, _ := json.Marshal(map[string]any{"input": firstUserMessage(batch.Traces[0]), "seed": 7})
+	s.call(t, http.MethodPost, "/v1/envs/"+slug+"/query", bytes.NewReader(qbody), "application/json", http.StatusOK, &q)
+	if q.Status != "succeeded" || q.Mode != "replay" || q.WorldHash != a.WorldHash || q.NSpans < 2 || q.Response == "" || q.ReplayedTrace == "" {
+		t.Errorf("query = %+v (session world %s)", q, a.WorldHash)
+	}
+	s.call(t, http.MethodGet, "/v1/queries/"+q.ID, nil, "", http.StatusOK, nil)
 	transcript := s.call(t, http.MethodGet, "/v1/sessions/"+a.SessionID+"/transcript", nil, "", http.StatusOK, nil)
 	if !strings.Contains(string(transcript), calls[0].Tool) {
 		t.Errorf("transcript lacks %s: %s", calls[0].Tool, transcript)

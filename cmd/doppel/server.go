@@ -28,6 +28,7 @@ import (
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
@@ -279,9 +280,19 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	if st.metrics != nil {
 		builds.Observer = st.metrics
 	}
+	queries := &activities.Queries{DB: st.db, Sessions: toolplane.QuerySessions{P: plane}, Bundles: plane.Bundles(),
+		Log: st.log.With("component", "queries")}
+	mc, err := modelClient(st.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if mc != nil {
+		queries.Model = mc
+	}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
-		Builds: builds,
-		Twins:  &activities.Twins{Driver: drv},
+		Queries: queries,
+		Builds:  builds,
+		Twins:   &activities.Twins{Driver: drv},
 		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
 			Log: st.log.With("component", "sessions"), Tracer: st.tracer()},
 	}), nil
@@ -373,6 +384,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Plane: plane}
+	queries := &api.QueryRoutes{Plane: plane, RatePerSecond: st.cfg.Query.RatePerSecond, Burst: st.cfg.Query.Burst}
 	// The MCP server's OAuth metadata names the address each client reached it by (its Host), so one server
 	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
@@ -398,6 +410,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		builds.Register,
 		sessions.Register,
 		wake.Register,
+		queries.Register,
 		mcpRoutes.Register,
 	}
 	return opts, nil
@@ -432,6 +445,7 @@ func docRoutes() []func(huma.API, *api.Deps) {
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
+		(&api.QueryRoutes{}).Register,
 	}
 }
 

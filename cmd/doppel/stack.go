@@ -19,11 +19,13 @@ import (
 	"github.com/doppel-dev/doppel/devserver"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/journal"
+	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/telemetry"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/workflows"
 )
 
 // stack holds the concrete parts a server process runs on; close releases them in reverse order.
@@ -80,8 +82,31 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	s.plane = toolplane.New(toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer()})
+		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(),
+		Queries:    &workflows.Queries{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue},
+		QueryModel: queryModel(s.cfg), QueryWait: s.cfg.Query.Wait, QueryMaxSteps: s.cfg.Query.MaxSteps,
+		QueryDeadline: s.cfg.Query.Deadline})
 	return s.plane, nil
+}
+
+// queryModel is the configured model's name, or "" when no model endpoint is configured (queries replay).
+func queryModel(cfg *config.Config) string {
+	if cfg.Model.BaseURL == "" {
+		return ""
+	}
+	return cfg.Model.Name
+}
+
+// modelClient is the configured model endpoint's client, or nil when none is configured.
+func modelClient(cfg *config.Config) (*llm.Client, error) {
+	if cfg.Model.BaseURL == "" {
+		return nil, nil
+	}
+	c, err := llm.New(llm.Options{BaseURL: cfg.Model.BaseURL, APIKey: cfg.Model.APIKey, Model: cfg.Model.Name, Timeout: cfg.Model.Timeout})
+	if err != nil {
+		return nil, &config.FieldError{Key: "model.base_url", Reason: err.Error()}
+	}
+	return c, nil
 }
 
 func (s *stack) onClose(f func() error) { s.closers = append(s.closers, f) }

@@ -23,6 +23,7 @@ func TestImportRules(t *testing.T) {
 		{"workflows", []string{"driver", "api", "toolplane"}},
 		{"activities", []string{"api", "toolplane", "workflows"}},
 		{"toolplane", []string{"api", "driver", "worker"}},
+		{"agent", []string{"api", "activities", "workflows", "toolplane", "store", "schema", "driver", "worker", "journal", "llm"}},
 		{"jsonvalue", nil}, // imports nothing of doppel
 		{"faults", nil},    // fault draws are pure: a seed and a call index in, a fault out
 		{"twinstate", nil},
