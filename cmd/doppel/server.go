@@ -373,6 +373,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Plane: plane}
+	usageRoutes := &api.UsageRoutes{Source: st.usageSource(), Gate: st.usageGate(), AdminKey: st.cfg.Admin.Key}
 	// The MCP server's OAuth metadata names the address each client reached it by (its Host), so one server
 	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
@@ -399,6 +400,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		sessions.Register,
 		wake.Register,
 		mcpRoutes.Register,
+		usageRoutes.Register,
 	}
 	return opts, nil
 }
@@ -432,6 +434,7 @@ func docRoutes() []func(huma.API, *api.Deps) {
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
+		(&api.UsageRoutes{}).Register,
 	}
 }
 

@@ -1,0 +1,183 @@
+// Package usage meters a workspace's use per period from durable records and holds it to its plan's limits.
+package usage
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+)
+
+// Meter names.
+const (
+	MeterTaskMinutes    = "task_minutes"    // session open time (and, once queries exist, query run time)
+	MeterToolCalls      = "tool_calls"      // journaled tool calls
+	MeterQueries        = "queries"         // one-shot queries: nothing feeds it until envs.query exists
+	MeterOpenSessions   = "open_sessions"   // sessions open at once: the sandbox quota
+	MeterSessions       = "sessions"        // sessions opened in the period (reported, never limited)
+	MeterCollectedBytes = "collected_bytes" // per environment; over its cap collect answers 413
+)
+
+// Period lengths.
+const (
+	PeriodMonth = "month" // calendar month, UTC
+	PeriodDay   = "day"   // calendar day, UTC
+)
+
+// Bounds returns the period of kind (PeriodMonth or PeriodDay) that t falls in: [start, end) in UTC.
+func Bounds(t time.Time, kind string) (start, end time.Time) {
+	t = t.UTC()
+	if kind == PeriodDay {
+		start = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 0, 1)
+	}
+	start = time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+	return start, start.AddDate(0, 1, 0)
+}
+
+// Plan is an allowance per meter: a limit of 0 means none.
+type Plan struct {
+	TaskMinutes  int64 `koanf:"task_minutes"`
+	ToolCalls    int64 `koanf:"tool_calls"`
+	Queries      int64 `koanf:"queries"`
+	OpenSessions int64 `koanf:"open_sessions"`
+	// CardLifts says a card on file lifts the period limits (task minutes, tool calls, queries): usage past them
+	// is then billed, not refused. The open-sessions quota is never lifted.
+	CardLifts bool `koanf:"card_lifts"`
+	// Entitlements are given to workspaces created on the plan when the admin names none.
+	Entitlements []string `koanf:"entitlements"`
+}
+
+// limit is the plan's limit of a meter, 0 for none.
+func (p Plan) limit(meter string) int64 {
+	switch meter {
+	case MeterTaskMinutes:
+		return p.TaskMinutes
+	case MeterToolCalls:
+		return p.ToolCalls
+	case MeterQueries:
+		return p.Queries
+	case MeterOpenSessions:
+		return p.OpenSessions
+	}
+	return 0
+}
+
+// Value is one meter's reading.
+type Value struct {
+	Name string
+	// Env is the environment's slug for per-environment meters (collected bytes), "" otherwise.
+	Env   string
+	Used  float64
+	Limit float64 // 0: none
+	Unit  string
+}
+
+// Reading is a workspace's usage in one period.
+type Reading struct {
+	Start, End time.Time
+	At         time.Time
+	Plan       string
+	// TaskSeconds is the exact billed open time in whole seconds (see TaskSeconds for the rounding rule).
+	TaskSeconds int64
+	Meters      []Value
+	// openSessions is the sandbox count at At; the gate extrapolates task time from it.
+	openSessions int64
+	sessions     int64
+	calls        int64
+}
+
+// Meter returns the named meter ("" env for workspace meters), false when absent.
+func (r *Reading) Meter(name, env string) (Value, bool) {
+	for _, m := range r.Meters {
+		if m.Name == name && m.Env == env {
+			return m, true
+		}
+	}
+	return Value{}, false
+}
+
+// TaskSeconds is the billed open time of sessions in [from, to) at now, in whole seconds. Rounding rule: a
+// session's open time in the period — from its open to its close, or to its idle deadline when it expired (never
+// the later moment the reaper noticed), or to now while it is open — is rounded up to the whole second, per
+// session and per period, so a session is never billed a second it was not open in, and a session that spans the
+// period boundary is billed its part in each. Task-minutes are these seconds / 60.
+func TaskSeconds(spans []store.SessionSpan, from, to, now time.Time) int64 {
+	var total int64
+	for _, s := range spans {
+		start := s.CreatedAt
+		end := now
+		if s.ClosedAt != nil {
+			end = *s.ClosedAt
+		}
+		if s.ExpiresAt.Before(end) {
+			end = s.ExpiresAt
+		}
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if d := end.Sub(start); d > 0 {
+			total += int64((d + time.Second - 1) / time.Second)
+		}
+	}
+	return total
+}
+
+// Source reads a workspace's meters from the durable records: the sessions rows (open time, calls, the open
+// count) and the environments rows (collected bytes). Nothing is kept in memory, so a reading after a crash is
+// what the records say, and a session is counted once however often it is read.
+type Source struct {
+	DB     *bun.DB
+	Plans  Plans
+	Period string // PeriodMonth (default) or PeriodDay
+	// EnvBytesCap is the collected-bytes cap of each environment (collect.max_env_bytes; 0: none).
+	EnvBytesCap int64
+}
+
+// Read reads ws's usage in the period now falls in.
+func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) (*Reading, error) {
+	from, to := Bounds(now, s.Period)
+	planName, plan := s.Plans.Of(ws)
+	spans, err := store.SessionSpans(ctx, s.DB, ws.ID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	sessions, calls, err := store.CallsOpenedIn(ctx, s.DB, ws.ID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	open, err := store.OpenSessions(ctx, s.DB, ws.ID, now)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	envs, err := store.CollectedBytes(ctx, s.DB, ws.ID)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	r := &Reading{Start: from, End: to, At: now, Plan: planName, openSessions: int64(open), sessions: sessions, calls: calls}
+	r.TaskSeconds = TaskSeconds(spans, from, to, now)
+	r.fill(plan, envs, s.EnvBytesCap)
+	return r, nil
+}
+
+// fill derives the meters from the counts.
+func (r *Reading) fill(plan Plan, envs []store.EnvBytes, envCap int64) {
+	lim := func(m string) float64 { return float64(plan.limit(m)) }
+	r.Meters = []Value{
+		{Name: MeterTaskMinutes, Used: float64(r.TaskSeconds) / 60, Limit: lim(MeterTaskMinutes), Unit: "minutes"},
+		{Name: MeterToolCalls, Used: float64(r.calls), Limit: lim(MeterToolCalls), Unit: "calls"},
+		{Name: MeterQueries, Used: 0, Limit: lim(MeterQueries), Unit: "queries"},
+		{Name: MeterOpenSessions, Used: float64(r.openSessions), Limit: lim(MeterOpenSessions), Unit: "sessions"},
+		{Name: MeterSessions, Used: float64(r.sessions), Unit: "sessions"},
+	}
+	for _, e := range envs {
+		r.Meters = append(r.Meters, Value{Name: MeterCollectedBytes, Env: e.Slug, Used: float64(e.CollectedBytes), Limit: float64(envCap), Unit: "bytes"})
+	}
+}
