@@ -39,6 +39,7 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -160,6 +161,7 @@ type plane struct {
 	build         *schema.Build
 	bundle        *twin.Bundle
 	locals        *countingLocals // planeOptions.local: the twins reached directly
+	gate          *usage.Gate     // planeOptions.plans: the quota
 }
 
 // countingLocals is the inproc driver as the routes' twinrpc.Locals, counting the clients it made direct: a test
@@ -203,6 +205,13 @@ type planeOptions struct {
 	// tracer and observer, when set, trace and count what the API and the tool plane serve.
 	tracer   oteltrace.TracerProvider
 	observer api.Observer
+	// plans, when set, meters the workspaces and holds them to these plans (usage.Gate as the plane's quota),
+	// and serves GET /v1/usage and the admin verbs with adminKey; now, when set, is the meters' clock.
+	plans    *usage.Plans
+	adminKey string
+	now      func() time.Time
+	// extra route groups (e.g. MCP).
+	routes []func(huma.API, *api.Deps)
 }
 
 // eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
@@ -278,10 +287,18 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		popts.Locals = p.locals
 		p.opener.set(directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}})
 	}
+	routes := []func(huma.API, *api.Deps){}
+	if o.plans != nil {
+		src := &usage.Source{DB: p.db, Plans: *o.plans, EnvBytesCap: 1 << 20, Idle: o.idle}
+		p.gate = &usage.Gate{Source: src, Now: o.now}
+		popts.Quota = p.gate
+		routes = append(routes, (&api.UsageRoutes{Source: src, Gate: p.gate, AdminKey: o.adminKey, Now: o.now}).Register)
+	}
 	p.tp = toolplane.New(popts)
 	p.routes = &api.SessionRoutes{Plane: p.tp}
-	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register},
-		Tracer: o.tracer, Observer: o.observer})
+	routes = append(routes, p.routes.Register)
+	routes = append(routes, o.routes...)
+	h, humaAPI := api.New(api.Options{DB: p.db, Routes: routes, Tracer: o.tracer, Observer: o.observer})
 	p.h = h
 	p.api = humatest.Wrap(t, humaAPI)
 	return p

@@ -48,22 +48,37 @@ func ListUsage(ctx context.Context, db bun.IDB, workspaceID, period string) ([]s
 	return out, nil
 }
 
-// SessionSpan is what billing reads of one session: when it opened, when it ended (nil while open), when it
-// expires (the idle deadline, moved on by each call) and its journaled calls.
+// SessionSpan is what billing reads of one session, all from durable rows: when it opened, when it ended (nil
+// while open), its recorded idle deadline (a lower bound: the call path does not move it, the reaper does), its
+// last activity (its last journaled call, or its last recorded use) and its journaled calls made in the period.
 type SessionSpan struct {
-	CreatedAt time.Time  `bun:"created_at"`
-	ClosedAt  *time.Time `bun:"closed_at"`
-	ExpiresAt time.Time  `bun:"expires_at"`
-	NCalls    int64      `bun:"n_calls"`
+	CreatedAt    time.Time  `bun:"created_at"`
+	ClosedAt     *time.Time `bun:"closed_at"`
+	ExpiresAt    time.Time  `bun:"expires_at"`
+	LastUsedAt   time.Time  `bun:"last_used_at"`
+	LastCallAt   *time.Time `bun:"last_call_at"`
+	CallsInRange int64      `bun:"calls_in_range"`
 }
 
 // SessionSpans returns the spans of a workspace's sessions that may have been open in [from, to): opened before
-// to, and not ended before from.
+// to and not ended before from. Calls are read from the journal (the calls rows), never from the session's
+// counters, which are written only when it ends.
 func SessionSpans(ctx context.Context, db bun.IDB, workspaceID string, from, to time.Time) ([]SessionSpan, error) {
+	from, to = from.UTC(), to.UTC()
 	out := []SessionSpan{}
-	err := db.NewSelect().Model((*schema.Session)(nil)).Column("created_at", "closed_at", "expires_at", "n_calls").
-		Where("workspace_id = ? AND created_at < ?", workspaceID, to.UTC()).
-		Where("(closed_at IS NULL OR closed_at >= ?) AND expires_at >= ?", from.UTC(), from.UTC()).
+	calls := db.NewSelect().TableExpr("calls AS c").
+		ColumnExpr("c.session_id, MAX(c.created_at) AS last_call_at").
+		ColumnExpr("SUM(CASE WHEN c.created_at >= ? AND c.created_at < ? THEN 1 ELSE 0 END) AS calls_in_range", from, to).
+		Join("JOIN sessions AS cs ON cs.id = c.session_id").
+		Where("cs.workspace_id = ? AND cs.created_at < ?", workspaceID, to).
+		Where("(cs.closed_at IS NULL OR cs.closed_at >= ?)", from).
+		Group("c.session_id")
+	err := db.NewSelect().TableExpr("sessions AS s").
+		ColumnExpr("s.created_at, s.closed_at, s.expires_at, s.last_used_at, k.last_call_at").
+		ColumnExpr("COALESCE(k.calls_in_range, 0) AS calls_in_range").
+		Join("LEFT JOIN (?) AS k ON k.session_id = s.id", calls).
+		Where("s.workspace_id = ? AND s.created_at < ?", workspaceID, to).
+		Where("(s.closed_at IS NULL OR s.closed_at >= ?)", from).
 		Scan(ctx, &out)
 	if err != nil {
 		return nil, wrap(err, "session spans of workspace %q", workspaceID)
@@ -71,25 +86,21 @@ func SessionSpans(ctx context.Context, db bun.IDB, workspaceID string, from, to 
 	return out, nil
 }
 
-// CallsOpenedIn sums the journaled calls of a workspace's sessions opened in [from, to).
-func CallsOpenedIn(ctx context.Context, db bun.IDB, workspaceID string, from, to time.Time) (sessions, calls int64, err error) {
-	var row struct {
-		N     int64 `bun:"n"`
-		Calls int64 `bun:"calls"`
-	}
-	err = db.NewSelect().Model((*schema.Session)(nil)).ColumnExpr("COUNT(*) AS n, COALESCE(SUM(n_calls), 0) AS calls").
-		Where("workspace_id = ? AND created_at >= ? AND created_at < ?", workspaceID, from.UTC(), to.UTC()).
-		Scan(ctx, &row)
+// SessionsOpenedIn counts a workspace's sessions opened in [from, to).
+func SessionsOpenedIn(ctx context.Context, db bun.IDB, workspaceID string, from, to time.Time) (int64, error) {
+	n, err := db.NewSelect().Model((*schema.Session)(nil)).
+		Where("workspace_id = ? AND created_at >= ? AND created_at < ?", workspaceID, from.UTC(), to.UTC()).Count(ctx)
 	if err != nil {
-		return 0, 0, wrap(err, "calls of workspace %q", workspaceID)
+		return 0, wrap(err, "sessions of workspace %q", workspaceID)
 	}
-	return row.N, row.Calls, nil
+	return int64(n), nil
 }
 
-// OpenSessions counts a workspace's sessions open at at: status open and not past their idle deadline.
-func OpenSessions(ctx context.Context, db bun.IDB, workspaceID string, at time.Time) (int, error) {
+// OpenSessions counts a workspace's open sessions: the sandbox quota. A session idle past its deadline that the
+// reaper has not yet expired still holds its world, so it counts until it is.
+func OpenSessions(ctx context.Context, db bun.IDB, workspaceID string) (int, error) {
 	n, err := db.NewSelect().Model((*schema.Session)(nil)).
-		Where("workspace_id = ? AND status = ? AND expires_at > ?", workspaceID, schema.SessionOpen, at.UTC()).Count(ctx)
+		Where("workspace_id = ? AND status = ?", workspaceID, schema.SessionOpen).Count(ctx)
 	if err != nil {
 		return 0, wrap(err, "open sessions of workspace %q", workspaceID)
 	}
@@ -142,7 +153,7 @@ func CreateSessionWithin(ctx context.Context, db bun.IDB, s *schema.Session, max
 				return wrap(err, "lock workspace %q", env.WorkspaceID)
 			}
 		}
-		open, err := OpenSessions(ctx, tx, env.WorkspaceID, now())
+		open, err := OpenSessions(ctx, tx, env.WorkspaceID)
 		if err != nil {
 			return err
 		}

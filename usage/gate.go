@@ -201,7 +201,7 @@ func (g *Gate) AdmitOpen(ctx context.Context, workspaceID string) (int, error) {
 	if plan.OpenSessions <= 0 {
 		return 0, nil
 	}
-	open, err := store.OpenSessions(ctx, g.Source.DB, workspaceID, g.now())
+	open, err := store.OpenSessions(ctx, g.Source.DB, workspaceID)
 	if err != nil {
 		return 0, fmt.Errorf("usage: %w", err)
 	}

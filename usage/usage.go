@@ -101,33 +101,54 @@ func (r *Reading) Meter(name, env string) (Value, bool) {
 	return Value{}, false
 }
 
-// TaskSeconds is the billed open time of sessions in [from, to) at now, in whole seconds. Rounding rule: a
-// session's open time in the period — from its open to its close, or to its idle deadline when it expired (never
-// the later moment the reaper noticed), or to now while it is open — is rounded up to the whole second, per
-// session and per period, so a session is never billed a second it was not open in, and a session that spans the
-// period boundary is billed its part in each. Task-minutes are these seconds / 60.
-func TaskSeconds(spans []store.SessionSpan, from, to, now time.Time) int64 {
+// TaskSeconds is the billed open time of sessions in [from, to) at now, in whole seconds, for sessions that expire
+// after idle without activity.
+//
+// A session is open from its open until it is closed, or until its idle deadline — its last activity (its last
+// journaled call, or its opening) plus idle — whichever comes first; an open session counts up to now. The reaper
+// notices an expired session later than its deadline: that delay is never billed. Rounding rule: each session's
+// open time within the period is rounded up to the whole second, so a session is billed at most one second it was
+// not open, and a session spanning the period boundary is billed its part in each. Task-minutes are these seconds
+// / 60.
+func TaskSeconds(spans []store.SessionSpan, from, to, now time.Time, idle time.Duration) int64 {
 	var total int64
 	for _, s := range spans {
-		start := s.CreatedAt
-		end := now
-		if s.ClosedAt != nil {
-			end = *s.ClosedAt
-		}
-		if s.ExpiresAt.Before(end) {
-			end = s.ExpiresAt
-		}
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(to) {
-			end = to
-		}
-		if d := end.Sub(start); d > 0 {
-			total += int64((d + time.Second - 1) / time.Second)
-		}
+		total += seconds(s, from, to, now, idle)
 	}
 	return total
+}
+
+// seconds is one session's billed seconds in [from, to).
+func seconds(s store.SessionSpan, from, to, now time.Time, idle time.Duration) int64 {
+	last := s.LastUsedAt
+	if last.Before(s.CreatedAt) {
+		last = s.CreatedAt
+	}
+	if s.LastCallAt != nil && s.LastCallAt.After(last) {
+		last = *s.LastCallAt
+	}
+	deadline := s.ExpiresAt
+	if idle > 0 && last.Add(idle).After(deadline) {
+		deadline = last.Add(idle)
+	}
+	start, end := s.CreatedAt, now
+	if s.ClosedAt != nil {
+		end = *s.ClosedAt
+	}
+	if deadline.Before(end) {
+		end = deadline
+	}
+	if start.Before(from) {
+		start = from
+	}
+	if end.After(to) {
+		end = to
+	}
+	d := end.Sub(start)
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // Source reads a workspace's meters from the durable records: the sessions rows (open time, calls, the open
@@ -139,6 +160,8 @@ type Source struct {
 	Period string // PeriodMonth (default) or PeriodDay
 	// EnvBytesCap is the collected-bytes cap of each environment (collect.max_env_bytes; 0: none).
 	EnvBytesCap int64
+	// Idle is how long a session without activity stays open (session.idle; default store.DefaultSessionIdle).
+	Idle time.Duration
 }
 
 // Read reads ws's usage in the period now falls in.
@@ -149,11 +172,11 @@ func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
-	sessions, calls, err := store.CallsOpenedIn(ctx, s.DB, ws.ID, from, to)
+	sessions, err := store.SessionsOpenedIn(ctx, s.DB, ws.ID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
-	open, err := store.OpenSessions(ctx, s.DB, ws.ID, now)
+	open, err := store.OpenSessions(ctx, s.DB, ws.ID)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
@@ -161,8 +184,15 @@ func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
-	r := &Reading{Start: from, End: to, At: now, Plan: planName, openSessions: int64(open), sessions: sessions, calls: calls}
-	r.TaskSeconds = TaskSeconds(spans, from, to, now)
+	idle := s.Idle
+	if idle <= 0 {
+		idle = store.DefaultSessionIdle
+	}
+	r := &Reading{Start: from, End: to, At: now, Plan: planName, openSessions: int64(open), sessions: sessions}
+	for _, sp := range spans {
+		r.calls += sp.CallsInRange
+	}
+	r.TaskSeconds = TaskSeconds(spans, from, to, now, idle)
 	r.fill(plan, envs, s.EnvBytesCap)
 	return r, nil
 }

@@ -57,7 +57,8 @@ func (s *stack) usageSource() *metering.Source {
 			plans.ByName[name] = metering.Plan{TaskMinutes: p.TaskMinutes, ToolCalls: p.ToolCalls, Queries: p.Queries,
 				OpenSessions: p.OpenSessions, CardLifts: p.CardLifts, Entitlements: p.Entitlements}
 		}
-		s.meters = &metering.Source{DB: s.db, Plans: plans, Period: s.cfg.Usage.Period, EnvBytesCap: s.cfg.Collect.MaxEnvBytes}
+		s.meters = &metering.Source{DB: s.db, Plans: plans, Period: s.cfg.Usage.Period, EnvBytesCap: s.cfg.Collect.MaxEnvBytes,
+			Idle: s.cfg.Session.Idle}
 	}
 	return s.meters
 }

@@ -5,4 +5,4 @@ ALTER TABLE workspaces ADD COLUMN plan TEXT NOT NULL DEFAULT '';
 ALTER TABLE workspaces ADD COLUMN entitlements TEXT NOT NULL DEFAULT 'mcp,query';
 ALTER TABLE workspaces ADD COLUMN card_on_file BOOLEAN NOT NULL DEFAULT FALSE;
 CREATE INDEX sessions_workspace_created_idx ON sessions (workspace_id, created_at);
-CREATE INDEX sessions_workspace_open_idx ON sessions (workspace_id, expires_at) WHERE status = 'open';
+CREATE INDEX sessions_workspace_open_idx ON sessions (workspace_id) WHERE status = 'open';
