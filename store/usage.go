@@ -168,3 +168,58 @@ func CreateSessionWithin(ctx context.Context, db bun.IDB, s *schema.Session, max
 	}
 	return token, nil
 }
+
+// TaskTotals are a workspace's billed task-seconds and journaled calls in a period.
+type TaskTotals struct {
+	Seconds int64 `bun:"seconds"`
+	Calls   int64 `bun:"calls"`
+}
+
+// usec is the SQL of a stored time as integer microseconds since the epoch, exact on both databases: SQLite keeps
+// times as fixed-width text (schema.TimeLayout), PostgreSQL as timestamptz.
+func usec(pg bool, col string) string {
+	if pg {
+		return "(EXTRACT(EPOCH FROM " + col + ") * 1000000)::bigint"
+	}
+	return "(unixepoch(substr(" + col + ", 1, 19)) * 1000000 + CAST(substr(" + col + ", 21, 6) AS INTEGER))"
+}
+
+// SumTaskTime computes in the database what usage.TaskSeconds computes over SessionSpans — each session's time
+// open in [from, to) by now, ended at its close or its idle deadline (last activity + idle, or its recorded expiry
+// when later), rounded up to the whole second — and the calls journaled in the period, in one query that returns
+// one row: exact integer microsecond arithmetic, no row per session leaves the database.
+func SumTaskTime(ctx context.Context, db bun.IDB, workspaceID string, from, to, now time.Time, idle time.Duration) (TaskTotals, error) {
+	pg := isPostgres(db)
+	greatest, least := "MAX", "MIN"
+	if pg {
+		greatest, least = "GREATEST", "LEAST"
+	}
+	from, to, now = from.UTC(), to.UTC(), now.UTC()
+	fromU, toU, nowU, idleU := from.UnixMicro(), to.UnixMicro(), now.UnixMicro(), idle.Microseconds()
+	q := `
+WITH r AS (
+	SELECT s.created_at, s.closed_at, s.expires_at, s.last_used_at,
+		(SELECT lc.created_at FROM calls AS lc WHERE lc.session_id = s.id ORDER BY lc.seq DESC LIMIT 1) AS last_call
+	FROM sessions AS s
+	WHERE s.workspace_id = ? AND s.created_at < ? AND (s.closed_at IS NULL OR s.closed_at >= ?)
+), u AS (
+	SELECT ` + usec(pg, "created_at") + ` AS o,
+		COALESCE(` + usec(pg, "closed_at") + `, ?) AS c,
+		` + usec(pg, "expires_at") + ` AS e,
+		` + greatest + `(` + usec(pg, "created_at") + `, ` + usec(pg, "last_used_at") + `, COALESCE(` + usec(pg, "last_call") + `, 0)) AS a
+	FROM r
+), b AS (
+	SELECT ` + greatest + `(o, ?) AS lo, ` + least + `(c, ` + greatest + `(e, a + ?), ?) AS hi FROM u
+)
+SELECT COALESCE(SUM(CASE WHEN hi > lo THEN (hi - lo + 999999) / 1000000 ELSE 0 END), 0) AS seconds,
+	(SELECT COUNT(*) FROM calls AS k JOIN sessions AS ks ON ks.id = k.session_id
+		WHERE ks.workspace_id = ? AND ks.created_at < ? AND (ks.closed_at IS NULL OR ks.closed_at >= ?)
+		AND k.created_at >= ? AND k.created_at < ?) AS calls
+FROM b`
+	var out TaskTotals
+	err := db.NewRaw(q, workspaceID, to, from, nowU, fromU, idleU, toU, workspaceID, to, from, from, to).Scan(ctx, &out)
+	if err != nil {
+		return TaskTotals{}, wrap(err, "task time of workspace %q", workspaceID)
+	}
+	return out, nil
+}

@@ -168,10 +168,6 @@ type Source struct {
 func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) (*Reading, error) {
 	from, to := Bounds(now, s.Period)
 	planName, plan := s.Plans.Of(ws)
-	spans, err := store.SessionSpans(ctx, s.DB, ws.ID, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("usage: %w", err)
-	}
 	sessions, err := store.SessionsOpenedIn(ctx, s.DB, ws.ID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
@@ -188,11 +184,13 @@ func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) 
 	if idle <= 0 {
 		idle = store.DefaultSessionIdle
 	}
-	r := &Reading{Start: from, End: to, At: now, Plan: planName, openSessions: int64(open), sessions: sessions}
-	for _, sp := range spans {
-		r.calls += sp.CallsInRange
+	// The database applies TaskSeconds's rule (store.SumTaskTime; a test holds the two equal).
+	tot, err := store.SumTaskTime(ctx, s.DB, ws.ID, from, to, now, idle)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
 	}
-	r.TaskSeconds = TaskSeconds(spans, from, to, now, idle)
+	r := &Reading{Start: from, End: to, At: now, Plan: planName, openSessions: int64(open), sessions: sessions,
+		calls: tot.Calls, TaskSeconds: tot.Seconds}
 	r.fill(plan, envs, s.EnvBytesCap)
 	return r, nil
 }

@@ -134,6 +134,14 @@ func TestReadIsExactFromTheRecords(t *testing.T) {
 		if r.Start != time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC) || r.End != time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC) {
 			t.Fatalf("period %v – %v", r.Start, r.End)
 		}
+		// The rule in Go over the rows (SessionSpans) gives what the database computed.
+		spans, err := store.SessionSpans(context.Background(), db, ws.ID, r.Start, r.End)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := usage.TaskSeconds(spans, r.Start, r.End, now, store.DefaultSessionIdle); got != want {
+			t.Fatalf("TaskSeconds over the spans = %d, want %d", got, want)
+		}
 		// Read again: the same figures (nothing is counted by reading).
 		again, err := src.Read(context.Background(), ws, now)
 		if err != nil || again.TaskSeconds != want {
