@@ -175,6 +175,30 @@ type TaskTotals struct {
 	Calls   int64 `bun:"calls"`
 }
 
+// Part splits a workspace's sessions at a moment: those that ended before it (settled: nothing about them changes
+// any more) and the rest (live). The zero Part is every session.
+type Part struct {
+	EndedBefore time.Time
+	Settled     bool
+}
+
+func (p Part) sql(alias string) string {
+	switch {
+	case p.EndedBefore.IsZero():
+		return ""
+	case p.Settled:
+		return " AND " + alias + ".closed_at IS NOT NULL AND " + alias + ".closed_at < ?"
+	}
+	return " AND (" + alias + ".closed_at IS NULL OR " + alias + ".closed_at >= ?)"
+}
+
+func (p Part) args() []any {
+	if p.EndedBefore.IsZero() {
+		return nil
+	}
+	return []any{p.EndedBefore.UTC()}
+}
+
 // usec is the SQL of a stored time as integer microseconds since the epoch, exact on both databases: SQLite keeps
 // times as fixed-width text (schema.TimeLayout), PostgreSQL as timestamptz.
 func usec(pg bool, col string) string {
@@ -188,7 +212,9 @@ func usec(pg bool, col string) string {
 // open in [from, to) by now, ended at its close or its idle deadline (last activity + idle, or its recorded expiry
 // when later), rounded up to the whole second — and the calls journaled in the period, in one query that returns
 // one row: exact integer microsecond arithmetic, no row per session leaves the database.
-func SumTaskTime(ctx context.Context, db bun.IDB, workspaceID string, from, to, now time.Time, idle time.Duration) (TaskTotals, error) {
+//
+// part narrows the sessions summed: the zero Part sums all of them.
+func SumTaskTime(ctx context.Context, db bun.IDB, workspaceID string, from, to, now time.Time, idle time.Duration, part Part) (TaskTotals, error) {
 	pg := isPostgres(db)
 	greatest, least := "MAX", "MIN"
 	if pg {
@@ -201,7 +227,7 @@ WITH r AS (
 	SELECT s.created_at, s.closed_at, s.expires_at, s.last_used_at,
 		(SELECT lc.created_at FROM calls AS lc WHERE lc.session_id = s.id ORDER BY lc.seq DESC LIMIT 1) AS last_call
 	FROM sessions AS s
-	WHERE s.workspace_id = ? AND s.created_at < ? AND (s.closed_at IS NULL OR s.closed_at >= ?)
+	WHERE s.workspace_id = ? AND s.created_at < ? AND (s.closed_at IS NULL OR s.closed_at >= ?)` + part.sql("s") + `
 ), u AS (
 	SELECT ` + usec(pg, "created_at") + ` AS o,
 		COALESCE(` + usec(pg, "closed_at") + `, ?) AS c,
@@ -213,11 +239,16 @@ WITH r AS (
 )
 SELECT COALESCE(SUM(CASE WHEN hi > lo THEN (hi - lo + 999999) / 1000000 ELSE 0 END), 0) AS seconds,
 	(SELECT COUNT(*) FROM calls AS k JOIN sessions AS ks ON ks.id = k.session_id
-		WHERE ks.workspace_id = ? AND ks.created_at < ? AND (ks.closed_at IS NULL OR ks.closed_at >= ?)
+		WHERE ks.workspace_id = ? AND ks.created_at < ? AND (ks.closed_at IS NULL OR ks.closed_at >= ?)` + part.sql("ks") + `
 		AND k.created_at >= ? AND k.created_at < ?) AS calls
 FROM b`
 	var out TaskTotals
-	err := db.NewRaw(q, workspaceID, to, from, nowU, fromU, idleU, toU, workspaceID, to, from, from, to).Scan(ctx, &out)
+	args := []any{workspaceID, to, from}
+	args = append(args, part.args()...)
+	args = append(args, nowU, fromU, idleU, toU, workspaceID, to, from)
+	args = append(args, part.args()...)
+	args = append(args, from, to)
+	err := db.NewRaw(q, args...).Scan(ctx, &out)
 	if err != nil {
 		return TaskTotals{}, wrap(err, "task time of workspace %q", workspaceID)
 	}

@@ -4,6 +4,7 @@ package usage
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -162,6 +163,65 @@ type Source struct {
 	EnvBytesCap int64
 	// Idle is how long a session without activity stays open (session.idle; default store.DefaultSessionIdle).
 	Idle time.Duration
+
+	mu      sync.Mutex
+	settled map[settledKey]settled
+}
+
+// SettleAfter is how long after its end a session is settled: its billed time and calls can no longer change (no
+// call is journaled for a session after its end; the margin covers a commit in flight as it ended).
+const SettleAfter = time.Minute
+
+// resettle is how old a memo of settled sessions grows before it is summed again (taking in sessions that
+// ended since).
+const resettle = 10 * time.Minute
+
+type settledKey struct {
+	workspace string
+	from      time.Time
+}
+
+// settled memoizes a workspace's sessions that ended before a moment in one period: a sum of immutable records,
+// so it holds until the period ends, and is summed again from the records whenever it is missing (a restart).
+type settled struct {
+	before time.Time
+	tot    store.TaskTotals
+}
+
+// taskTime is the period's task time and calls: the settled sessions' sum (memoized) plus the live ones' (read
+// each time), which equals summing every session at once.
+func (s *Source) taskTime(ctx context.Context, workspaceID string, from, to, now time.Time, idle time.Duration) (store.TaskTotals, error) {
+	key := settledKey{workspaceID, from}
+	cut := now.Add(-SettleAfter)
+	s.mu.Lock()
+	m, ok := s.settled[key]
+	s.mu.Unlock()
+	if !ok || m.before.After(cut) || cut.Sub(m.before) >= resettle {
+		if !cut.After(from) {
+			return store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{})
+		}
+		tot, err := store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{EndedBefore: cut, Settled: true})
+		if err != nil {
+			return store.TaskTotals{}, err
+		}
+		m = settled{before: cut, tot: tot}
+		s.mu.Lock()
+		if s.settled == nil {
+			s.settled = map[settledKey]settled{}
+		}
+		for k := range s.settled {
+			if k.workspace == workspaceID && k.from != from {
+				delete(s.settled, k) // a past period's memo
+			}
+		}
+		s.settled[key] = m
+		s.mu.Unlock()
+	}
+	live, err := store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{EndedBefore: m.before})
+	if err != nil {
+		return store.TaskTotals{}, err
+	}
+	return store.TaskTotals{Seconds: m.tot.Seconds + live.Seconds, Calls: m.tot.Calls + live.Calls}, nil
 }
 
 // Read reads ws's usage in the period now falls in.
@@ -185,7 +245,7 @@ func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) 
 		idle = store.DefaultSessionIdle
 	}
 	// The database applies TaskSeconds's rule (store.SumTaskTime; a test holds the two equal).
-	tot, err := store.SumTaskTime(ctx, s.DB, ws.ID, from, to, now, idle)
+	tot, err := s.taskTime(ctx, ws.ID, from, to, now, idle)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}

@@ -147,6 +147,30 @@ func TestReadIsExactFromTheRecords(t *testing.T) {
 		if err != nil || again.TaskSeconds != want {
 			t.Fatalf("second read: %v, %v", again, err)
 		}
+		// The open session ends, another opens and calls: a reader holding a memo of the settled sessions and a
+		// fresh one (a restart) read the same.
+		if _, err := db.NewUpdate().Model((*schema.Session)(nil)).Set("status = ?", schema.SessionClosed).Set("closed_at = ?", at(70*time.Minute)).
+			Where("workspace_id = ? AND status = ?", ws.ID, schema.SessionOpen).Exec(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		session(t, db, ws, env, schema.SessionOpen, at(80*time.Minute), nil, at(81*time.Minute), at(82*time.Minute))
+		for _, later := range []time.Time{at(65 * time.Minute), at(90 * time.Minute), at(3 * time.Hour)} {
+			held, err := src.Read(context.Background(), ws, later)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := (&usage.Source{DB: db, Plans: src.Plans}).Read(context.Background(), ws, later)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spans, _ := store.SessionSpans(context.Background(), db, ws.ID, r.Start, r.End)
+			oracle := usage.TaskSeconds(spans, r.Start, r.End, later, store.DefaultSessionIdle)
+			hc, _ := held.Meter(usage.MeterToolCalls, "")
+			fc, _ := fresh.Meter(usage.MeterToolCalls, "")
+			if held.TaskSeconds != oracle || fresh.TaskSeconds != oracle || hc.Used != 7 || fc.Used != 7 {
+				t.Fatalf("at %v: memo reader %d s %g calls, fresh reader %d s %g calls, the rule %d s (7 calls)", later, held.TaskSeconds, hc.Used, fresh.TaskSeconds, fc.Used, oracle)
+			}
+		}
 	})
 }
 
