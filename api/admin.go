@@ -137,8 +137,13 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 			if err != nil {
 				return nil, err
 			}
-			if ch.Entitlements == nil && ch.Plan != nil {
-				_, plan := u.Source.Plans.Of(&schema.Workspace{Plan: *ch.Plan})
+			if ch.Entitlements == nil {
+				// The plan's entitlements (the default plan's when none is named), else every one.
+				named := ""
+				if ch.Plan != nil {
+					named = *ch.Plan
+				}
+				_, plan := u.Source.Plans.Of(&schema.Workspace{Plan: named})
 				ch.Entitlements = plan.Entitlements
 			}
 			var out CreatedWorkspace
