@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,5 +260,27 @@ func TestAdminCreatesAWorkspaceAndUsageReadsIt(t *testing.T) {
 	b, _ := json.Marshal(raw)
 	if len(b) < 10 {
 		t.Fatalf("tRPC usage.get = %s", b)
+	}
+}
+
+// TestTooLargeOverRESTAndTRPC: a body over a verb's cap is a 413 with the envelope over REST, and over tRPC the
+// same envelope at error.data.envelope with httpStatus 413 (collect's own 413 and 429 are TestCollectEnvByteCap's
+// and TestCollectRateLimit's).
+func TestTooLargeOverRESTAndTRPC(t *testing.T) {
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	s := p.open(nil)
+	big := map[string]any{"name": "get_order_details", "arguments": map[string]any{"order_id": strings.Repeat("x", 2<<20)}}
+	code, out := p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/call", s.Token, big)
+	if code != http.StatusRequestEntityTooLarge || out["code"] != api.CodeTooLarge || out["detail"] == "" || out["requestId"] == "" {
+		t.Fatalf("REST: %d %v", code, out)
+	}
+	big["session_id"] = s.ID
+	code, out = p.do(http.MethodPost, "/trpc/sessions.call", s.Token, big)
+	env, st := trpcEnvelope(t, out)
+	if code != http.StatusRequestEntityTooLarge || st != http.StatusRequestEntityTooLarge || env["code"] != api.CodeTooLarge || env["requestId"] == "" {
+		t.Fatalf("tRPC: %d %v", code, out)
+	}
+	if n := p.journaled(s.ID); n != 0 {
+		t.Fatalf("%d calls journaled by refused bodies", n)
 	}
 }
