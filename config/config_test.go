@@ -132,9 +132,9 @@ func TestPlansFromFile(t *testing.T) {
 	}
 	// A plan field that does not exist, a default plan that is not configured, a short admin key: each named.
 	for bad, key := range map[string]string{
-		"plans:\n  free:\n    task_minuts: 1\n":               `"plans.free.task_minuts"`,
-		"usage:\n  default_plan: gold\n":                      "usage.default_plan",
-		"admin:\n  key: short\n":                              "admin.key",
+		"plans:\n  free:\n    task_minuts: 1\n":              `"plans.free.task_minuts"`,
+		"usage:\n  default_plan: gold\n":                     "usage.default_plan",
+		"admin:\n  key: short\n":                             "admin.key",
 		"plans:\n  free:\n    entitlements: [mcp, coffee]\n": "plans.free.entitlements",
 	} {
 		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
