@@ -163,6 +163,7 @@ func config(title, version string) huma.Config {
 		SchemeWorkspaceKey: {Type: "http", Scheme: "bearer", Description: "Workspace key, `mk_live_…`. Environment routes, collect, key management."},
 		SchemeSessionToken: {Type: "http", Scheme: "bearer", Description: "Session token, `ms_…`, returned once when a session opens. Session routes only; revoked when the session ends."},
 		SchemeMCPToken:     {Type: "http", Scheme: "bearer", Description: "MCP access token, `mcp_at_…`. The MCP server."},
+		SchemeAdminKey:     {Type: "http", Scheme: "bearer", Description: "The admin key (config `admin.key`). Admin verbs only; any other credential there is a 403."},
 	}
 	c.OnAddOperation = append(c.OnAddOperation, documentErrors, nameGenerated)
 	return c

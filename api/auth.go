@@ -50,6 +50,8 @@ type Principal struct {
 	// Session is the session a session route names; nil on other routes. Its status may be
 	// closed or expired when the opening key asks: use SessionGone to answer those.
 	Session *schema.Session
+	// Admin is set on admin verbs, which act on no workspace of their own (Workspace is nil).
+	Admin bool
 }
 
 type principalKey struct{}
@@ -79,6 +81,8 @@ type Authenticator struct {
 	// Tokens, when set, resolves session tokens (a short-lived cache in front of the database on the call hot
 	// path: SessionTokens). Without it every session route reads the session and its workspace.
 	Tokens TokenResolver
+
+	admin *adminKey // nil: admin verbs refuse every credential
 }
 
 // TokenResolver answers the session and workspace of a session token, whatever the session's status; an unknown
@@ -274,6 +278,8 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 		header := ctx.Header("Authorization")
 		began := time.Now()
 		switch {
+		case accepts[SchemeAdminKey]:
+			p, err = a.Admin(header)
 		case accepts[SchemeSessionToken]:
 			p, err = a.Session(ctx.Context(), header, ctx.Param(SessionIDParam))
 		case accepts[SchemeMCPToken]:

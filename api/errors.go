@@ -19,6 +19,7 @@ import (
 
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
+	"github.com/doppel-dev/doppel/usage"
 )
 
 // Error codes carried in the envelope's code field.
@@ -219,8 +220,11 @@ func StoreError(err error, what string) error {
 func EnvelopeOf(ctx context.Context, err error) (*Envelope, int) {
 	var e *Envelope
 	var pe *toolplane.Error
+	var le *usage.LimitError
 	if errors.As(err, &pe) {
 		e = planeEnvelope(pe)
+	} else if errors.As(err, &le) {
+		e = limitEnvelope(le)
 	} else if !errors.As(err, &e) {
 		var se huma.StatusError
 		if errors.As(err, &se) {
@@ -250,6 +254,11 @@ func planeEnvelope(pe *toolplane.Error) *Envelope {
 		return NewError(http.StatusBadGateway, pe.Detail)
 	}
 	return Unavailable("%s", pe.Detail)
+}
+
+// limitEnvelope is the 402 of a meter over its limit.
+func limitEnvelope(le *usage.LimitError) *Envelope {
+	return PaymentRequired(Meter{Name: le.Meter, Used: le.Used, Limit: le.Limit}, le.CardWouldLift, le.Error())
 }
 
 // WriteError writes err as an envelope on a plain net/http route.

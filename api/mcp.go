@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 )
 
@@ -129,6 +132,10 @@ func (m *mcpDeps) guard(next http.Handler) http.Handler {
 			WriteError(w, r, err)
 			return
 		}
+		if !store.HasEntitlement(p.Workspace, schema.EntitlementMCP) {
+			WriteError(w, r, Forbidden(AccessDenied, "this workspace is not entitled to the MCP server (entitlement mcp)"))
+			return
+		}
 		verified.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
 	})
 }
@@ -158,6 +165,9 @@ func (f *workspaceFace) handler() http.Handler {
 			Logger:       f.logger,
 		})
 		for _, v := range f.verbs.all() {
+			if slices.Contains(v.Tags, "admin") {
+				continue // admin verbs take the admin key, which the MCP server never holds
+			}
 			s.AddTool(verbTool(v), f.call(v))
 		}
 		return s

@@ -34,6 +34,7 @@ func fullRegistry(t *testing.T) map[string]pinnedVerb {
 		(&api.SessionRoutes{}).Register,
 		(&api.WakeRoutes{}).Register,
 		(&api.QueryRoutes{}).Register,
+		(&api.UsageRoutes{}).Register,
 	}})
 	out := map[string]pinnedVerb{}
 	for _, v := range api.Registry(a.OpenAPI()) {

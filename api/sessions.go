@@ -50,7 +50,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 			"`receipts.seeded: false` and a `note`.",
 		Tags:     []string{"sessions"},
 		Security: WorkspaceKeyAuth(),
-		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
+		Errors:   []int{http.StatusPaymentRequired, http.StatusConflict, http.StatusServiceUnavailable},
 		Handler:  sr.open,
 	})
 
@@ -68,7 +68,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 			"naming it; a closed or expired session is a 404; a booting twin is a 409 `notReady`.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
-		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
+		Errors:   []int{http.StatusPaymentRequired, http.StatusConflict, http.StatusServiceUnavailable},
 		Handler:  sr.call,
 	})
 

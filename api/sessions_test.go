@@ -40,6 +40,7 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -164,6 +165,7 @@ type plane struct {
 	build         *schema.Build
 	bundle        *twin.Bundle
 	locals        *countingLocals // planeOptions.local: the twins reached directly
+	gate          *usage.Gate     // planeOptions.plans: the quota
 }
 
 // countingLocals is the inproc driver as the routes' twinrpc.Locals, counting the clients it made direct: a test
@@ -209,6 +211,13 @@ type planeOptions struct {
 	observer api.Observer
 	// query, when set, serves queries (envs.query, queries.get) with these options.
 	query *queryOptions
+	// plans, when set, meters the workspaces and holds them to these plans (usage.Gate as the plane's quota),
+	// and serves GET /v1/usage and the admin verbs with adminKey; now, when set, is the meters' clock.
+	plans    *usage.Plans
+	adminKey string
+	now      func() time.Time
+	// extra route groups (e.g. MCP).
+	routes []func(huma.API, *api.Deps)
 }
 
 // eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
@@ -288,6 +297,12 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	if o.query != nil {
 		popts.Queries, popts.QueryModel, popts.QueryWait, popts.QueryMaxSteps = o.query.starter, o.query.model, o.query.wait, o.query.maxSteps
 	}
+	if o.plans != nil {
+		src := &usage.Source{DB: p.db, Plans: *o.plans, EnvBytesCap: 1 << 20, Idle: o.idle}
+		p.gate = &usage.Gate{Source: src, Now: o.now}
+		popts.Quota = p.gate
+		routes = append(routes, (&api.UsageRoutes{Source: src, Gate: p.gate, AdminKey: o.adminKey, Now: o.now}).Register)
+	}
 	p.tp = toolplane.New(popts)
 	p.routes = &api.SessionRoutes{Plane: p.tp}
 	routes = append(routes, p.routes.Register)
@@ -295,6 +310,7 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		p.queries = &api.QueryRoutes{Plane: p.tp, RatePerSecond: o.query.rate, Burst: o.query.burst}
 		routes = append(routes, p.queries.Register)
 	}
+	routes = append(routes, o.routes...)
 	h, humaAPI := api.New(api.Options{DB: p.db, Routes: routes, Tracer: o.tracer, Observer: o.observer})
 	p.h = h
 	p.api = humatest.Wrap(t, humaAPI)

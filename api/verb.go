@@ -8,6 +8,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/doppel-dev/doppel/toolplane"
+	"github.com/doppel-dev/doppel/usage"
 )
 
 // Kind says whether a verb reads (a query: GET over REST and tRPC) or writes (a mutation: POST over tRPC).
@@ -77,6 +78,10 @@ func mapError(err error) error {
 	var pe *toolplane.Error
 	if errors.As(err, &pe) {
 		return planeEnvelope(pe)
+	}
+	var le *usage.LimitError
+	if errors.As(err, &le) {
+		return limitEnvelope(le)
 	}
 	return err
 }

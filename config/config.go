@@ -40,6 +40,34 @@ type Config struct {
 	Runtime      Runtime  `koanf:"runtime"`
 	Metrics      Metrics  `koanf:"metrics"`
 	OTel         OTel     `koanf:"otel"`
+	Admin        Admin    `koanf:"admin"`
+	Usage        Usage    `koanf:"usage"`
+	// Plans are the plans by name (plans.<name>.task_minutes, …), from the configuration file.
+	Plans map[string]Plan `koanf:"plans"`
+}
+
+// Admin configures the admin credential of the admin verbs (workspaces, plans, access).
+type Admin struct {
+	Key string `koanf:"key"`
+}
+
+// Usage configures metering and its enforcement.
+type Usage struct {
+	Period      string        `koanf:"period"`
+	DefaultPlan string        `koanf:"default_plan"`
+	Refresh     time.Duration `koanf:"refresh"`
+	Enforce     bool          `koanf:"enforce"`
+}
+
+// Plan is an allowance per meter (0: no limit), whether a card on file lifts the period limits, and the
+// entitlements of workspaces an admin creates on it without naming any.
+type Plan struct {
+	TaskMinutes  int64    `koanf:"task_minutes"`
+	ToolCalls    int64    `koanf:"tool_calls"`
+	Queries      int64    `koanf:"queries"`
+	OpenSessions int64    `koanf:"open_sessions"`
+	CardLifts    bool     `koanf:"card_lifts"`
+	Entitlements []string `koanf:"entitlements"`
 }
 
 // Metrics configures GET /metrics (Prometheus text format).
@@ -231,6 +259,11 @@ func Keys() []Key {
 		{"otel.endpoint", "", "OTLP/HTTP base URL spans are sent to (<endpoint>/v1/traces), e.g. http://127.0.0.1:4318; empty: OTEL_EXPORTER_OTLP_ENDPOINT if set, else no tracing"},
 		{"otel.service_name", "doppel", "service.name of this process's spans"},
 		{"otel.sample_ratio", 1.0, "share of new traces recorded (0 to 1); requests with a sampled traceparent are always recorded"},
+		{"admin.key", "", "the admin credential: the admin verbs (admin.workspaces.*) take it and nothing else; at least 32 characters; empty: admin verbs refuse everyone"},
+		{"usage.period", "month", "metering period: month (calendar month, UTC) or day (calendar day, UTC)"},
+		{"usage.default_plan", "", "plan of workspaces that name none (plans are set in the configuration file under plans.<name>); empty: no limits"},
+		{"usage.refresh", "1s", "how stale the enforcement's reading of a workspace's meters may grow before it is read again"},
+		{"usage.enforce", true, "refuse opens and calls past the plan's limits (402); false: meter only"},
 	}
 }
 
@@ -283,7 +316,7 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 			return nil, fmt.Errorf("config: file %s: %w", path, err)
 		}
 		for _, name := range fk.Keys() {
-			if _, ok := defaults[name]; !ok {
+			if _, ok := defaults[name]; !ok && !planKey(name) {
 				return nil, fmt.Errorf("config: file %s: unknown key %q", path, name)
 			}
 		}
@@ -325,6 +358,20 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// planKey reports whether a file key sets a plan field: plans.<name>.<field>.
+func planKey(name string) bool {
+	rest, ok := strings.CutPrefix(name, "plans.")
+	if !ok {
+		return false
+	}
+	_, field, ok := strings.Cut(rest, ".")
+	switch field {
+	case "task_minutes", "tool_calls", "queries", "open_sessions", "card_lifts", "entitlements":
+		return ok
+	}
+	return false
 }
 
 // Lookup returns the value of the variable name in environ (os.Environ's form), "" when it is not set.
@@ -486,6 +533,27 @@ func (c *Config) Validate() error {
 	}
 	positive("session.idle", c.Session.Idle)
 	positive("mcp.token_ttl", c.MCP.TokenTTL)
+	if c.Admin.Key != "" && len(c.Admin.Key) < 32 {
+		bad("admin.key", "must be at least 32 characters (e.g. openssl rand -hex 32)")
+	}
+	oneOf("usage.period", c.Usage.Period, "month", "day")
+	positive("usage.refresh", c.Usage.Refresh)
+	if c.Usage.DefaultPlan != "" {
+		if _, ok := c.Plans[c.Usage.DefaultPlan]; !ok {
+			bad("usage.default_plan", "names no plan under plans (got %q)", c.Usage.DefaultPlan)
+		}
+	}
+	for name, p := range c.Plans {
+		key := "plans." + name
+		if p.TaskMinutes < 0 || p.ToolCalls < 0 || p.Queries < 0 || p.OpenSessions < 0 {
+			bad(key, "limits must not be negative (0: no limit)")
+		}
+		for _, e := range p.Entitlements {
+			if e != "mcp" && e != "query" {
+				bad(key+".entitlements", "must hold only mcp and query (got %q)", e)
+			}
+		}
+	}
 	if c.Runtime.GCPercent < 1 {
 		bad("runtime.gc_percent", "must be at least 1")
 	}

@@ -114,3 +114,34 @@ func TestBadDuration(t *testing.T) {
 		t.Fatalf("err = %v, want it to name twin.idle", err)
 	}
 }
+
+func TestPlansFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "doppel.yaml")
+	yaml := "usage:\n  default_plan: free\nplans:\n  free: {task_minutes: 600, open_sessions: 5, card_lifts: true, entitlements: [query]}\n  team:\n    task_minutes: 60000\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := load(t, nil, "--config="+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free, team := c.Plans["free"], c.Plans["team"]
+	if c.Usage.DefaultPlan != "free" || free.TaskMinutes != 600 || free.OpenSessions != 5 || !free.CardLifts ||
+		len(free.Entitlements) != 1 || free.Entitlements[0] != "query" || team.TaskMinutes != 60000 || team.CardLifts {
+		t.Fatalf("plans = %+v, default %q", c.Plans, c.Usage.DefaultPlan)
+	}
+	// A plan field that does not exist, a default plan that is not configured, a short admin key: each named.
+	for bad, key := range map[string]string{
+		"plans:\n  free:\n    task_minuts: 1\n":              `"plans.free.task_minuts"`,
+		"usage:\n  default_plan: gold\n":                     "usage.default_plan",
+		"admin:\n  key: short\n":                             "admin.key",
+		"plans:\n  free:\n    entitlements: [mcp, coffee]\n": "plans.free.entitlements",
+	} {
+		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := load(t, nil, "--config="+file); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: err = %v, want it to name %s", bad, err, key)
+		}
+	}
+}

@@ -69,7 +69,22 @@ type Workspace struct {
 	Name      string    `bun:"name,notnull"`
 	Access    string    `bun:"access,notnull"`
 	CreatedAt time.Time `bun:"created_at,notnull"`
+	// Plan names a plan of the plans configuration ("": usage.default_plan).
+	Plan string `bun:"plan,notnull"`
+	// Entitlements are the gated features the workspace may use, comma-separated (EntitlementMCP, …).
+	Entitlements string `bun:"entitlements,notnull"`
+	// CardOnFile says a payment card is on file: a plan whose limits a card lifts then meters past them.
+	CardOnFile bool `bun:"card_on_file,notnull"`
 }
+
+// Entitlements a workspace may hold (an admin sets them).
+const (
+	EntitlementMCP   = "mcp"   // the MCP server at /mcp
+	EntitlementQuery = "query" // one-shot queries (POST /v1/envs/{slug}/query)
+)
+
+// DefaultEntitlements are a new workspace's entitlements when none are given.
+const DefaultEntitlements = EntitlementMCP + "," + EntitlementQuery
 
 // APIKey is a workspace key or an MCP access token, stored only as a hash.
 type APIKey struct {

@@ -17,7 +17,8 @@ func CreateWorkspace(ctx context.Context, db bun.IDB, name string) (*schema.Work
 	if name == "" {
 		return nil, fmt.Errorf("store: create workspace: %w: name is empty", ErrInvalid)
 	}
-	ws := &schema.Workspace{ID: schema.NewID(schema.PrefixWorkspace), Name: name, Access: schema.AccessGranted, CreatedAt: now()}
+	ws := &schema.Workspace{ID: schema.NewID(schema.PrefixWorkspace), Name: name, Access: schema.AccessGranted, CreatedAt: now(),
+		Entitlements: schema.DefaultEntitlements}
 	if _, err := db.NewInsert().Model(ws).Exec(ctx); err != nil {
 		return nil, wrap(err, "create workspace %q", name)
 	}

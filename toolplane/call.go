@@ -57,6 +57,12 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 	if err := p.checkIdle(ctx, s, l, now); err != nil {
 		return nil, err
 	}
+	if p.quota != nil {
+		// Before the twin runs anything: a refused call changes nothing and is not journaled.
+		if err := p.quota.AdmitCall(ctx, s.WorkspaceID); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.loadBuild(ctx, s, l); err != nil {
 		return nil, err
 	}
@@ -135,6 +141,9 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 	}
 	l.calls++
 	l.lastUsed = now
+	if p.quota != nil {
+		p.quota.Called(s.WorkspaceID)
+	}
 	return &CallResult{CallResult: res, CallID: c.ID, Ms: ms, Twin: journaled.Sub(started), Journal: time.Since(journaled), Fault: fault}, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -97,6 +98,13 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 	if p.opener == nil {
 		return nil, errorf(Unavailable, "sessions cannot be opened: no workflow client configured")
 	}
+	maxOpen := 0
+	if p.quota != nil {
+		// Before the twin is woken or a world seeded: a refused open does nothing.
+		if maxOpen, err = p.quota.AdmitOpen(ctx, env.WorkspaceID); err != nil {
+			return nil, err
+		}
+	}
 	id := schema.NewID(schema.PrefixSession)
 	res, err := p.opener.Open(ctx, workflows.SessionOpenInput{SessionID: id, EnvID: env.ID, Spec: spec})
 	if err != nil {
@@ -117,10 +125,15 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 	if s.BuildID == "" {
 		s.BuildID = env.ActiveBuildID
 	}
-	token, err := store.CreateSession(ctx, p.db, s)
+	token, err := store.CreateSessionWithin(ctx, p.db, s, maxOpen)
 	if err != nil {
 		// The world exists on the twin but no row does: drop it.
 		p.DropWorld(context.WithoutCancel(ctx), s)
+		var over *store.OpenLimitError
+		if errors.As(err, &over) {
+			// Another open took the last place between the admission and the write.
+			return nil, usage.OpenLimit(over.Open, over.Limit)
+		}
 		return nil, err
 	}
 	p.mu.Lock()

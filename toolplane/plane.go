@@ -41,6 +41,19 @@ type TwinDirectory interface {
 	RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error)
 }
 
+// Quota holds workspaces to their plans before work starts (usage.Gate is one). Its refusals pass through
+// unchanged (usage.LimitError). A one-shot query (envs.query, not built yet) is to be admitted here too: by
+// AdmitCall's meters plus the queries meter and a per-workspace query rate.
+type Quota interface {
+	// AdmitOpen answers nil when the workspace may open a session, with the most sessions it may have open at
+	// once (0: no cap), which the open holds to as it writes the session row.
+	AdmitOpen(ctx context.Context, workspaceID string) (maxOpen int, err error)
+	// AdmitCall answers nil when a tool call may run.
+	AdmitCall(ctx context.Context, workspaceID string) error
+	// Called counts an answered call until the durable records the quota reads hold it.
+	Called(workspaceID string)
+}
+
 // Options are a Plane's dependencies.
 type Options struct {
 	DB *bun.DB
@@ -49,6 +62,8 @@ type Options struct {
 	// Twins finds a session's twin and wakes it when stopped (nil: calls that need a twin answer 503).
 	Twins   TwinDirectory
 	Journal CallJournal
+	// Quota, when set, refuses opens and calls past the workspace's plan (nil: no limits).
+	Quota Quota
 	// Bundles caches decoded bundles (nil: bundles cannot be read).
 	Bundles *Bundles
 	// Idle is how long an unused session stays open (config session.idle; default store.DefaultSessionIdle).
@@ -79,6 +94,7 @@ type Plane struct {
 	opener  SessionOpener
 	twins   TwinDirectory
 	journal CallJournal
+	quota   Quota
 	bundles *Bundles
 	idle    time.Duration
 	hc      *http.Client
@@ -102,7 +118,7 @@ type Plane struct {
 
 // New builds a Plane.
 func New(o Options) *Plane {
-	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, bundles: o.Bundles, idle: o.Idle,
+	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, quota: o.Quota, bundles: o.Bundles, idle: o.Idle,
 		hc: o.HTTP, locals: o.Locals, log: o.Log,
 		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}, errAnswers: map[string]map[string][]string{}}
 	if p.idle <= 0 {

@@ -60,6 +60,7 @@ func commands() map[string]command {
 		"migrate": {"apply database migrations (idempotent, safe to run concurrently)", runMigrate},
 		"openapi": {"print the OpenAPI 3.1 document", runOpenAPI},
 		"keys":    {"manage workspace keys: keys create|list|revoke", runKeys},
+		"usage":   {"show this period's usage: task-minutes and every meter against the plan, with bars", runUsage},
 		"collect": {"send trace files (JSON or JSONL) to /api/collect", runCollect},
 		"bench":   {"measure the tool plane of a running doppel: session opens and replayed calls, p50/p99 and calls/s", runBench},
 		"config":  {"print the configuration reference (keys, env vars, flags, defaults)", runConfig},

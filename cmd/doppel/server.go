@@ -385,6 +385,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Plane: plane}
 	queries := &api.QueryRoutes{Plane: plane, RatePerSecond: st.cfg.Query.RatePerSecond, Burst: st.cfg.Query.Burst}
+	usageRoutes := &api.UsageRoutes{Source: st.usageSource(), Gate: st.usageGate(), AdminKey: st.cfg.Admin.Key}
 	// The MCP server's OAuth metadata names the address each client reached it by (its Host), so one server
 	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
@@ -412,6 +413,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		wake.Register,
 		queries.Register,
 		mcpRoutes.Register,
+		usageRoutes.Register,
 	}
 	return opts, nil
 }
@@ -446,6 +448,7 @@ func docRoutes() []func(huma.API, *api.Deps) {
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
 		(&api.QueryRoutes{}).Register,
+		(&api.UsageRoutes{}).Register,
 	}
 }
 

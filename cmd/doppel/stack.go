@@ -25,6 +25,7 @@ import (
 	"github.com/doppel-dev/doppel/telemetry"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
+	metering "github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -45,6 +46,34 @@ type stack struct {
 	// otel.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT says where spans go).
 	metrics *telemetry.Metrics
 	tracing *telemetry.Tracing
+	// meters reads usage from the database; gate enforces the plans with it (nil: usage.enforce is off).
+	meters *metering.Source
+	gate   *metering.Gate
+}
+
+// usageSource is the process's usage reader, over the configured plans and period.
+func (s *stack) usageSource() *metering.Source {
+	if s.meters == nil {
+		plans := metering.Plans{ByName: map[string]metering.Plan{}, Default: s.cfg.Usage.DefaultPlan}
+		for name, p := range s.cfg.Plans {
+			plans.ByName[name] = metering.Plan{TaskMinutes: p.TaskMinutes, ToolCalls: p.ToolCalls, Queries: p.Queries,
+				OpenSessions: p.OpenSessions, CardLifts: p.CardLifts, Entitlements: p.Entitlements}
+		}
+		s.meters = &metering.Source{DB: s.db, Plans: plans, Period: s.cfg.Usage.Period, EnvBytesCap: s.cfg.Collect.MaxEnvBytes,
+			Idle: s.cfg.Session.Idle}
+	}
+	return s.meters
+}
+
+// usageGate is the process's plan enforcement, nil when usage.enforce is off.
+func (s *stack) usageGate() *metering.Gate {
+	if !s.cfg.Usage.Enforce {
+		return nil
+	}
+	if s.gate == nil {
+		s.gate = &metering.Gate{Source: s.usageSource(), Refresh: s.cfg.Usage.Refresh}
+	}
+	return s.gate
 }
 
 // tracer is the tracer provider the parts get: nil when tracing is off, so they skip spans at no cost.
@@ -80,12 +109,16 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 		return nil, fmt.Errorf("call journal: %w", err)
 	}
 	s.onClose(calls.Close)
-	s.plane = toolplane.New(toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
+	o := toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
 		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(),
 		Queries:    &workflows.Queries{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue},
 		QueryModel: queryModel(s.cfg), QueryWait: s.cfg.Query.Wait, QueryMaxSteps: s.cfg.Query.MaxSteps,
-		QueryDeadline: s.cfg.Query.Deadline})
+		QueryDeadline: s.cfg.Query.Deadline}
+	if g := s.usageGate(); g != nil {
+		o.Quota = g
+	}
+	s.plane = toolplane.New(o)
 	return s.plane, nil
 }
 

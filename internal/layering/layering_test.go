@@ -28,6 +28,8 @@ func TestImportRules(t *testing.T) {
 		{"faults", nil},    // fault draws are pure: a seed and a call index in, a fault out
 		{"twinstate", nil},
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
+		// metering reads the durable records and decides; it serves the layers above it
+		{"usage", []string{"api", "toolplane", "workflows", "activities", "driver", "worker", "journal", "twin"}},
 	}
 	for _, r := range rules {
 		p, err := build.ImportDir(filepath.Join(root, r.pkg), 0)
