@@ -13,6 +13,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"golang.org/x/time/rate"
 
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 )
 
@@ -203,6 +205,9 @@ func (qr *QueryRoutes) Register(a huma.API, d *Deps) {
 
 func (qr *QueryRoutes) query(ctx context.Context, in *QueryInput) (*QueryOutput, error) {
 	p := PrincipalFrom(ctx)
+	if !store.HasEntitlement(p.Workspace, schema.EntitlementQuery) {
+		return nil, Forbidden(AccessDenied, "this workspace is not entitled to queries (entitlement query)")
+	}
 	if ok, wait := qr.allow(p.Workspace.ID); !ok {
 		secs := int(math.Ceil(wait.Seconds()))
 		return nil, huma.ErrorWithHeaders(RateLimited(fmt.Sprintf("over the workspace's query rate; retry after %s",

@@ -32,6 +32,7 @@ import (
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -43,6 +44,7 @@ type queryOptions struct {
 	maxSteps int
 	rate     float64
 	burst    int
+	plans    *usage.Plans // meter the workspaces against these plans (nil: no metering)
 }
 
 // lateStarter forwards to a query starter made after the plane (its activities need the plane).
@@ -196,7 +198,7 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 	if modelURL != "" && qo.model == "" {
 		qo.model = "scripted-agent"
 	}
-	p := newPlane(t, driver, bundle, planeOptions{query: &qo})
+	p := newPlane(t, driver, bundle, planeOptions{query: &qo, plans: qo.plans})
 	acts := &activities.Queries{DB: p.db, Sessions: toolplane.QuerySessions{P: p.tp}, Bundles: p.tp.Bundles()}
 	if modelURL != "" {
 		c, err := llm.New(llm.Options{BaseURL: modelURL, Model: qo.model, Timeout: 2 * time.Second})

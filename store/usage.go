@@ -254,3 +254,22 @@ FROM b`
 	}
 	return out, nil
 }
+
+// QueryTotals are a workspace's queries in a period and the model tokens they used.
+type QueryTotals struct {
+	Queries int64
+	Tokens  int64 // prompt and completion tokens of the model the queries ran (replay queries use none)
+}
+
+// QueriesIn sums a workspace's queries created in [from, to) from their rows.
+func QueriesIn(ctx context.Context, db bun.IDB, workspaceID string, from, to time.Time) (QueryTotals, error) {
+	var tot QueryTotals
+	err := db.NewSelect().Model((*schema.Query)(nil)).
+		ColumnExpr("count(*)").ColumnExpr("coalesce(sum(prompt_tokens + completion_tokens), 0)").
+		Where("workspace_id = ? AND created_at >= ? AND created_at < ?", workspaceID, from.UTC(), to.UTC()).
+		Scan(ctx, &tot.Queries, &tot.Tokens)
+	if err != nil {
+		return QueryTotals{}, wrap(err, "queries of workspace %q", workspaceID)
+	}
+	return tot, nil
+}

@@ -54,6 +54,12 @@ type Quota interface {
 	Called(workspaceID string)
 }
 
+// QueryQuota is a Quota that also meters one-shot queries.
+type QueryQuota interface {
+	// AdmitQuery answers nil when the workspace may start a query.
+	AdmitQuery(ctx context.Context, workspaceID string) error
+}
+
 // Options are a Plane's dependencies.
 type Options struct {
 	DB *bun.DB

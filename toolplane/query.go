@@ -71,6 +71,12 @@ func (p *Plane) Query(ctx context.Context, req QueryRequest) (*QueryAnswer, erro
 	if p.queries == nil {
 		return nil, errorf(Unavailable, "queries cannot run: no workflow client configured")
 	}
+	if qq, ok := p.quota.(QueryQuota); ok {
+		// Before the query's row or workflow exists: a refused query leaves nothing behind.
+		if err := qq.AdmitQuery(ctx, env.WorkspaceID); err != nil {
+			return nil, err
+		}
+	}
 	seed := DrawSeed()
 	if req.Seed != nil {
 		seed = *req.Seed

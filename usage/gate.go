@@ -75,7 +75,7 @@ func (g *Gate) read(ctx context.Context, workspaceID string) (*schema.Workspace,
 		return nil, nil, fmt.Errorf("usage: %w", err)
 	}
 	now := g.now()
-	if _, plan := g.Source.Plans.Of(ws); plan.TaskMinutes <= 0 && plan.ToolCalls <= 0 {
+	if _, plan := g.Source.Plans.Of(ws); plan.TaskMinutes <= 0 && plan.ToolCalls <= 0 && plan.Queries <= 0 && plan.ModelTokens <= 0 {
 		return ws, &Reading{At: now}, nil // no period limit to hold it to: the workspace row is all the gate needs
 	}
 	r, err := g.Source.Read(ctx, ws, now)
@@ -161,6 +161,10 @@ func (g *Gate) check(ws *schema.Workspace, r *Reading, local int64, meters ...st
 			used, unit = float64(secs)/60, "minutes"
 		case MeterToolCalls:
 			used, unit = float64(r.calls+local), "calls"
+		case MeterQueries:
+			used, unit = float64(r.queries.Queries), "queries"
+		case MeterModelTokens:
+			used, unit = float64(r.queries.Tokens), "tokens"
 		default:
 			continue
 		}
@@ -179,6 +183,17 @@ func (g *Gate) AdmitCall(ctx context.Context, workspaceID string) error {
 		return err
 	}
 	return g.check(ws, r, local, MeterTaskMinutes, MeterToolCalls)
+}
+
+// AdmitQuery answers nil when workspaceID may start a one-shot query: task-minutes (its session's open time is
+// billed as any session's), queries and model tokens are under their limits. Queries are counted from their rows,
+// read at most the gate's refresh time ago.
+func (g *Gate) AdmitQuery(ctx context.Context, workspaceID string) error {
+	ws, r, local, err := g.current(ctx, workspaceID)
+	if err != nil {
+		return err
+	}
+	return g.check(ws, r, local, MeterTaskMinutes, MeterQueries, MeterModelTokens)
 }
 
 // Called counts a call this process answered, until the next reading holds it.

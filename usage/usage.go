@@ -15,9 +15,10 @@ import (
 
 // Meter names.
 const (
-	MeterTaskMinutes    = "task_minutes"    // session open time (and, once queries exist, query run time)
+	MeterTaskMinutes    = "task_minutes"    // session open time; a query is billed through the session it opens
 	MeterToolCalls      = "tool_calls"      // journaled tool calls
-	MeterQueries        = "queries"         // one-shot queries: nothing feeds it until envs.query exists
+	MeterQueries        = "queries"         // one-shot queries (envs.query) started in the period
+	MeterModelTokens    = "model_tokens"    // prompt and completion tokens of the queries' model calls
 	MeterOpenSessions   = "open_sessions"   // sessions open at once: the sandbox quota
 	MeterSessions       = "sessions"        // sessions opened in the period (reported, never limited)
 	MeterCollectedBytes = "collected_bytes" // per environment; over its cap collect answers 413
@@ -45,6 +46,7 @@ type Plan struct {
 	TaskMinutes  int64 `koanf:"task_minutes"`
 	ToolCalls    int64 `koanf:"tool_calls"`
 	Queries      int64 `koanf:"queries"`
+	ModelTokens  int64 `koanf:"model_tokens"`
 	OpenSessions int64 `koanf:"open_sessions"`
 	// CardLifts says a card on file lifts the period limits (task minutes, tool calls, queries): usage past them
 	// is then billed, not refused. The open-sessions quota is never lifted.
@@ -62,6 +64,8 @@ func (p Plan) limit(meter string) int64 {
 		return p.ToolCalls
 	case MeterQueries:
 		return p.Queries
+	case MeterModelTokens:
+		return p.ModelTokens
 	case MeterOpenSessions:
 		return p.OpenSessions
 	}
@@ -90,6 +94,7 @@ type Reading struct {
 	openSessions int64
 	sessions     int64
 	calls        int64
+	queries      store.QueryTotals
 }
 
 // Meter returns the named meter ("" env for workspace meters), false when absent.
@@ -249,8 +254,12 @@ func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) 
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
+	qs, err := store.QueriesIn(ctx, s.DB, ws.ID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
 	r := &Reading{Start: from, End: to, At: now, Plan: planName, openSessions: int64(open), sessions: sessions,
-		calls: tot.Calls, TaskSeconds: tot.Seconds}
+		calls: tot.Calls, TaskSeconds: tot.Seconds, queries: qs}
 	r.fill(plan, envs, s.EnvBytesCap)
 	return r, nil
 }
@@ -261,7 +270,8 @@ func (r *Reading) fill(plan Plan, envs []store.EnvBytes, envCap int64) {
 	r.Meters = []Value{
 		{Name: MeterTaskMinutes, Used: float64(r.TaskSeconds) / 60, Limit: lim(MeterTaskMinutes), Unit: "minutes"},
 		{Name: MeterToolCalls, Used: float64(r.calls), Limit: lim(MeterToolCalls), Unit: "calls"},
-		{Name: MeterQueries, Used: 0, Limit: lim(MeterQueries), Unit: "queries"},
+		{Name: MeterQueries, Used: float64(r.queries.Queries), Limit: lim(MeterQueries), Unit: "queries"},
+		{Name: MeterModelTokens, Used: float64(r.queries.Tokens), Limit: lim(MeterModelTokens), Unit: "tokens"},
 		{Name: MeterOpenSessions, Used: float64(r.openSessions), Limit: lim(MeterOpenSessions), Unit: "sessions"},
 		{Name: MeterSessions, Used: float64(r.sessions), Unit: "sessions"},
 	}
