@@ -20,6 +20,11 @@ const (
 	PrefixRequest     = "req_"
 	PrefixOAuthClient = "oc_"
 	PrefixOAuthCode   = "ocd_"
+	PrefixEvent       = "evt_"
+	PrefixEndpoint    = "whe_"
+	PrefixDelivery    = "whd_"
+	PrefixAttempt     = "wha_"
+	PrefixUpload      = "upl_"
 )
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
