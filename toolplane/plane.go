@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
@@ -61,6 +62,9 @@ type Options struct {
 	Log      *slog.Logger
 	// Tracer, when set, makes spans of each call's twin answer and journal commit (nil: none, at no cost).
 	Tracer trace.TracerProvider
+	// Events records session.opened, session.closed and session.expired in the transaction of the change, and
+	// starts their webhook deliveries (nil: no events).
+	Events *activities.EventLog
 }
 
 // Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
@@ -76,6 +80,7 @@ type Plane struct {
 	log     *slog.Logger
 	tokens  *Tokens
 	tracer  trace.Tracer // nil: no spans
+	events  *activities.EventLog
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -85,7 +90,7 @@ type Plane struct {
 // New builds a Plane.
 func New(o Options) *Plane {
 	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, bundles: o.Bundles, idle: o.Idle,
-		hc: o.HTTP, locals: o.Locals, log: o.Log,
+		hc: o.HTTP, locals: o.Locals, log: o.Log, events: o.Events,
 		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}}
 	if p.idle <= 0 {
 		p.idle = store.DefaultSessionIdle

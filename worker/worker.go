@@ -17,6 +17,7 @@ type Deps struct {
 	Builds   *activities.Builds
 	Twins    *activities.Twins
 	Sessions *activities.Sessions
+	Webhooks *activities.Webhooks
 }
 
 // Register registers every workflow under its explicit name and every activity struct's methods.
@@ -30,6 +31,9 @@ func Register(r sdkworker.Registry, d Deps) {
 	}
 	if d.Sessions != nil {
 		r.RegisterActivityWithOptions(d.Sessions, activity.RegisterOptions{})
+	}
+	if d.Webhooks != nil {
+		r.RegisterActivityWithOptions(d.Webhooks, activity.RegisterOptions{})
 	}
 }
 
