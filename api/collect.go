@@ -294,13 +294,17 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if c.opts.Blobs == nil || c.deps.DB == nil {
 		return nil, Unavailable("collect is not configured with a blob store and a database")
 	}
-	parsed, err := ingest.Decode(in.RawBody, ingest.Options{MaxTraces: c.opts.MaxTraces})
+	ws := p.Workspace.ID
+	db := c.deps.DB
+	body, err := c.fromUpload(ctx, ws, in.RawBody)
+	if err != nil {
+		return nil, err
+	}
+	parsed, err := ingest.Decode(body, ingest.Options{MaxTraces: c.opts.MaxTraces})
 	if err != nil {
 		return nil, decodeError(err)
 	}
-	n := int64(len(in.RawBody))
-	ws := p.Workspace.ID
-	db := c.deps.DB
+	n := int64(len(body))
 
 	// A cheap early refusal of a batch its environment has no room for, before the blob is written. Only the
 	// traces new to the environment count: a resent batch costs nothing, however full the environment is.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/webhook"
 )
 
 // Config is the whole of doppel's configuration, read once at start and passed down.
@@ -39,6 +41,23 @@ type Config struct {
 	Runtime      Runtime  `koanf:"runtime"`
 	Metrics      Metrics  `koanf:"metrics"`
 	OTel         OTel     `koanf:"otel"`
+	Webhooks     Webhooks `koanf:"webhooks"`
+	Uploads      Uploads  `koanf:"uploads"`
+}
+
+// Webhooks configures webhook delivery.
+type Webhooks struct {
+	AllowCIDRs     string        `koanf:"allow_cidrs"`
+	RetryWindow    time.Duration `koanf:"retry_window"`
+	BackoffInitial time.Duration `koanf:"backoff_initial"`
+	BackoffMax     time.Duration `koanf:"backoff_max"`
+	AttemptTimeout time.Duration `koanf:"attempt_timeout"`
+	SweepEvery     time.Duration `koanf:"sweep_every"`
+}
+
+// Uploads caps POST /api/uploads.
+type Uploads struct {
+	MaxFileBytes int64 `koanf:"max_file_bytes"`
 }
 
 // Metrics configures GET /metrics (Prometheus text format).
@@ -216,6 +235,13 @@ func Keys() []Key {
 		{"otel.endpoint", "", "OTLP/HTTP base URL spans are sent to (<endpoint>/v1/traces), e.g. http://127.0.0.1:4318; empty: OTEL_EXPORTER_OTLP_ENDPOINT if set, else no tracing"},
 		{"otel.service_name", "doppel", "service.name of this process's spans"},
 		{"otel.sample_ratio", 1.0, "share of new traces recorded (0 to 1); requests with a sampled traceparent are always recorded"},
+		{"webhooks.allow_cidrs", "", "comma-separated CIDRs webhook URLs may reach beyond public addresses (e.g. 127.0.0.0/8 for a receiver on this machine); empty: loopback, private, link-local and metadata addresses are refused"},
+		{"webhooks.retry_window", "24h", "how long a webhook delivery is retried (exponential backoff) before it is marked failed"},
+		{"webhooks.backoff_initial", "5s", "wait before a webhook delivery's second attempt; it doubles after each failure"},
+		{"webhooks.backoff_max", "1h", "longest wait between two attempts of a webhook delivery"},
+		{"webhooks.attempt_timeout", "15s", "time limit of one webhook POST"},
+		{"webhooks.sweep_every", "10s", "how often deliveries recorded but never started (their process died first) are started"},
+		{"uploads.max_file_bytes", int64(32 << 20), "largest file POST /api/uploads stores (413 above)"},
 	}
 }
 
@@ -470,6 +496,17 @@ func (c *Config) Validate() error {
 		bad("twin.memory_bytes", "must not be negative")
 	}
 	positive("session.idle", c.Session.Idle)
+	positive("webhooks.retry_window", c.Webhooks.RetryWindow)
+	positive("webhooks.backoff_initial", c.Webhooks.BackoffInitial)
+	positive("webhooks.backoff_max", c.Webhooks.BackoffMax)
+	positive("webhooks.attempt_timeout", c.Webhooks.AttemptTimeout)
+	positive("webhooks.sweep_every", c.Webhooks.SweepEvery)
+	if c.Uploads.MaxFileBytes < 1 {
+		bad("uploads.max_file_bytes", "must be at least 1")
+	}
+	if _, err := c.Webhooks.AllowedCIDRs(); err != nil {
+		bad("webhooks.allow_cidrs", "%v", err)
+	}
 	positive("mcp.token_ttl", c.MCP.TokenTTL)
 	if c.Runtime.GCPercent < 1 {
 		bad("runtime.gc_percent", "must be at least 1")
@@ -494,4 +531,9 @@ func Reference() string {
 		fmt.Fprintf(&b, "| `%s` | `%s` | `--%s` | `%v` | %s |\n", k.Name, k.Env(), k.Flag(), k.Default, k.Help)
 	}
 	return b.String()
+}
+
+// AllowedCIDRs parses webhooks.allow_cidrs.
+func (w Webhooks) AllowedCIDRs() ([]netip.Prefix, error) {
+	return webhook.ParseCIDRs(strings.Split(w.AllowCIDRs, ","))
 }

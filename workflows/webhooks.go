@@ -92,10 +92,10 @@ func WebhookDelivery(ctx workflow.Context, in WebhookDeliveryInput) error {
 	if err == nil {
 		return nil
 	}
-	reason, _ := errorText(err)
-	var timeout *temporal.TimeoutError
-	if errors.As(err, &timeout) {
-		reason = fmt.Sprintf("gave up after %s of retries", p.Window)
+	// Past the window Temporal answers the last attempt's error (or a timeout when it was cut short).
+	reason, typ := errorText(err)
+	if typ != activities.ErrTypeBadInput {
+		reason = fmt.Sprintf("gave up after %s of retries; last attempt: %s", p.Window, reason)
 	}
 	fctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: time.Minute,
@@ -176,6 +176,14 @@ func (w *Webhooks) Dispatch(ctx context.Context, ids []string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// StartDelivery starts one delivery's workflow now (a test send, a redelivery) and records it started.
+func (w *Webhooks) StartDelivery(ctx context.Context, id, reason string) error {
+	if err := w.Start(ctx, id, reason); err != nil {
+		return err
+	}
+	return store.MarkDispatched(ctx, w.DB, []string{id})
 }
 
 // Start starts one delivery's workflow; reason is recorded on its attempts.

@@ -29,6 +29,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
 )
@@ -279,9 +280,17 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	if st.metrics != nil {
 		builds.Observer = st.metrics
 	}
+	builds.Events = st.events()
+	guard, err := st.webhookGuard()
+	if err != nil {
+		return nil, err
+	}
+	hooks := &activities.Webhooks{DB: st.db, Sender: webhook.NewSender(guard, st.cfg.Webhooks.AttemptTimeout),
+		Dispatch: st.webhookStarter(), Log: st.log.With("component", "webhooks")}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
-		Builds: builds,
-		Twins:  &activities.Twins{Driver: drv},
+		Builds:   builds,
+		Webhooks: hooks,
+		Twins:    &activities.Twins{Driver: drv, Events: st.events()},
 		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
 			Log: st.log.With("component", "sessions"), Tracer: st.tracer()},
 	}), nil
@@ -342,6 +351,9 @@ func startReaper(ctx context.Context, st *stack) error {
 	if err := sessionWorkflows(st).StartReaper(ctx, workflows.SessionReaperInput{Idle: st.cfg.Session.Idle}); err != nil {
 		return fmt.Errorf("session reaper: %w", err)
 	}
+	if err := st.webhookStarter().StartSweeper(ctx, workflows.WebhookSweeperInput{Every: st.cfg.Webhooks.SweepEvery}); err != nil {
+		return fmt.Errorf("webhook sweeper: %w", err)
+	}
 	return nil
 }
 
@@ -393,12 +405,20 @@ func apiOptions(st *stack) (api.Options, error) {
 	if tp := st.tracer(); tp != nil {
 		opts.Tracer, opts.Propagator = tp, st.tracing.Propagator()
 	}
+	guard, err := st.webhookGuard()
+	if err != nil {
+		return opts, err
+	}
+	hooks := &api.WebhookRoutes{Guard: guard, Deliveries: st.webhookStarter()}
+	uploads := &api.UploadRoutes{Blobs: st.blobs, MaxFileBytes: st.cfg.Uploads.MaxFileBytes}
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
 		builds.Register,
 		sessions.Register,
 		wake.Register,
 		mcpRoutes.Register,
+		hooks.Register,
+		uploads.Register,
 	}
 	return opts, nil
 }
@@ -432,6 +452,8 @@ func docRoutes() []func(huma.API, *api.Deps) {
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
+		(&api.WebhookRoutes{}).Register,
+		(&api.UploadRoutes{Blobs: docOnlyBlobs{}}).Register,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
@@ -24,6 +25,8 @@ import (
 	"github.com/doppel-dev/doppel/telemetry"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/webhook"
+	"github.com/doppel-dev/doppel/workflows"
 )
 
 // stack holds the concrete parts a server process runs on; close releases them in reverse order.
@@ -43,6 +46,32 @@ type stack struct {
 	// otel.endpoint or OTEL_EXPORTER_OTLP_ENDPOINT says where spans go).
 	metrics *telemetry.Metrics
 	tracing *telemetry.Tracing
+	hooks   *workflows.Webhooks
+}
+
+// webhookStarter starts webhook deliveries' workflows, for every part of this process that records events.
+func (s *stack) webhookStarter() *workflows.Webhooks {
+	if s.hooks == nil {
+		w := s.cfg.Webhooks
+		s.hooks = &workflows.Webhooks{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue, DB: s.db,
+			Log: s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
+				Initial: w.BackoffInitial, Max: w.BackoffMax, Attempt: w.AttemptTimeout + 15*time.Second}}
+	}
+	return s.hooks
+}
+
+// events records events with the changes they report and starts their deliveries.
+func (s *stack) events() *activities.EventLog {
+	return &activities.EventLog{DB: s.db, Dispatch: s.webhookStarter()}
+}
+
+// webhookGuard is the server-side request forgery guard of webhook URLs (webhooks.allow_cidrs).
+func (s *stack) webhookGuard() (*webhook.Guard, error) {
+	allow, err := s.cfg.Webhooks.AllowedCIDRs()
+	if err != nil {
+		return nil, fmt.Errorf("webhooks.allow_cidrs: %w", err)
+	}
+	return &webhook.Guard{Allow: allow}, nil
 }
 
 // tracer is the tracer provider the parts get: nil when tracing is off, so they skip spans at no cost.
@@ -80,7 +109,7 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	s.plane = toolplane.New(toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer()})
+		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()})
 	return s.plane, nil
 }
 

@@ -25,8 +25,8 @@ func TestImportRules(t *testing.T) {
 		{"toolplane", []string{"api", "driver", "worker"}},
 		{"jsonvalue", nil}, // imports nothing of doppel
 		{"twinstate", nil},
-		{"events", nil},  // event types and payloads: recorded by store, activities, toolplane; shown by api
-		{"webhook", nil}, // signing, the SSRF guard and the sender: no database, no Temporal
+		{"events", nil},    // event types and payloads: recorded by store, activities, toolplane; shown by api
+		{"webhook", nil},   // signing, the SSRF guard and the sender: no database, no Temporal
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
 	}
 	for _, r := range rules {
