@@ -33,6 +33,7 @@ func fullRegistry(t *testing.T) map[string]pinnedVerb {
 		(&api.BuildRoutes{}).Register,
 		(&api.SessionRoutes{}).Register,
 		(&api.WakeRoutes{}).Register,
+		(&api.WebhookRoutes{}).Register,
 	}})
 	out := map[string]pinnedVerb{}
 	for _, v := range api.Registry(a.OpenAPI()) {
