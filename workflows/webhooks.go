@@ -22,8 +22,6 @@ import (
 const (
 	WebhookDeliveryWorkflowName = "doppel.WebhookDelivery"
 	WebhookSweeperWorkflowName  = "doppel.WebhookSweeper"
-	// WebhookSweeperWorkflowID is the sweeper's fixed id: one per namespace.
-	WebhookSweeperWorkflowID = "webhook-sweeper"
 )
 
 // Defaults of DeliveryPolicy.
@@ -36,6 +34,10 @@ const (
 	webhookKicksInFlight   = 64
 	webhookDispatchTimeout = 10 * time.Second
 )
+
+// WebhookSweeperWorkflowID is the sweeper's workflow id: one per task queue (deployments sharing a namespace on
+// different queues have their own databases).
+func WebhookSweeperWorkflowID(taskQueue string) string { return "webhook-sweeper/" + taskQueue }
 
 // WebhookDeliveryWorkflowID is the workflow id of one delivery.
 func WebhookDeliveryWorkflowID(deliveryID string) string { return "webhook-delivery/" + deliveryID }
@@ -226,7 +228,7 @@ func (w *Webhooks) Kick(ids []string) {
 // StartSweeper starts the webhook sweeper unless it already runs.
 func (w *Webhooks) StartSweeper(ctx context.Context, in WebhookSweeperInput) error {
 	_, err := w.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       WebhookSweeperWorkflowID,
+		ID:                       WebhookSweeperWorkflowID(w.TaskQueue),
 		TaskQueue:                w.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            "start webhook deliveries that were recorded but not started",
