@@ -31,7 +31,8 @@ const (
 	DefaultWebhookMax      = time.Hour
 	DefaultWebhookAttempt  = 30 * time.Second
 	webhookSweepsPerRun    = 200
-	webhookKicksInFlight   = 64
+	webhookKickQueue       = 10_000
+	webhookDispatchers     = 8
 	webhookDispatchTimeout = 10 * time.Second
 )
 
@@ -75,24 +76,42 @@ type WebhookDeliveryInput struct {
 	Policy     DeliveryPolicy
 }
 
-// WebhookDelivery delivers one event to one endpoint at least once: the Deliver activity, each attempt logged,
-// retried by Temporal with exponential backoff until the window closes; then the delivery is marked failed.
+// WebhookDelivery delivers one event to one endpoint at least once: the Deliver activity, each attempt logged.
+// The first attempt is a local activity (one workflow task when the receiver answers at once); after a failure,
+// attempts are retried by Temporal with exponential backoff until the window closes; then the delivery is marked
+// failed.
 func WebhookDelivery(ctx workflow.Context, in WebhookDeliveryInput) error {
 	p := in.Policy.withDefaults()
 	var a *activities.Webhooks
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		ScheduleToCloseTimeout: p.Window,
-		StartToCloseTimeout:    p.Attempt,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        p.Initial,
-			BackoffCoefficient:     2,
-			MaximumInterval:        p.Max,
-			NonRetryableErrorTypes: []string{activities.ErrTypeBadInput},
-		},
+	start := workflow.Now(ctx)
+	first := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: p.Attempt,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	err := workflow.ExecuteActivity(actx, a.Deliver, activities.DeliverInput{DeliveryID: in.DeliveryID, Reason: in.Reason}).Get(ctx, nil)
+	in1 := activities.DeliverInput{DeliveryID: in.DeliveryID, Reason: in.Reason}
+	err := workflow.ExecuteLocalActivity(first, a.Deliver, in1).Get(ctx, nil)
 	if err == nil {
 		return nil
+	}
+	if _, typ := errorText(err); typ != activities.ErrTypeBadInput {
+		if err = workflow.Sleep(ctx, p.Initial); err != nil {
+			return err
+		}
+		left := p.Window - workflow.Now(ctx).Sub(start)
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			ScheduleToCloseTimeout: max(left, p.Attempt),
+			StartToCloseTimeout:    p.Attempt,
+			RetryPolicy: &temporal.RetryPolicy{
+				InitialInterval:        min(2*p.Initial, p.Max),
+				BackoffCoefficient:     2,
+				MaximumInterval:        p.Max,
+				NonRetryableErrorTypes: []string{activities.ErrTypeBadInput},
+			},
+		})
+		err = workflow.ExecuteActivity(actx, a.Deliver, in1).Get(ctx, nil)
+		if err == nil {
+			return nil
+		}
 	}
 	// Past the window Temporal answers the last attempt's error (or a timeout when it was cut short).
 	reason, typ := errorText(err)
@@ -157,8 +176,8 @@ type Webhooks struct {
 	Policy    DeliveryPolicy
 	Log       *slog.Logger
 
-	once sync.Once
-	sem  chan struct{}
+	once  sync.Once
+	queue chan string
 }
 
 var _ activities.Dispatcher = (*Webhooks)(nil)
@@ -195,6 +214,7 @@ func (w *Webhooks) Start(ctx context.Context, id, reason string) error {
 		TaskQueue:                w.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		EnableEagerStart:         true, // a worker in this process (doppel dev, doppel worker) takes it at once
 		StaticSummary:            "deliver " + id,
 	}, WebhookDeliveryWorkflowName, WebhookDeliveryInput{DeliveryID: id, Reason: reason, Policy: w.Policy})
 	if err != nil {
@@ -203,26 +223,36 @@ func (w *Webhooks) Start(ctx context.Context, id, reason string) error {
 	return nil
 }
 
-// Kick dispatches in the background without holding its caller; when too many kicks are in flight, or one
-// fails, the sweeper starts the deliveries later.
+// Kick queues deliveries to be dispatched in the background, without holding its caller: a few dispatchers
+// start their workflows in order. When the queue is full, or a start fails, the sweeper starts them later.
 func (w *Webhooks) Kick(ids []string) {
 	if w == nil || len(ids) == 0 {
 		return
 	}
-	w.once.Do(func() { w.sem = make(chan struct{}, webhookKicksInFlight) })
-	select {
-	case w.sem <- struct{}{}:
-	default:
-		return
-	}
-	go func() {
-		defer func() { <-w.sem }()
-		ctx, cancel := context.WithTimeout(context.Background(), webhookDispatchTimeout)
-		defer cancel()
-		if err := w.Dispatch(ctx, ids); err != nil && w.Log != nil {
-			w.Log.Warn("webhook dispatch failed; the sweeper will retry", "deliveries", len(ids), "error", err)
+	w.once.Do(func() {
+		w.queue = make(chan string, webhookKickQueue)
+		for range webhookDispatchers {
+			go w.dispatchLoop()
 		}
-	}()
+	})
+	for _, id := range ids {
+		select {
+		case w.queue <- id:
+		default:
+			return
+		}
+	}
+}
+
+func (w *Webhooks) dispatchLoop() {
+	for id := range w.queue {
+		ctx, cancel := context.WithTimeout(context.Background(), webhookDispatchTimeout)
+		err := w.Dispatch(ctx, []string{id})
+		cancel()
+		if err != nil && w.Log != nil {
+			w.Log.Warn("webhook dispatch failed; the sweeper will retry", "delivery", id, "error", err)
+		}
+	}
 }
 
 // StartSweeper starts the webhook sweeper unless it already runs.
