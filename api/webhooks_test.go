@@ -159,7 +159,7 @@ func TestWebhookVerbs(t *testing.T) {
 		// events.list: newest first, filtered by type; an unknown type names the query field.
 		var evs []api.Event
 		w = do(http.MethodGet, "/v1/events?type=build.succeeded", key, nil)
-		if err := json.Unmarshal(w.Body.Bytes(), &evs); err != nil || len(evs) != 2 || evs[0].ID <= evs[1].ID {
+		if err := json.Unmarshal(w.Body.Bytes(), &evs); err != nil || len(evs) != 2 || evs[0].Timestamp.Before(evs[1].Timestamp) {
 			t.Fatalf("events: %d %s", w.Code, w.Body)
 		}
 		wantEnvelope(t, do(http.MethodGet, "/v1/events?type=nope", key, nil), http.StatusUnprocessableEntity, "invalid")

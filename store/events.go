@@ -96,7 +96,7 @@ func GetEvent(ctx context.Context, db bun.IDB, id string) (*schema.Event, error)
 	return ev, nil
 }
 
-// ListEvents returns a workspace's events newest first, of type typ when set, before id before when set.
+// ListEvents returns a workspace's events newest first, of type typ when set, after the event before when set.
 func ListEvents(ctx context.Context, db bun.IDB, ws, typ, before string, limit int) ([]schema.Event, error) {
 	out := []schema.Event{}
 	q := db.NewSelect().Model(&out).Where("workspace_id = ?", ws)
@@ -104,12 +104,19 @@ func ListEvents(ctx context.Context, db bun.IDB, ws, typ, before string, limit i
 		q = q.Where("type = ?", typ)
 	}
 	if before != "" {
-		q = q.Where("id < ?", before)
+		q = q.Where(beforeCursor("events"), before, before, before)
 	}
-	if err := q.Order("id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
+	if err := q.Order("created_at DESC", "id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
 		return nil, wrap(err, "list events")
 	}
 	return out, nil
+}
+
+// beforeCursor selects the rows of table listed after the row whose id is the cursor, newest first: older by
+// created_at, then by id (sortable ids made in the same millisecond do not order by time).
+func beforeCursor(table string) string {
+	at := "(SELECT created_at FROM " + table + " WHERE id = ?)"
+	return "(created_at < " + at + " OR (created_at = " + at + " AND id < ?))"
 }
 
 // CreateEndpoint stores a new endpoint; ID and times are filled in.
@@ -191,14 +198,14 @@ func GetDelivery(ctx context.Context, db bun.IDB, ws, id string) (*schema.Webhoo
 	return d, nil
 }
 
-// ListDeliveries returns an endpoint's deliveries newest first, before id before when set.
+// ListDeliveries returns an endpoint's deliveries newest first, after the delivery before when set.
 func ListDeliveries(ctx context.Context, db bun.IDB, endpointID, before string, limit int) ([]schema.WebhookDelivery, error) {
 	out := []schema.WebhookDelivery{}
 	q := db.NewSelect().Model(&out).Where("endpoint_id = ?", endpointID)
 	if before != "" {
-		q = q.Where("id < ?", before)
+		q = q.Where(beforeCursor("webhook_deliveries"), before, before, before)
 	}
-	if err := q.Order("id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
+	if err := q.Order("created_at DESC", "id DESC").Limit(int64(limit)).Scan(ctx); err != nil {
 		return nil, wrap(err, "list deliveries")
 	}
 	return out, nil

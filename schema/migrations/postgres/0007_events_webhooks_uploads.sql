@@ -11,7 +11,7 @@ CREATE TABLE events (
     dedup_key      TEXT NOT NULL UNIQUE,
     created_at     TIMESTAMPTZ NOT NULL
 );
-CREATE INDEX events_workspace_idx ON events (workspace_id, id);
+CREATE INDEX events_workspace_idx ON events (workspace_id, created_at, id);
 
 CREATE TABLE webhook_endpoints (
     id             TEXT PRIMARY KEY,
@@ -41,7 +41,7 @@ CREATE TABLE webhook_deliveries (
     finished_at      TIMESTAMPTZ,
     UNIQUE (endpoint_id, event_id)
 );
-CREATE INDEX webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, id);
+CREATE INDEX webhook_deliveries_endpoint_idx ON webhook_deliveries (endpoint_id, created_at, id);
 CREATE INDEX webhook_deliveries_undispatched_idx ON webhook_deliveries (created_at) WHERE NOT dispatched;
 
 CREATE TABLE webhook_attempts (
