@@ -141,17 +141,26 @@ func (w *Webhooks) FailDelivery(ctx context.Context, deliveryID, reason string) 
 	return store.FinishDelivery(ctx, w.DB, deliveryID, reason)
 }
 
-// SweepInput asks to start deliveries recorded before Before whose workflows were never started.
+// SweepInput asks to start deliveries recorded before Before whose workflows were never started, and, when
+// PruneBefore is set, to delete events recorded before it (with their finished deliveries).
 type SweepInput struct {
-	Before time.Time
-	Limit  int
+	Before      time.Time
+	Limit       int
+	PruneBefore time.Time
 }
 
-// SweepDeliveries starts the workflows of deliveries that were recorded but not started (their process died
+// SweepDeliveries prunes events past their retention and starts the workflows of deliveries that were recorded but not started (their process died
 // between the commit and the start, or Temporal did not answer), and answers how many.
 func (w *Webhooks) SweepDeliveries(ctx context.Context, in SweepInput) (int, error) {
 	if in.Limit <= 0 {
 		in.Limit = 500
+	}
+	if !in.PruneBefore.IsZero() {
+		if n, err := store.PruneEvents(ctx, w.DB, in.PruneBefore, in.Limit); err != nil {
+			return 0, err
+		} else if n > 0 && w.Log != nil {
+			w.Log.Info("pruned events past their retention", "events", n)
+		}
 	}
 	ids, err := store.Undispatched(ctx, w.DB, in.Before, in.Limit)
 	if err != nil || len(ids) == 0 {

@@ -53,6 +53,7 @@ type Webhooks struct {
 	BackoffMax     time.Duration `koanf:"backoff_max"`
 	AttemptTimeout time.Duration `koanf:"attempt_timeout"`
 	SweepEvery     time.Duration `koanf:"sweep_every"`
+	Retention      time.Duration `koanf:"retention"`
 }
 
 // Uploads caps POST /api/uploads.
@@ -241,6 +242,7 @@ func Keys() []Key {
 		{"webhooks.backoff_max", "1h", "longest wait between two attempts of a webhook delivery"},
 		{"webhooks.attempt_timeout", "15s", "time limit of one webhook POST"},
 		{"webhooks.sweep_every", "10s", "how often deliveries recorded but never started (their process died first) are started"},
+		{"webhooks.retention", "720h", "how long events and their delivery logs are kept (GET /v1/events, webhooks.deliveries); events with a delivery still pending stay; 0: for ever"},
 		{"uploads.max_file_bytes", int64(32 << 20), "largest file POST /api/uploads stores (413 above)"},
 	}
 }
@@ -501,6 +503,9 @@ func (c *Config) Validate() error {
 	positive("webhooks.backoff_max", c.Webhooks.BackoffMax)
 	positive("webhooks.attempt_timeout", c.Webhooks.AttemptTimeout)
 	positive("webhooks.sweep_every", c.Webhooks.SweepEvery)
+	if c.Webhooks.Retention < 0 {
+		bad("webhooks.retention", "must not be negative")
+	}
 	if c.Uploads.MaxFileBytes < 1 {
 		bad("uploads.max_file_bytes", "must be at least 1")
 	}

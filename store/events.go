@@ -314,3 +314,30 @@ func GetUpload(ctx context.Context, db bun.IDB, ws, id string) (*schema.Upload, 
 	}
 	return u, nil
 }
+
+// PruneEvents deletes up to limit events recorded before before, with their deliveries and attempts, except events
+// with a delivery still pending; it answers how many it deleted.
+func PruneEvents(ctx context.Context, db bun.IDB, before time.Time, limit int) (int, error) {
+	var ids []string
+	err := db.NewSelect().Model((*schema.Event)(nil)).Column("id").Where("created_at < ?", before).
+		Where("NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = event.id AND d.status = ?)", schema.DeliveryPending).
+		Order("created_at").Limit(int64(limit)).Scan(ctx, &ids)
+	if err != nil || len(ids) == 0 {
+		return 0, wrap(err, "events to prune")
+	}
+	err = inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*schema.WebhookAttempt)(nil)).
+			Where("delivery_id IN (SELECT id FROM webhook_deliveries WHERE event_id IN (?))", bun.In(ids)).Exec(ctx); err != nil {
+			return err
+		}
+		if _, err := tx.NewDelete().Model((*schema.WebhookDelivery)(nil)).Where("event_id IN (?)", bun.In(ids)).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*schema.Event)(nil)).Where("id IN (?)", bun.In(ids)).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, wrap(err, "prune events")
+	}
+	return len(ids), nil
+}

@@ -128,11 +128,13 @@ func WebhookDelivery(ctx workflow.Context, in WebhookDeliveryInput) error {
 // WebhookSweeperInput configures the sweeper.
 type WebhookSweeperInput struct {
 	// Every is the time between sweeps; deliveries older than Every that were never started are started.
-	Every  time.Duration
-	Sweeps int
+	Every time.Duration
+	// Retention is how long events are kept (0: for ever); older ones are deleted with their finished deliveries.
+	Retention time.Duration
+	Sweeps    int
 }
 
-// WebhookSweeper starts, every Every, the deliveries that were recorded but whose workflows never started, so an
+// WebhookSweeper deletes events older than Retention and starts, every Every, the deliveries that were recorded but whose workflows never started, so an
 // event recorded just before its process died is still delivered.
 func WebhookSweeper(ctx workflow.Context, in WebhookSweeperInput) error {
 	if in.Every <= 0 {
@@ -148,8 +150,12 @@ func WebhookSweeper(ctx workflow.Context, in WebhookSweeperInput) error {
 			return err
 		}
 		var n int
-		before := workflow.Now(ctx).Add(-in.Every)
-		if err := workflow.ExecuteActivity(actx, a.SweepDeliveries, activities.SweepInput{Before: before}).Get(ctx, &n); err != nil {
+		now := workflow.Now(ctx)
+		sweep := activities.SweepInput{Before: now.Add(-in.Every)}
+		if in.Retention > 0 {
+			sweep.PruneBefore = now.Add(-in.Retention)
+		}
+		if err := workflow.ExecuteActivity(actx, a.SweepDeliveries, sweep).Get(ctx, &n); err != nil {
 			workflow.GetLogger(ctx).Warn("webhook sweep failed", "error", err)
 			continue
 		}

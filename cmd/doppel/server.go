@@ -351,7 +351,7 @@ func startReaper(ctx context.Context, st *stack) error {
 	if err := sessionWorkflows(st).StartReaper(ctx, workflows.SessionReaperInput{Idle: st.cfg.Session.Idle}); err != nil {
 		return fmt.Errorf("session reaper: %w", err)
 	}
-	if err := st.webhookStarter().StartSweeper(ctx, workflows.WebhookSweeperInput{Every: st.cfg.Webhooks.SweepEvery}); err != nil {
+	if err := st.webhookStarter().StartSweeper(ctx, workflows.WebhookSweeperInput{Every: st.cfg.Webhooks.SweepEvery, Retention: st.cfg.Webhooks.Retention}); err != nil {
 		return fmt.Errorf("webhook sweeper: %w", err)
 	}
 	return nil

@@ -12,6 +12,7 @@ CREATE TABLE events (
     created_at     TEXT NOT NULL
 ) STRICT;
 CREATE INDEX events_workspace_idx ON events (workspace_id, created_at, id);
+CREATE INDEX events_created_idx ON events (created_at);
 
 CREATE TABLE webhook_endpoints (
     id             TEXT PRIMARY KEY,
