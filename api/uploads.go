@@ -120,19 +120,18 @@ func (ur *UploadRoutes) handle(w http.ResponseWriter, r *http.Request, d *Deps) 
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, *f)
-	}
-	if len(files) == 0 {
-		return nil, Invalid("body.file", "no file part: send one or more parts named file, each with a filename")
-	}
-	for i := range files {
-		f := &files[i]
+		// Stored now, so one file at a time is in memory. The rows below make the uploads exist, all or none; a
+		// blob whose request then fails is content-addressed and stored again, not twice, when it is resent.
 		key, err := blob.PutContent(ctx, ur.Blobs, uploadBlobPrefix+"/"+p.Workspace.ID, f.data, f.row.ContentType)
 		if err != nil {
 			loggerFrom(ctx).WarnContext(ctx, "uploads: blob store", slog.Any("error", err))
 			return nil, Unavailable("the blob store is not answering; nothing was stored, retry")
 		}
-		f.row.BlobKey, f.row.WorkspaceID = key, p.Workspace.ID
+		f.row.BlobKey, f.row.WorkspaceID, f.data = key, p.Workspace.ID, nil
+		files = append(files, *f)
+	}
+	if len(files) == 0 {
+		return nil, Invalid("body.file", "no file part: send one or more parts named file, each with a filename")
 	}
 	out := &UploadsAccepted{}
 	err = d.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
