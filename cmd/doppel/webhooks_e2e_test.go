@@ -111,7 +111,9 @@ func TestWebhooksE2E(t *testing.T) {
 		SessionID string `json:"session_id"`
 	}
 	s.must(http.MethodPost, "/v1/envs/"+slug+"/sessions", s.key, map[string]any{"seed": 1}, http.StatusCreated, &open1)
+	opened := time.Now()
 	s.must(http.MethodDelete, "/v1/sessions/"+open1.SessionID, s.key, nil, http.StatusOK, nil)
+	closed := time.Now()
 	s.must(http.MethodPost, "/v1/envs/"+slug+"/sessions", s.key, map[string]any{"seed": 2}, http.StatusCreated, &open2)
 
 	kinds := []string{"build.succeeded", "build.failed", "env.ready", "twin.ready", "twin.stopped",
@@ -148,6 +150,14 @@ func TestWebhooksE2E(t *testing.T) {
 			}
 		}
 		t.Errorf("no %s with %s=%s: %+v", kind, field, want, byKind[kind])
+	}
+	for _, m := range got {
+		switch {
+		case m.Type == "session.opened" && m.Data["session_id"] == open1.SessionID:
+			figure(t, "session.opened received %s after the open answered", m.At.Sub(opened).Round(time.Millisecond))
+		case m.Type == "session.closed" && m.Data["session_id"] == open1.SessionID:
+			figure(t, "session.closed received %s after the close answered", m.At.Sub(closed).Round(time.Millisecond))
+		}
 	}
 	has("build.succeeded", "env", slug)
 	has("env.ready", "env", slug)
