@@ -167,6 +167,16 @@ func TestWebhookVerbs(t *testing.T) {
 			t.Errorf("another workspace sees events: %s", w.Body)
 		}
 
+		// Through tRPC (the CLI's transport) the PATCH verb is a mutation taking the path parameter in its input.
+		c := trpcClient{t: t, h: h, token: key}
+		if code, raw := c.mutation("webhooks.update", map[string]any{"id": ep.ID, "description": "via trpc", "disabled": true}); code != http.StatusOK ||
+			!strings.Contains(string(raw), `"via trpc"`) || !strings.Contains(string(raw), `"disabled":true`) {
+			t.Fatalf("trpc webhooks.update: %d %s", code, raw)
+		}
+		if n := len(record(events.SessionOpened)); n != 0 {
+			t.Errorf("a disabled endpoint got %d new deliveries", n)
+		}
+
 		// delete: the endpoint and its deliveries go; a second delete is 404.
 		if w = do(http.MethodDelete, "/v1/webhooks/"+ep.ID, key, nil); w.Code != http.StatusOK {
 			t.Fatalf("delete: %d %s", w.Code, w.Body)
