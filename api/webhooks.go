@@ -277,7 +277,7 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 
 	Declare(a, Verb[WebhookIDInput, DeliveryQueuedOutput]{
 		Name: "webhooks.test", Method: http.MethodPost, Path: "/v1/webhooks/{id}/test", Tags: tags, Security: WorkspaceKeyAuth(),
-		Status: http.StatusAccepted, Errors: []int{http.StatusServiceUnavailable},
+		Status: http.StatusAccepted, Errors: []int{http.StatusConflict, http.StatusServiceUnavailable},
 		Summary:     "Send a test event",
 		Description: "Records a `webhook.test` event for this endpoint only and delivers it like any other (signed, retried, logged).",
 		Handler: func(ctx context.Context, in *WebhookIDInput) (*DeliveryQueuedOutput, error) {
@@ -287,6 +287,9 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 			ep, err := store.GetEndpoint(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.ID)
 			if err != nil {
 				return nil, StoreError(err, "webhook endpoint "+in.ID)
+			}
+			if ep.Disabled {
+				return nil, Conflict("webhook endpoint %s is disabled: enable it (webhooks.update) to send it events", ep.ID)
 			}
 			dl, err := store.RecordTestEvent(ctx, d.DB, ep)
 			if err != nil {

@@ -176,6 +176,7 @@ func TestWebhookVerbs(t *testing.T) {
 		if n := len(record(events.SessionOpened)); n != 0 {
 			t.Errorf("a disabled endpoint got %d new deliveries", n)
 		}
+		wantEnvelope(t, do(http.MethodPost, "/v1/webhooks/"+ep.ID+"/test", key, nil), http.StatusConflict, "conflict")
 
 		// delete: the endpoint and its deliveries go; a second delete is 404.
 		if w = do(http.MethodDelete, "/v1/webhooks/"+ep.ID, key, nil); w.Code != http.StatusOK {
