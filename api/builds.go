@@ -35,6 +35,11 @@ type BuildRoutes struct {
 	MaxUploadBytes int64
 	// Bundles caches decoded bundles (nil: a cache over Blobs is made).
 	Bundles *toolplane.Bundles
+	// Traces are the collect limits that trace files named by traces_upload are stored under (their Blobs
+	// defaults to Blobs; the rate limit and the scheduler do not apply).
+	Traces CollectOptions
+
+	traces *collect
 }
 
 // BuildForm is the multipart body of POST /v1/envs/{slug}/builds. Every part is optional.
@@ -136,6 +141,12 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 	if br.Bundles == nil {
 		br.Bundles = &toolplane.Bundles{Blob: br.Blobs}
 	}
+	topts := br.Traces.withDefaults()
+	if topts.Blobs == nil {
+		topts.Blobs = br.Blobs
+	}
+	topts.Scheduler = nil
+	br.traces = &collect{opts: topts, deps: d}
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.start",
 		Metadata:    map[string]any{MetaVerb: false}, // plain HTTP (spec §1): a multipart upload, not a verb
@@ -147,7 +158,9 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			"gives replace the environment's (`tools` replaces all tool definitions, `config` the whole config, each " +
 			"`code` file the code of its tool) and the rest is carried forward; a form with no parts rebuilds with the " +
 			"current inputs. A part may instead name an upload (POST /api/uploads) by id in the form values " +
-			"`tools_upload`, `config_upload` or `code_upload` (repeatable; the upload's filename names the tool). " +
+			"`tools_upload`, `config_upload` or `code_upload` (repeatable; the upload's filename names the tool); " +
+			"`traces_upload` (repeatable) names trace files (a collect body, a JSON array or JSON Lines of traces) that are " +
+			"collected into the environment, under collect's rules, before the build is queued. " +
 			"Automatic rebuilds after collected traces use the current inputs too. Each build records " +
 			"the inputs it used (`inputs_key`). Bad parts, alone or with the current inputs, are a 422 naming the part, " +
 			"and change nothing. Answers 202 with a build id to poll; the build runs as a Temporal workflow. A failed " +
@@ -168,6 +181,9 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			return readUpload(ctx, d.DB, br.Blobs, p.Workspace.ID, id, field)
 		})
 		if err != nil {
+			return nil, err
+		}
+		if err := br.collectTraces(ctx, env, in.RawBody); err != nil {
 			return nil, err
 		}
 		b := &schema.Build{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Status: schema.BuildQueued, Stage: "queued"}

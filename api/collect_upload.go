@@ -7,6 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/schema"
 )
 
 // uploadRefMax bounds the bodies looked at for an upload reference: {"project": …, "upload": "upl_…"} is small.
@@ -107,4 +114,45 @@ var errUploadNotTraces = errors.New("the upload holds no traces: expected a coll
 
 func errUploadLine(n int) error {
 	return fmt.Errorf("the upload is not JSON Lines of trace objects: line %d is not a JSON object", n)
+}
+
+// collectTraces collects the trace files the build form names by traces_upload into env, as collect would (the
+// same checks and caps; traces env already holds are skipped), before its build is queued.
+func (br *BuildRoutes) collectTraces(ctx context.Context, env *schema.Environment, form huma.MultipartFormFiles[BuildForm]) error {
+	if form.Form == nil {
+		return nil
+	}
+	for i, id := range form.Form.Value["traces_upload"] {
+		field := fmt.Sprintf("body.traces_upload[%d]", i)
+		_, data, err := readUpload(ctx, br.traces.deps.DB, br.traces.opts.Blobs, env.WorkspaceID, strings.TrimSpace(id), field)
+		if err != nil {
+			return err
+		}
+		traces, err := uploadedTraces(data)
+		if err != nil {
+			return Invalid(field, err.Error())
+		}
+		body, err := json.Marshal(struct {
+			Project string          `json:"project"`
+			Traces  json.RawMessage `json:"traces"`
+		}{env.Name, traces})
+		if err != nil {
+			return Invalid(field, "the upload's traces are not JSON: "+err.Error())
+		}
+		if int64(len(body)) > br.traces.opts.MaxRequestBytes {
+			return TooLarge("%s: its traces make a batch of %d bytes, over the collect cap of %d", field, len(body), br.traces.opts.MaxRequestBytes)
+		}
+		got, _, err := br.traces.storeBatch(ctx, env.WorkspaceID, body, ingest.Hints{})
+		var e *Envelope
+		if errors.As(err, &e) && e.status == http.StatusUnprocessableEntity {
+			return Invalid(field, e.Detail)
+		}
+		if err != nil {
+			return err
+		}
+		if got.ID != env.ID {
+			return fmt.Errorf("traces of %s went to environment %s", env.ID, got.ID)
+		}
+	}
+	return nil
 }

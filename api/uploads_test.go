@@ -249,12 +249,23 @@ func TestUploads(t *testing.T) {
 			code := "def handle(args, world):\n    return {\"ok\": True}\n"
 			ups := fx.upload(t, fx.key, [2]string{"tools.json", string(tools)}, [2]string{"transfer_to_human_agents.star", code},
 				[2]string{"config.json", `{"name": "Retail", "scenarios": {"pending": "1 order with status pending"}}`})
-			body, ct := multipartBody(t, part{"tools_upload", "", ups[0].ID}, part{"code_upload", "", ups[1].ID}, part{"config_upload", "", ups[2].ID})
+			traces := fx.upload(t, fx.key, [2]string{"traces.jsonl", jsonl.String()})[0]
+			// A file that holds no traces names its field and stores nothing.
+			body, ct := multipartBody(t, part{"traces_upload", "", ups[2].ID})
+			e := wantEnvelope(t, fx.do(http.MethodPost, "/v1/envs/"+env.Slug+"/builds", fx.key, body, ct), http.StatusUnprocessableEntity, "invalid")
+			if !strings.HasPrefix(e.Detail, "body.traces_upload[0]") {
+				t.Errorf("detail %q does not name body.traces_upload[0]", e.Detail)
+			}
+			body, ct = multipartBody(t, part{"tools_upload", "", ups[0].ID}, part{"code_upload", "", ups[1].ID}, part{"config_upload", "", ups[2].ID},
+				part{"traces_upload", "", traces.ID})
 			w := fx.do(http.MethodPost, "/v1/envs/"+env.Slug+"/builds", fx.key, body, ct)
 			if w.Code != http.StatusAccepted {
 				t.Fatalf("build: %d %s", w.Code, w.Body)
 			}
 			env, _ = store.GetEnvByID(bg, fx.db, env.ID)
+			if n, err := store.CountTraces(bg, fx.db, env.ID); err != nil || n != 20 || env.NTraces != 20 {
+				t.Fatalf("traces collected from traces_upload: %d (n_traces %d, %v), want 20", n, env.NTraces, err)
+			}
 			rc, err := fx.blobs.Get(bg, env.InputsKey)
 			if err != nil {
 				t.Fatal(err)
@@ -274,7 +285,7 @@ func TestUploads(t *testing.T) {
 			started := len(fx.starter.started)
 			body, ct = multipartBody(t, part{"tools_upload", "", "upl_0000000000000000"})
 			w = fx.do(http.MethodPost, "/v1/envs/"+env.Slug+"/builds", fx.key, body, ct)
-			e := wantEnvelope(t, w, http.StatusUnprocessableEntity, "invalid")
+			e = wantEnvelope(t, w, http.StatusUnprocessableEntity, "invalid")
 			if !strings.HasPrefix(e.Detail, "body.tools_upload") || len(fx.starter.started) != started {
 				t.Errorf("unknown upload: %q, %d builds started", e.Detail, len(fx.starter.started)-started)
 			}

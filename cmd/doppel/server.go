@@ -380,7 +380,8 @@ func apiOptions(st *stack) (api.Options, error) {
 	}
 	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
 	c := st.cfg.Collect
-	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles()}
+	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles(),
+		Traces: api.CollectOptions{MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes}}
 	sessions := &api.SessionRoutes{Plane: plane, Model: st.cfg.Model.BaseURL != ""}
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
