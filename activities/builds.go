@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/schema"
@@ -37,6 +38,8 @@ type Builds struct {
 	Log   *slog.Logger
 	// Observer, when set, is told of builds that start running and that end (telemetry.Metrics is one).
 	Observer BuildObserver
+	// Events records build.succeeded, build.failed and env.ready with the change (nil: none).
+	Events *EventLog
 }
 
 // BuildObserver counts builds.
@@ -346,6 +349,7 @@ func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred
 	if err != nil {
 		return err
 	}
+	var kick []string
 	err = b.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		bl, err := store.GetBuildByID(ctx, tx, plan.BuildID)
 		if err != nil {
@@ -362,19 +366,50 @@ func (b *Builds) ActivateBuild(ctx context.Context, plan BuildPlan, inf Inferred
 		if err != nil {
 			return err
 		}
+		wasReady := env.Status == schema.EnvReady
 		env.Status, env.ActiveBuildID = schema.EnvReady, bl.ID
 		env.NTools, env.SchemaSource = int64(inf.NTools), inf.SchemaSource
 		env.CoveredPct, env.SimulatedPct, env.Headline = inf.CoveredPct, inf.SimulatedPct, chk.Headline
 		env.HasAgent = inf.HasAgent
 		env.Framework = cmp.Or(inf.Framework, env.Framework, inf.DetectedFramework)
 		env.Language = cmp.Or(inf.Language, env.Language, inf.DetectedLanguage)
-		return store.UpdateEnv(ctx, tx, env, "status", "active_build_id", "n_tools", "schema_source",
-			"covered_pct", "simulated_pct", "headline", "has_agent", "framework", "language")
+		if err := store.UpdateEnv(ctx, tx, env, "status", "active_build_id", "n_tools", "schema_source",
+			"covered_pct", "simulated_pct", "headline", "has_agent", "framework", "language"); err != nil {
+			return err
+		}
+		data := events.BuildData{EnvID: env.ID, Env: env.Slug, BuildID: bl.ID, BundleHash: bl.BundleHash,
+			CoveredPct: env.CoveredPct, SimulatedPct: env.SimulatedPct, Headline: env.Headline}
+		if kick, err = b.record(ctx, tx, env.WorkspaceID, events.BuildSucceeded, bl.ID, data); err != nil {
+			return err
+		}
+		if !wasReady {
+			ids, err := b.record(ctx, tx, env.WorkspaceID, events.EnvReady, bl.ID, data)
+			if err != nil {
+				return err
+			}
+			kick = append(kick, ids...)
+		}
+		return nil
 	})
-	if err == nil && b.Observer != nil {
-		b.Observer.BuildFinished(true)
+	if err == nil {
+		b.Events.Kick(kick)
+		if b.Observer != nil {
+			b.Observer.BuildFinished(true)
+		}
 	}
 	return err
+}
+
+// record records a build event in tx, once per build and type (a retried activity records nothing more).
+func (b *Builds) record(ctx context.Context, tx bun.IDB, ws, typ, buildID string, data events.BuildData) ([]string, error) {
+	if b.Events == nil {
+		return nil, nil
+	}
+	ev, err := store.NewEvent(ws, typ, buildID, typ+":"+buildID, data)
+	if err != nil {
+		return nil, err
+	}
+	return b.Events.Record(ctx, tx, ev)
 }
 
 // FailBuild marks the build failed with reason; the environment keeps its previous active build.
@@ -388,9 +423,23 @@ func (b *Builds) FailBuild(ctx context.Context, envID, buildID, reason string) e
 	}
 	now := schema.Now()
 	bl.Status, bl.Stage, bl.Error, bl.FinishedAt = schema.BuildFailed, "failed", reason, &now
-	if err := store.UpdateBuild(ctx, b.DB, bl, "status", "stage", "error", "finished_at"); err != nil {
+	var kick []string
+	err = b.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := store.UpdateBuild(ctx, tx, bl, "status", "stage", "error", "finished_at"); err != nil {
+			return err
+		}
+		env, err := store.GetEnvByID(ctx, tx, envID)
+		if err != nil {
+			return err
+		}
+		kick, err = b.record(ctx, tx, env.WorkspaceID, events.BuildFailed, bl.ID,
+			events.BuildData{EnvID: env.ID, Env: env.Slug, BuildID: bl.ID, Error: reason})
+		return err
+	})
+	if err != nil {
 		return err
 	}
+	b.Events.Kick(kick)
 	if b.Observer != nil {
 		b.Observer.BuildFinished(false)
 	}

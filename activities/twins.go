@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/events"
+	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
@@ -44,6 +47,15 @@ type TwinHealth struct {
 	Sessions int
 }
 
+// TwinEventInput is a twin event to record: its type (events.TwinReady, events.TwinStopped), environment,
+// build and twin.
+type TwinEventInput struct {
+	Type     string
+	EnvID    string
+	BuildID  string
+	HandleID string
+}
+
 // ReapTwinsInput asks to remove an environment's twins other than Keep (handle IDs). Twins younger than Grace are
 // left alone: a start may still be returning their handle.
 type ReapTwinsInput struct {
@@ -57,6 +69,8 @@ type Twins struct {
 	Driver driver.Driver
 	// HTTP is the client of twin RPC probes; nil means twinrpc.NewHTTPClient().
 	HTTP *http.Client
+	// Events records twin.ready and twin.stopped (nil: none).
+	Events *EventLog
 
 	once sync.Once
 	hc   *http.Client
@@ -111,6 +125,16 @@ func (a *Twins) StopTwin(ctx context.Context, h driver.Handle) error {
 		return twinError("stop twin "+h.ID, err)
 	}
 	return nil
+}
+
+// RecordTwinEvent records a twin's event, once per twin (a retry records nothing more), and starts its deliveries.
+func (a *Twins) RecordTwinEvent(ctx context.Context, in TwinEventInput) error {
+	if !events.Known(in.Type) || !strings.HasPrefix(in.Type, "twin.") {
+		return temporal.NewNonRetryableApplicationError("not a twin event: "+in.Type, ErrTypeBadInput, nil)
+	}
+	return a.Events.EmitEnv(ctx, in.EnvID, in.Type, in.Type+":"+in.HandleID, func(env *schema.Environment) any {
+		return events.TwinData{EnvID: env.ID, Env: env.Slug, BuildID: in.BuildID, TwinID: in.HandleID}
+	})
 }
 
 // ReapTwins removes the environment's twins that are not in Keep (and older than Grace), when the driver can

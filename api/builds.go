@@ -35,6 +35,11 @@ type BuildRoutes struct {
 	MaxUploadBytes int64
 	// Bundles caches decoded bundles (nil: a cache over Blobs is made).
 	Bundles *toolplane.Bundles
+	// Traces are the collect limits that trace files named by traces_upload are stored under (their Blobs
+	// defaults to Blobs; the rate limit and the scheduler do not apply).
+	Traces CollectOptions
+
+	traces *collect
 }
 
 // BuildForm is the multipart body of POST /v1/envs/{slug}/builds. Every part is optional.
@@ -136,6 +141,12 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 	if br.Bundles == nil {
 		br.Bundles = &toolplane.Bundles{Blob: br.Blobs}
 	}
+	topts := br.Traces.withDefaults()
+	if topts.Blobs == nil {
+		topts.Blobs = br.Blobs
+	}
+	topts.Scheduler = nil
+	br.traces = &collect{opts: topts, deps: d}
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.start",
 		Metadata:    map[string]any{MetaVerb: false}, // plain HTTP (spec §1): a multipart upload, not a verb
@@ -146,7 +157,11 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			"Starlark code and config. The inputs persist per environment until replaced: the parts this multipart form " +
 			"gives replace the environment's (`tools` replaces all tool definitions, `config` the whole config, each " +
 			"`code` file the code of its tool) and the rest is carried forward; a form with no parts rebuilds with the " +
-			"current inputs. Automatic rebuilds after collected traces use the current inputs too. Each build records " +
+			"current inputs. A part may instead name an upload (POST /api/uploads) by id in the form values " +
+			"`tools_upload`, `config_upload` or `code_upload` (repeatable; the upload's filename names the tool); " +
+			"`traces_upload` (repeatable) names trace files (a collect body, a JSON array or JSON Lines of traces) that are " +
+			"collected into the environment, under collect's rules, before the build is queued. " +
+			"Automatic rebuilds after collected traces use the current inputs too. Each build records " +
 			"the inputs it used (`inputs_key`). Bad parts, alone or with the current inputs, are a 422 naming the part, " +
 			"and change nothing. Answers 202 with a build id to poll; the build runs as a Temporal workflow. A failed " +
 			"build leaves the previous active build in place and says why.",
@@ -162,8 +177,13 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		if err != nil {
 			return nil, StoreError(err, "environment "+in.Slug)
 		}
-		up, err := readBuildForm(in.RawBody)
+		up, err := readBuildForm(in.RawBody, func(field, id string) (*schema.Upload, []byte, error) {
+			return readUpload(ctx, d.DB, br.Blobs, p.Workspace.ID, id, field)
+		})
 		if err != nil {
+			return nil, err
+		}
+		if err := br.collectTraces(ctx, env, in.RawBody); err != nil {
 			return nil, err
 		}
 		b := &schema.Build{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Status: schema.BuildQueued, Stage: "queued"}
@@ -383,14 +403,23 @@ func (br *BuildRoutes) getJSON(ctx context.Context, key string, v any) error {
 // readBuildForm turns the multipart parts into an upload (nil when the form carries none), validating each part on
 // its own; a 422 names the part (tools, code.<tool>, config). The inputs they make with the environment's current
 // ones are validated as a whole by queueBuild.
-func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, error) {
+func readBuildForm(form huma.MultipartFormFiles[BuildForm], uploaded uploadReader) (*infer.Upload, error) {
 	f := form.Data()
 	up := &infer.Upload{}
 	empty := true
-	if f.Tools.IsSet {
-		data, err := io.ReadAll(f.Tools)
-		if err != nil {
-			return nil, Invalid("body.tools", "could not read the part: "+withoutPaths(err))
+	refs, err := uploadRefs(form, uploaded)
+	if err != nil {
+		return nil, err
+	}
+	if f.Tools.IsSet && refs.tools != nil {
+		return nil, Invalid("body.tools_upload", "give the tools part or tools_upload, not both")
+	}
+	if f.Tools.IsSet || refs.tools != nil {
+		data := refs.tools
+		if f.Tools.IsSet {
+			if data, err = io.ReadAll(f.Tools); err != nil {
+				return nil, Invalid("body.tools", "could not read the part: "+withoutPaths(err))
+			}
 		}
 		if !json.Valid(data) {
 			return nil, Invalid("body.tools", "is not JSON")
@@ -400,12 +429,17 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, erro
 		}
 		up.Tools, empty = data, false
 	}
+	codes := refs.code
 	for _, c := range f.Code {
-		name := strings.TrimSuffix(strings.TrimSuffix(path.Base(c.Filename), ".star"), ".py")
 		data, err := io.ReadAll(c)
 		if err != nil {
 			return nil, Invalid("body.code", "could not read "+c.Filename+": "+withoutPaths(err))
 		}
+		codes = append(codes, codeFile{c.Filename, data})
+	}
+	for _, c := range codes {
+		name := strings.TrimSuffix(strings.TrimSuffix(path.Base(c.filename), ".star"), ".py")
+		data := c.data
 		if name == "" || name == "." {
 			return nil, Invalid("body.code", "each code part needs a filename naming its tool, e.g. get_order.star")
 		}
@@ -420,7 +454,10 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm]) (*infer.Upload, erro
 		}
 		up.Code[name], empty = string(data), false
 	}
-	var cfg []byte
+	cfg := refs.config
+	if cfg != nil && (f.Config.IsSet || (form.Form != nil && len(form.Form.Value["config"]) > 0)) {
+		return nil, Invalid("body.config_upload", "give the config part or config_upload, not both")
+	}
 	if f.Config.IsSet {
 		data, err := io.ReadAll(f.Config)
 		if err != nil {

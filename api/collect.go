@@ -294,13 +294,41 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if c.opts.Blobs == nil || c.deps.DB == nil {
 		return nil, Unavailable("collect is not configured with a blob store and a database")
 	}
-	parsed, err := ingest.Decode(in.RawBody, ingest.Options{MaxTraces: c.opts.MaxTraces})
+	body, err := c.fromUpload(ctx, p.Workspace.ID, in.RawBody)
 	if err != nil {
-		return nil, decodeError(err)
+		return nil, err
 	}
-	n := int64(len(in.RawBody))
-	ws := p.Workspace.ID
+	env, res, err := c.storeBatch(ctx, p.Workspace.ID, body, ingest.Hints{UserAgent: userAgent(ctx), Framework: in.Framework, Language: in.Language})
+	if err != nil {
+		return nil, err
+	}
+	if c.deps.Observer != nil {
+		c.deps.Observer.Collected(int64(len(body)))
+	}
+	if len(res.Inserted) > 0 && c.opts.Scheduler != nil {
+		// The batch is stored: schedule its rebuild even if the client has gone meanwhile.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)
+		err := c.opts.Scheduler.ScheduleBuild(sctx, env.ID)
+		cancel()
+		if err != nil {
+			c.logger(ctx).WarnContext(ctx, "collect: schedule build", slog.String("env", env.ID), slog.Any("error", err))
+		}
+	}
+	return &collectOutput{Status: http.StatusAccepted, Body: CollectAccepted{
+		Accepted: len(res.Inserted), Duplicates: len(res.Duplicates), Env: env.Slug, Batch: res.Batch.ID,
+	}}, nil
+}
+
+// storeBatch stores a collect body in workspace ws: decoded and checked, as one content-addressed blob, then in one
+// transaction a batch row, a row per trace new to the project's environment (created by its first batch) and the
+// environment's counters. Nothing is acknowledged before both are durable.
+func (c *collect) storeBatch(ctx context.Context, ws string, body []byte, hints ingest.Hints) (*schema.Environment, *store.BatchResult, error) {
 	db := c.deps.DB
+	parsed, err := ingest.Decode(body, ingest.Options{MaxTraces: c.opts.MaxTraces})
+	if err != nil {
+		return nil, nil, decodeError(err)
+	}
+	n := int64(len(body))
 
 	// A cheap early refusal of a batch its environment has no room for, before the blob is written. Only the
 	// traces new to the environment count: a resent batch costs nothing, however full the environment is.
@@ -309,27 +337,27 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
-		return nil, c.unavailable(ctx, "database", err)
+		return nil, nil, c.unavailable(ctx, "database", err)
 	case env.CollectedBytes+n > c.opts.MaxEnvBytes:
 		cost, err := newBytes(ctx, db, env.ID, parsed, n)
 		if err != nil {
-			return nil, c.unavailable(ctx, "database", err)
+			return nil, nil, c.unavailable(ctx, "database", err)
 		}
 		if env.CollectedBytes+cost > c.opts.MaxEnvBytes {
-			return nil, c.envFull(env.Slug, env.CollectedBytes, cost)
+			return nil, nil, c.envFull(env.Slug, env.CollectedBytes, cost)
 		}
 	}
 
 	data, err := ingest.EncodeBlob(&parsed.Batch)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key, err := blob.PutContent(ctx, c.opts.Blobs, c.opts.BlobPrefix+"/"+ws, data, "application/gzip")
 	if err != nil {
-		return nil, c.unavailable(ctx, "blob store", err)
+		return nil, nil, c.unavailable(ctx, "blob store", err)
 	}
 
-	agent := ingest.Detect(&parsed.Batch, ingest.Hints{UserAgent: userAgent(ctx), Framework: in.Framework, Language: in.Language})
+	agent := ingest.Detect(&parsed.Batch, hints)
 	var res *store.BatchResult
 	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
@@ -346,11 +374,11 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 			return errEnvFull // rolls the batch back
 		}
 		var cols []string
-		if agent.Framework != "" && (env.Framework == "" || in.Framework != "") && env.Framework != agent.Framework {
+		if agent.Framework != "" && (env.Framework == "" || hints.Framework != "") && env.Framework != agent.Framework {
 			env.Framework = agent.Framework
 			cols = append(cols, "framework")
 		}
-		if agent.Language != "" && (env.Language == "" || in.Language != "") && env.Language != agent.Language {
+		if agent.Language != "" && (env.Language == "" || hints.Language != "") && env.Language != agent.Language {
 			env.Language = agent.Language
 			cols = append(cols, "language")
 		}
@@ -366,28 +394,14 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	})
 	switch {
 	case errors.Is(err, errEnvFull):
-		return nil, c.envFull(env.Slug, env.CollectedBytes, res.Bytes)
+		return nil, nil, c.envFull(env.Slug, env.CollectedBytes, res.Bytes)
 	case err != nil:
 		if e := StoreError(err, "environment"); e != err {
-			return nil, e
+			return nil, nil, e
 		}
-		return nil, c.unavailable(ctx, "database", err)
+		return nil, nil, c.unavailable(ctx, "database", err)
 	}
-	if c.deps.Observer != nil {
-		c.deps.Observer.Collected(n)
-	}
-	if len(res.Inserted) > 0 && c.opts.Scheduler != nil {
-		// The batch is stored: schedule its rebuild even if the client has gone meanwhile.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)
-		err := c.opts.Scheduler.ScheduleBuild(sctx, env.ID)
-		cancel()
-		if err != nil {
-			c.logger(ctx).WarnContext(ctx, "collect: schedule build", slog.String("env", env.ID), slog.Any("error", err))
-		}
-	}
-	return &collectOutput{Status: http.StatusAccepted, Body: CollectAccepted{
-		Accepted: len(res.Inserted), Duplicates: len(res.Duplicates), Env: env.Slug, Batch: res.Batch.ID,
-	}}, nil
+	return env, res, nil
 }
 
 func userAgent(ctx context.Context) string {

@@ -35,6 +35,7 @@ func fullRegistry(t *testing.T) map[string]pinnedVerb {
 		(&api.WakeRoutes{}).Register,
 		(&api.QueryRoutes{}).Register,
 		(&api.UsageRoutes{}).Register,
+		(&api.WebhookRoutes{}).Register,
 	}})
 	out := map[string]pinnedVerb{}
 	for _, v := range api.Registry(a.OpenAPI()) {

@@ -218,6 +218,8 @@ type planeOptions struct {
 	now      func() time.Time
 	// extra route groups (e.g. MCP).
 	routes []func(huma.API, *api.Deps)
+	// events, when set, records session events (and starts their webhook deliveries).
+	events *activities.EventLog
 }
 
 // eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
@@ -287,7 +289,7 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	t.Cleanup(func() { p.journal.Close() })
 	p.opener = &swapOpener{o: directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins}}}
 	popts := toolplane.Options{DB: p.db, Opener: p.opener, Twins: p.twins, Journal: p.journal,
-		Bundles: &toolplane.Bundles{Blob: p.blobs}, Idle: o.idle, Tracer: o.tracer}
+		Bundles: &toolplane.Bundles{Blob: p.blobs}, Idle: o.idle, Tracer: o.tracer, Events: o.events}
 	if o.local {
 		p.locals = &countingLocals{drv: drv}
 		popts.Locals = p.locals

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/webhook"
 )
 
 // Config is the whole of doppel's configuration, read once at start and passed down.
@@ -43,7 +45,9 @@ type Config struct {
 	Admin        Admin    `koanf:"admin"`
 	Usage        Usage    `koanf:"usage"`
 	// Plans are the plans by name (plans.<name>.task_minutes, …), from the configuration file.
-	Plans map[string]Plan `koanf:"plans"`
+	Plans    map[string]Plan `koanf:"plans"`
+	Webhooks Webhooks        `koanf:"webhooks"`
+	Uploads  Uploads         `koanf:"uploads"`
 }
 
 // Admin configures the admin credential of the admin verbs (workspaces, plans, access).
@@ -65,9 +69,26 @@ type Plan struct {
 	TaskMinutes  int64    `koanf:"task_minutes"`
 	ToolCalls    int64    `koanf:"tool_calls"`
 	Queries      int64    `koanf:"queries"`
+	ModelTokens  int64    `koanf:"model_tokens"`
 	OpenSessions int64    `koanf:"open_sessions"`
 	CardLifts    bool     `koanf:"card_lifts"`
 	Entitlements []string `koanf:"entitlements"`
+}
+
+// Webhooks configures webhook delivery.
+type Webhooks struct {
+	AllowCIDRs     string        `koanf:"allow_cidrs"`
+	RetryWindow    time.Duration `koanf:"retry_window"`
+	BackoffInitial time.Duration `koanf:"backoff_initial"`
+	BackoffMax     time.Duration `koanf:"backoff_max"`
+	AttemptTimeout time.Duration `koanf:"attempt_timeout"`
+	SweepEvery     time.Duration `koanf:"sweep_every"`
+	Retention      time.Duration `koanf:"retention"`
+}
+
+// Uploads caps POST /api/uploads.
+type Uploads struct {
+	MaxFileBytes int64 `koanf:"max_file_bytes"`
 }
 
 // Metrics configures GET /metrics (Prometheus text format).
@@ -264,6 +285,14 @@ func Keys() []Key {
 		{"usage.default_plan", "", "plan of workspaces that name none (plans are set in the configuration file under plans.<name>); empty: no limits"},
 		{"usage.refresh", "1s", "how stale the enforcement's reading of a workspace's meters may grow before it is read again"},
 		{"usage.enforce", true, "refuse opens and calls past the plan's limits (402); false: meter only"},
+		{"webhooks.allow_cidrs", "", "comma-separated CIDRs webhook URLs may reach beyond public addresses (e.g. 127.0.0.0/8 for a receiver on this machine); empty: loopback, private, link-local and metadata addresses are refused"},
+		{"webhooks.retry_window", "24h", "how long a webhook delivery is retried (exponential backoff) before it is marked failed"},
+		{"webhooks.backoff_initial", "5s", "wait before a webhook delivery's second attempt; it doubles after each failure"},
+		{"webhooks.backoff_max", "1h", "longest wait between two attempts of a webhook delivery"},
+		{"webhooks.attempt_timeout", "15s", "time limit of one webhook POST"},
+		{"webhooks.sweep_every", "10s", "how often deliveries recorded but never started (their process died first) are started"},
+		{"webhooks.retention", "720h", "how long events and their delivery logs are kept (GET /v1/events, webhooks.deliveries); events with a delivery still pending stay; 0: for ever"},
+		{"uploads.max_file_bytes", int64(32 << 20), "largest file POST /api/uploads stores (413 above)"},
 	}
 }
 
@@ -532,6 +561,20 @@ func (c *Config) Validate() error {
 		bad("twin.memory_bytes", "must not be negative")
 	}
 	positive("session.idle", c.Session.Idle)
+	positive("webhooks.retry_window", c.Webhooks.RetryWindow)
+	positive("webhooks.backoff_initial", c.Webhooks.BackoffInitial)
+	positive("webhooks.backoff_max", c.Webhooks.BackoffMax)
+	positive("webhooks.attempt_timeout", c.Webhooks.AttemptTimeout)
+	positive("webhooks.sweep_every", c.Webhooks.SweepEvery)
+	if c.Webhooks.Retention < 0 {
+		bad("webhooks.retention", "must not be negative")
+	}
+	if c.Uploads.MaxFileBytes < 1 {
+		bad("uploads.max_file_bytes", "must be at least 1")
+	}
+	if _, err := c.Webhooks.AllowedCIDRs(); err != nil {
+		bad("webhooks.allow_cidrs", "%v", err)
+	}
 	positive("mcp.token_ttl", c.MCP.TokenTTL)
 	if c.Admin.Key != "" && len(c.Admin.Key) < 32 {
 		bad("admin.key", "must be at least 32 characters (e.g. openssl rand -hex 32)")
@@ -588,4 +631,9 @@ func Reference() string {
 		fmt.Fprintf(&b, "| `%s` | `%s` | `--%s` | `%v` | %s |\n", k.Name, k.Env(), k.Flag(), k.Default, k.Help)
 	}
 	return b.String()
+}
+
+// AllowedCIDRs parses webhooks.allow_cidrs.
+func (w Webhooks) AllowedCIDRs() ([]netip.Prefix, error) {
+	return webhook.ParseCIDRs(strings.Split(w.AllowCIDRs, ","))
 }

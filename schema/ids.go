@@ -21,6 +21,11 @@ const (
 	PrefixOAuthClient = "oc_"
 	PrefixOAuthCode   = "ocd_"
 	PrefixQuery       = "qry_"
+	PrefixEvent       = "evt_"
+	PrefixEndpoint    = "whe_"
+	PrefixDelivery    = "whd_"
+	PrefixAttempt     = "wha_"
+	PrefixUpload      = "upl_"
 )
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)

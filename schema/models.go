@@ -293,6 +293,7 @@ func Models() []any {
 		(*Workspace)(nil), (*APIKey)(nil), (*Environment)(nil), (*Build)(nil),
 		(*TraceBatch)(nil), (*Trace)(nil), (*Session)(nil), (*Call)(nil), (*UsageMeter)(nil),
 		(*OAuthClient)(nil), (*OAuthCode)(nil),
+		(*Event)(nil), (*WebhookEndpoint)(nil), (*WebhookDelivery)(nil), (*WebhookAttempt)(nil), (*Upload)(nil),
 	}
 }
 

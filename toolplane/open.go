@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -125,7 +127,7 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 	if s.BuildID == "" {
 		s.BuildID = env.ActiveBuildID
 	}
-	token, err := store.CreateSessionWithin(ctx, p.db, s, maxOpen)
+	token, kick, err := p.createSession(ctx, env, s, maxOpen)
 	if err != nil {
 		// The world exists on the twin but no row does: drop it.
 		p.DropWorld(context.WithoutCancel(ctx), s)
@@ -142,10 +144,34 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		p.clients[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
 	}
 	p.mu.Unlock()
+	p.events.Kick(kick)
 	if rc.Pinned == nil {
 		rc.Pinned = map[string][]string{}
 	}
 	return &Opened{Session: s, Token: token, Receipts: rc}, nil
+}
+
+// createSession stores the session row and, with events on, its session.opened event in the same transaction.
+func (p *Plane) createSession(ctx context.Context, env *schema.Environment, s *schema.Session, maxOpen int) (token string, kick []string, err error) {
+	if p.events == nil {
+		token, err = store.CreateSessionWithin(ctx, p.db, s, maxOpen)
+		return token, nil, err
+	}
+	err = p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		if token, err = store.CreateSessionWithin(ctx, tx, s, maxOpen); err != nil {
+			return err
+		}
+		seed, exp := s.Seed, s.ExpiresAt
+		ev, err := store.NewEvent(s.WorkspaceID, events.SessionOpened, s.ID, "", events.SessionData{SessionID: s.ID,
+			EnvID: env.ID, Env: env.Slug, BuildID: s.BuildID, Seed: &seed, WorldHash: s.WorldHash, ExpiresAt: &exp})
+		if err != nil {
+			return err
+		}
+		kick, err = p.events.Record(ctx, tx, ev)
+		return err
+	})
+	return token, kick, err
 }
 
 func deref(s *string) string {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -92,6 +93,9 @@ type Options struct {
 	// QueryMaxSteps and QueryDeadline bound each query's run (0: the workflow's defaults).
 	QueryMaxSteps int
 	QueryDeadline time.Duration
+	// Events records session.opened, session.closed and session.expired in the transaction of the change, and
+	// starts their webhook deliveries (nil: no events).
+	Events *activities.EventLog
 }
 
 // Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
@@ -108,6 +112,7 @@ type Plane struct {
 	log     *slog.Logger
 	tokens  *Tokens
 	tracer  trace.Tracer // nil: no spans
+	events  *activities.EventLog
 
 	queries       QueryStarter
 	queryModel    string
@@ -125,7 +130,7 @@ type Plane struct {
 // New builds a Plane.
 func New(o Options) *Plane {
 	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, quota: o.Quota, bundles: o.Bundles, idle: o.Idle,
-		hc: o.HTTP, locals: o.Locals, log: o.Log,
+		hc: o.HTTP, locals: o.Locals, log: o.Log, events: o.Events,
 		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}, errAnswers: map[string]map[string][]string{}}
 	if p.idle <= 0 {
 		p.idle = store.DefaultSessionIdle

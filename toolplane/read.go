@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
@@ -77,7 +80,7 @@ func (p *Plane) Transcript(ctx context.Context, s *schema.Session, after int64, 
 func (p *Plane) Close(ctx context.Context, s *schema.Session) (existed bool, err error) {
 	l := p.liveOf(s.ID)
 	l.mu.Lock() // wait for a call in flight
-	existed, err = store.EndSession(ctx, p.db, s.ID, schema.SessionClosed)
+	existed, err = p.endSession(ctx, s, schema.SessionClosed)
 	l.mu.Unlock()
 	if err != nil {
 		return false, err
@@ -91,7 +94,7 @@ func (p *Plane) Close(ctx context.Context, s *schema.Session) (existed bool, err
 
 // end moves an open session to status (expired, broken), forgets it and drops its world.
 func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error {
-	ended, err := store.EndSession(ctx, p.db, s.ID, status)
+	ended, err := p.endSession(ctx, s, status)
 	if err != nil {
 		return err
 	}
@@ -100,6 +103,39 @@ func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error
 		p.finish(context.WithoutCancel(ctx), s)
 	}
 	return nil
+}
+
+// endSession moves an open session to status and, with events on, records session.closed or session.expired in
+// the same transaction (a broken session has no event); it reports whether the session was open.
+func (p *Plane) endSession(ctx context.Context, s *schema.Session, status string) (bool, error) {
+	typ := map[string]string{schema.SessionClosed: events.SessionClosed, schema.SessionExpired: events.SessionExpired}[status]
+	if p.events == nil || typ == "" {
+		return store.EndSession(ctx, p.db, s.ID, status)
+	}
+	var ended bool
+	var kick []string
+	err := p.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		if ended, err = store.EndSession(ctx, tx, s.ID, status); err != nil || !ended {
+			return err
+		}
+		env, err := store.GetEnvByID(ctx, tx, s.EnvID)
+		if err != nil {
+			return err
+		}
+		ev, err := store.NewEvent(s.WorkspaceID, typ, s.ID, typ+":"+s.ID, events.SessionData{SessionID: s.ID,
+			EnvID: env.ID, Env: env.Slug, BuildID: s.BuildID})
+		if err != nil {
+			return err
+		}
+		kick, err = p.events.Record(ctx, tx, ev)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	p.events.Kick(kick)
+	return ended, nil
 }
 
 // finish does what follows a session's end: its world dropped on its twin, its counters written into its row.
@@ -139,7 +175,7 @@ func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, lim
 			extended++
 			continue
 		}
-		ended, err := store.EndSession(ctx, p.db, s.ID, schema.SessionExpired)
+		ended, err := p.endSession(ctx, s, schema.SessionExpired)
 		if err != nil {
 			return expired, extended, fmt.Errorf("expire session %s: %w", s.ID, err)
 		}

@@ -18,6 +18,7 @@ type Deps struct {
 	Twins    *activities.Twins
 	Sessions *activities.Sessions
 	Queries  *activities.Queries
+	Webhooks *activities.Webhooks
 }
 
 // Register registers every workflow under its explicit name and every activity struct's methods.
@@ -34,6 +35,9 @@ func Register(r sdkworker.Registry, d Deps) {
 	}
 	if d.Queries != nil {
 		r.RegisterActivityWithOptions(d.Queries, activity.RegisterOptions{})
+	}
+	if d.Webhooks != nil {
+		r.RegisterActivityWithOptions(d.Webhooks, activity.RegisterOptions{})
 	}
 }
 

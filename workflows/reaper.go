@@ -16,8 +16,18 @@ import (
 // SessionReaperWorkflowName is the registered name of the idle-session reaper; never change it.
 const SessionReaperWorkflowName = "doppel.SessionReaper"
 
-// SessionReaperWorkflowID is the reaper's fixed workflow id: one reaper per namespace.
+// SessionReaperWorkflowID is the reaper's workflow id on the default task queue "doppel".
 const SessionReaperWorkflowID = "session-reaper"
+
+// SessionReaperID is the reaper's workflow id for a task queue: one reaper per task queue, so deployments that
+// share a namespace on different queues (each with its own database) each expire their own sessions. The default
+// queue keeps the id it always had.
+func SessionReaperID(taskQueue string) string {
+	if taskQueue == "" || taskQueue == "doppel" {
+		return SessionReaperWorkflowID
+	}
+	return SessionReaperWorkflowID + "/" + taskQueue
+}
 
 // SessionReaperInput configures the reaper.
 type SessionReaperInput struct {
@@ -69,7 +79,7 @@ func SessionReaper(ctx workflow.Context, in SessionReaperInput) error {
 // StartReaper starts the idle-session reaper unless it already runs.
 func (s *Sessions) StartReaper(ctx context.Context, in SessionReaperInput) error {
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       SessionReaperWorkflowID,
+		ID:                       SessionReaperID(s.TaskQueue),
 		TaskQueue:                s.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            "expire sessions idle for " + in.Idle.String(),

@@ -14,4 +14,5 @@ func Register(r Registrar) {
 	r.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
 	RegisterSessions(r)
 	RegisterQueries(r)
+	RegisterWebhooks(r)
 }

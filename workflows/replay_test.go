@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 )
 
 // TestReplayRecordedHistories replays histories recorded from real runs on the dev server against today's
@@ -22,9 +21,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(Build, workflow.RegisterOptions{Name: BuildWorkflowName})
-			r.RegisterWorkflowWithOptions(Rebuild, workflow.RegisterOptions{Name: RebuildWorkflowName})
-			RegisterQueries(r)
+			Register(r)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
 			}

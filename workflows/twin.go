@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -441,6 +442,26 @@ func (w *twinWF) boot(ctx workflow.Context, s *slot) {
 	s.Boots++
 	s.idleFor = 0
 	s.set(ctx, twinstate.Ready)
+	w.event(ctx, events.TwinReady, s.Build.BuildID, h.ID)
+}
+
+// event records a twin event (twin.ready, twin.stopped). Histories from before events exist skip it; a failure
+// to record is logged and does not hold the twin's life.
+func (w *twinWF) event(ctx workflow.Context, typ, buildID, handleID string) {
+	if workflow.GetVersion(ctx, "twin-events", workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	var a *activities.Twins
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: 10 * time.Minute,
+		Summary:                typ + " " + handleID,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second, NonRetryableErrorTypes: []string{activities.ErrTypeBadInput}},
+	})
+	in := activities.TwinEventInput{Type: typ, EnvID: w.in.EnvID, BuildID: buildID, HandleID: handleID}
+	if err := workflow.ExecuteActivity(actx, a.RecordTwinEvent, in).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("record twin event failed", "type", typ, "handle", handleID, "error", err)
+	}
 }
 
 // watch inspects a ready twin every HealthEvery (sooner when its idle time is nearly up, at once when a caller
@@ -502,11 +523,14 @@ func (w *twinWF) stop(ctx workflow.Context, s *slot) {
 	s.busy = true
 	err := workflow.ExecuteActivity(actx, a.StopTwin, *s.Handle).Get(ctx, nil)
 	s.busy = false
+	h := s.Handle
+	s.Handle = nil
 	if err != nil {
 		// The twin may live on; the reaper removes it once no slot holds it.
-		workflow.GetLogger(ctx).Warn("stop twin failed", "handle", s.Handle.ID, "error", err)
+		workflow.GetLogger(ctx).Warn("stop twin failed", "handle", h.ID, "error", err)
+		return
 	}
-	s.Handle = nil
+	w.event(ctx, events.TwinStopped, s.Build.BuildID, h.ID)
 }
 
 // reap removes the environment's twins that no slot holds (left by a start whose answer was lost, or by a crashed

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,6 +41,7 @@ type fleet struct {
 	twins    map[string]*fakeTwin
 	starts   []string // build ids
 	stops    []string // handle ids
+	events   []string // "type handle", as RecordTwinEvent was asked
 	startErr error
 }
 
@@ -57,6 +59,12 @@ func newFleet(env *testsuite.TestWorkflowEnvironment) *fleet {
 	env.OnActivity(a.InspectTwin, mock.Anything, mock.Anything).Return(f.inspect)
 	env.OnActivity(a.StopTwin, mock.Anything, mock.Anything).Return(f.stop)
 	env.OnActivity(a.ReapTwins, mock.Anything, mock.Anything).Return(nil, nil)
+	env.OnActivity(a.RecordTwinEvent, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.TwinEventInput) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.events = append(f.events, in.Type+" "+in.HandleID)
+		return nil
+	})
 	return f
 }
 
@@ -241,6 +249,14 @@ func TestTwinWakeIdleStop(t *testing.T) {
 	starts, stops := f.counts()
 	if starts != 2 || stops != 2 {
 		t.Errorf("starts %d, stops %d; want 2 and 2 (idle stop, then the stop signal)", starts, stops)
+	}
+	// Each twin's life is told: ready when it booted, stopped when it was stopped, in that order.
+	f.mu.Lock()
+	got := append([]string(nil), f.events...)
+	f.mu.Unlock()
+	want := []string{"twin.ready " + f.stops[0], "twin.stopped " + f.stops[0], "twin.ready " + f.stops[1], "twin.stopped " + f.stops[1]}
+	if !slices.Equal(got, want) {
+		t.Errorf("twin events %q, want %q", got, want)
 	}
 }
 

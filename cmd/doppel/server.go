@@ -30,6 +30,7 @@ import (
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
 )
@@ -289,10 +290,18 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	if mc != nil {
 		queries.Model = mc
 	}
+	builds.Events = st.events()
+	guard, err := st.webhookGuard()
+	if err != nil {
+		return nil, err
+	}
+	hooks := &activities.Webhooks{DB: st.db, Sender: webhook.NewSender(guard, st.cfg.Webhooks.AttemptTimeout),
+		Dispatch: st.webhookStarter(), Log: st.log.With("component", "webhooks")}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
-		Queries: queries,
-		Builds:  builds,
-		Twins:   &activities.Twins{Driver: drv},
+		Queries:  queries,
+		Builds:   builds,
+		Webhooks: hooks,
+		Twins:    &activities.Twins{Driver: drv, Events: st.events()},
 		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
 			Log: st.log.With("component", "sessions"), Tracer: st.tracer()},
 	}), nil
@@ -353,6 +362,9 @@ func startReaper(ctx context.Context, st *stack) error {
 	if err := sessionWorkflows(st).StartReaper(ctx, workflows.SessionReaperInput{Idle: st.cfg.Session.Idle}); err != nil {
 		return fmt.Errorf("session reaper: %w", err)
 	}
+	if err := st.webhookStarter().StartSweeper(ctx, workflows.WebhookSweeperInput{Every: st.cfg.Webhooks.SweepEvery, Retention: st.cfg.Webhooks.Retention}); err != nil {
+		return fmt.Errorf("webhook sweeper: %w", err)
+	}
 	return nil
 }
 
@@ -379,7 +391,8 @@ func apiOptions(st *stack) (api.Options, error) {
 	}
 	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
 	c := st.cfg.Collect
-	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles()}
+	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles(),
+		Traces: api.CollectOptions{MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes}}
 	sessions := &api.SessionRoutes{Plane: plane, Model: st.cfg.Model.BaseURL != ""}
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
@@ -406,6 +419,12 @@ func apiOptions(st *stack) (api.Options, error) {
 	if tp := st.tracer(); tp != nil {
 		opts.Tracer, opts.Propagator = tp, st.tracing.Propagator()
 	}
+	guard, err := st.webhookGuard()
+	if err != nil {
+		return opts, err
+	}
+	hooks := &api.WebhookRoutes{Guard: guard, Deliveries: st.webhookStarter()}
+	uploads := &api.UploadRoutes{Blobs: st.blobs, MaxFileBytes: st.cfg.Uploads.MaxFileBytes}
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
 		builds.Register,
@@ -414,6 +433,8 @@ func apiOptions(st *stack) (api.Options, error) {
 		queries.Register,
 		mcpRoutes.Register,
 		usageRoutes.Register,
+		hooks.Register,
+		uploads.Register,
 	}
 	return opts, nil
 }
@@ -449,6 +470,8 @@ func docRoutes() []func(huma.API, *api.Deps) {
 		(&api.WakeRoutes{}).Register,
 		(&api.QueryRoutes{}).Register,
 		(&api.UsageRoutes{}).Register,
+		(&api.WebhookRoutes{}).Register,
+		(&api.UploadRoutes{Blobs: docOnlyBlobs{}}).Register,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
@@ -26,6 +27,7 @@ import (
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
 	metering "github.com/doppel-dev/doppel/usage"
+	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -49,6 +51,7 @@ type stack struct {
 	// meters reads usage from the database; gate enforces the plans with it (nil: usage.enforce is off).
 	meters *metering.Source
 	gate   *metering.Gate
+	hooks  *workflows.Webhooks
 }
 
 // usageSource is the process's usage reader, over the configured plans and period.
@@ -56,7 +59,7 @@ func (s *stack) usageSource() *metering.Source {
 	if s.meters == nil {
 		plans := metering.Plans{ByName: map[string]metering.Plan{}, Default: s.cfg.Usage.DefaultPlan}
 		for name, p := range s.cfg.Plans {
-			plans.ByName[name] = metering.Plan{TaskMinutes: p.TaskMinutes, ToolCalls: p.ToolCalls, Queries: p.Queries,
+			plans.ByName[name] = metering.Plan{TaskMinutes: p.TaskMinutes, ToolCalls: p.ToolCalls, Queries: p.Queries, ModelTokens: p.ModelTokens,
 				OpenSessions: p.OpenSessions, CardLifts: p.CardLifts, Entitlements: p.Entitlements}
 		}
 		s.meters = &metering.Source{DB: s.db, Plans: plans, Period: s.cfg.Usage.Period, EnvBytesCap: s.cfg.Collect.MaxEnvBytes,
@@ -74,6 +77,31 @@ func (s *stack) usageGate() *metering.Gate {
 		s.gate = &metering.Gate{Source: s.usageSource(), Refresh: s.cfg.Usage.Refresh}
 	}
 	return s.gate
+}
+
+// webhookStarter starts webhook deliveries' workflows, for every part of this process that records events.
+func (s *stack) webhookStarter() *workflows.Webhooks {
+	if s.hooks == nil {
+		w := s.cfg.Webhooks
+		s.hooks = &workflows.Webhooks{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue, DB: s.db,
+			Log: s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
+				Initial: w.BackoffInitial, Max: w.BackoffMax, Attempt: w.AttemptTimeout + 15*time.Second}}
+	}
+	return s.hooks
+}
+
+// events records events with the changes they report and starts their deliveries.
+func (s *stack) events() *activities.EventLog {
+	return &activities.EventLog{DB: s.db, Dispatch: s.webhookStarter()}
+}
+
+// webhookGuard is the server-side request forgery guard of webhook URLs (webhooks.allow_cidrs).
+func (s *stack) webhookGuard() (*webhook.Guard, error) {
+	allow, err := s.cfg.Webhooks.AllowedCIDRs()
+	if err != nil {
+		return nil, fmt.Errorf("webhooks.allow_cidrs: %w", err)
+	}
+	return &webhook.Guard{Allow: allow}, nil
 }
 
 // tracer is the tracer provider the parts get: nil when tracing is off, so they skip spans at no cost.
@@ -111,7 +139,7 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	o := toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(),
+		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events(),
 		Queries:    &workflows.Queries{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue},
 		QueryModel: queryModel(s.cfg), QueryWait: s.cfg.Query.Wait, QueryMaxSteps: s.cfg.Query.MaxSteps,
 		QueryDeadline: s.cfg.Query.Deadline}

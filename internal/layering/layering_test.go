@@ -27,6 +27,8 @@ func TestImportRules(t *testing.T) {
 		{"jsonvalue", nil}, // imports nothing of doppel
 		{"faults", nil},    // fault draws are pure: a seed and a call index in, a fault out
 		{"twinstate", nil},
+		{"events", nil},    // event types and payloads: recorded by store, activities, toolplane; shown by api
+		{"webhook", nil},   // signing, the SSRF guard and the sender: no database, no Temporal
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
 		// metering reads the durable records and decides; it serves the layers above it
 		{"usage", []string{"api", "toolplane", "workflows", "activities", "driver", "worker", "journal", "twin"}},

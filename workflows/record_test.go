@@ -1,0 +1,139 @@
+package workflows
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/twinstate"
+)
+
+// Recorders of the histories under testdata/ (see its README): each runs a workflow on a real Temporal server
+// (DOPPEL_TEST_TEMPORAL) with stand-in activities and writes its history as JSON.
+
+// TestRecordTwinHistory records a twin workflow's history (boot on a wake, idle stop, stop signal) on a real
+// Temporal server with stand-in activities, into RECORD_OUT. Skipped unless RECORD_OUT is set.
+func TestRecordTwinHistory(t *testing.T) {
+	out := os.Getenv("RECORD_OUT")
+	if out == "" {
+		t.Skip("RECORD_OUT not set")
+	}
+	ctx := context.Background()
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	queue := "record-twin-" + time.Now().Format("150405.000000")
+	w := worker.New(c, queue, worker.Options{})
+	Register(w)
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
+		return twinstate.Handle{Driver: "process", ID: "twin-1", EnvID: in.EnvID, BuildID: in.Build.BuildID, Addr: "http://127.0.0.1:1"}, nil
+	}, activity.RegisterOptions{Name: "StartTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
+		return activities.TwinHealth{State: driver.StateReady, IdleFor: time.Hour}, nil
+	}, activity.RegisterOptions{Name: "InspectTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) error { return nil }, activity.RegisterOptions{Name: "StopTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapTwinsInput) error { return nil }, activity.RegisterOptions{Name: "ReapTwins"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in any) error { return nil }, activity.RegisterOptions{Name: "RecordTwinEvent"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	in := TwinInput{EnvID: "env_record", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
+		Idle: 2 * time.Second, HealthEvery: time.Second}
+	st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true})
+	if err != nil || st.State != twinstate.Ready {
+		t.Fatalf("wake: %+v %v", st, err)
+	}
+	id := TwinWorkflowID(in.EnvID)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := c.QueryWorkflow(ctx, id, "", TwinStatusQuery)
+		var s TwinStatus
+		if err == nil && v.Get(&s) == nil && s.State == twinstate.Stopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the twin did not idle out")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+// TestRecordWebhookDeliveryHistory records a delivery whose first attempt (the local activity) fails and whose
+// retry succeeds, into RECORD_OUT_WEBHOOK. Skipped unless it is set.
+func TestRecordWebhookDeliveryHistory(t *testing.T) {
+	out := os.Getenv("RECORD_OUT_WEBHOOK")
+	if out == "" {
+		t.Skip("RECORD_OUT_WEBHOOK not set")
+	}
+	ctx := context.Background()
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	queue := "record-hook-" + time.Now().Format("150405.000000")
+	w := worker.New(c, queue, worker.Options{})
+	Register(w)
+	attempts := 0
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.DeliverInput) error {
+		attempts++
+		if attempts == 1 {
+			return temporal.NewApplicationError("HTTP 503: down", activities.ErrTypeDeliveryFailed)
+		}
+		return nil
+	}, activity.RegisterOptions{Name: "Deliver"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	id := WebhookDeliveryWorkflowID("whd_record" + time.Now().Format("150405"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, WebhookDeliveryWorkflowName,
+		WebhookDeliveryInput{DeliveryID: "whd_record", Policy: DeliveryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+func writeHistory(t *testing.T, c client.Client, id, out string) {
+	t.Helper()
+	hist := &historypb.History{}
+	it := c.GetWorkflowHistory(context.Background(), id, "", false, 0)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hist.Events = append(hist.Events, e)
+	}
+	data, err := protojson.MarshalOptions{Indent: " "}.Marshal(hist)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
