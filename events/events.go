@@ -27,6 +27,9 @@ const (
 	SessionClosed = "session.closed"
 	// SessionExpired: a session idle past session.idle was expired by the reaper (SessionData).
 	SessionExpired = "session.expired"
+	// UsageThreshold: a workspace's period meter (task_minutes, tool_calls, queries, model_tokens) reached 80% or
+	// 100% of its plan's limit; once per workspace, period, meter and threshold (UsageData).
+	UsageThreshold = "usage.threshold"
 	// WebhookTest: sent by webhooks.test to one endpoint only; never recorded for others.
 	WebhookTest = "webhook.test"
 )
@@ -34,7 +37,7 @@ const (
 // Types lists the event types an endpoint may subscribe to, in a fixed order.
 func Types() []string {
 	return []string{BuildSucceeded, BuildFailed, EnvReady, TwinReady, TwinStopped, SessionOpened, SessionClosed,
-		SessionExpired, WebhookTest}
+		SessionExpired, UsageThreshold, WebhookTest}
 }
 
 // Known reports whether t is an event type.
@@ -103,4 +106,15 @@ type SessionData struct {
 type TestData struct {
 	EndpointID string `json:"endpoint_id"`
 	Note       string `json:"note"`
+}
+
+// UsageData is a usage.threshold event's payload.
+type UsageData struct {
+	Meter       string    `json:"meter"`
+	Percent     int       `json:"percent"` // 80 or 100
+	Used        float64   `json:"used"`
+	Limit       float64   `json:"limit"`
+	Unit        string    `json:"unit"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
 }

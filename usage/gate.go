@@ -42,9 +42,62 @@ type Gate struct {
 	Refresh time.Duration
 	// Now is the clock (default schema.Now).
 	Now func() time.Time
+	// Thresholds, when set, is told when a reading finds a period meter at 80% or 100% of its limit.
+	Thresholds ThresholdSink
 
 	mu    sync.Mutex
 	snaps map[string]*snapshot
+	told  map[string]bool // thresholds the sink took, by its key: not offered again by this process
+}
+
+// ThresholdSink records that a workspace's period meter reached percent (80 or 100) of its limit. It must record
+// each (workspace, period, meter, percent) once however often it is told (the gate tells it again after a
+// restart), e.g. by a dedup key.
+type ThresholdSink interface {
+	Threshold(ctx context.Context, ws *schema.Workspace, r *Reading, m Value, percent int) error
+}
+
+// thresholdMeters are the meters whose thresholds are reported: the period's consumption, not the quota of open
+// sessions or the per-environment byte caps.
+var thresholdMeters = []string{MeterTaskMinutes, MeterToolCalls, MeterQueries, MeterModelTokens}
+
+// ThresholdKey names one threshold of one period: the dedup key of its event.
+func ThresholdKey(workspaceID string, periodStart time.Time, meter string, percent int) string {
+	return fmt.Sprintf("usage.threshold/%s/%s/%s/%d", workspaceID, periodStart.UTC().Format(time.RFC3339), meter, percent)
+}
+
+// thresholds offers the sink every threshold r shows reached that this process has not offered yet.
+func (g *Gate) thresholds(ctx context.Context, ws *schema.Workspace, r *Reading) {
+	if g.Thresholds == nil {
+		return
+	}
+	for _, name := range thresholdMeters {
+		m, ok := r.Meter(name, "")
+		if !ok || m.Limit <= 0 {
+			continue
+		}
+		for _, pct := range []int{80, 100} {
+			if m.Used*100 < m.Limit*float64(pct) {
+				continue
+			}
+			key := ThresholdKey(ws.ID, r.Start, name, pct)
+			g.mu.Lock()
+			done := g.told[key]
+			g.mu.Unlock()
+			if done {
+				continue
+			}
+			if err := g.Thresholds.Threshold(ctx, ws, r, m, pct); err != nil {
+				continue // offered again at the next reading
+			}
+			g.mu.Lock()
+			if g.told == nil {
+				g.told = map[string]bool{}
+			}
+			g.told[key] = true
+			g.mu.Unlock()
+		}
+	}
 }
 
 type snapshot struct {
@@ -82,6 +135,7 @@ func (g *Gate) read(ctx context.Context, workspaceID string) (*schema.Workspace,
 	if err != nil {
 		return nil, nil, err
 	}
+	g.thresholds(ctx, ws, r)
 	return ws, r, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
 	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/schema"
@@ -74,9 +75,27 @@ func (s *stack) usageGate() *metering.Gate {
 		return nil
 	}
 	if s.gate == nil {
-		s.gate = &metering.Gate{Source: s.usageSource(), Refresh: s.cfg.Usage.Refresh}
+		s.gate = &metering.Gate{Source: s.usageSource(), Refresh: s.cfg.Usage.Refresh, Thresholds: thresholdEvents{s.events()}}
 	}
 	return s.gate
+}
+
+// thresholdEvents records usage.threshold events, deduplicated per workspace, period, meter and threshold, and
+// starts their deliveries.
+type thresholdEvents struct{ log *activities.EventLog }
+
+func (t thresholdEvents) Threshold(ctx context.Context, ws *schema.Workspace, r *metering.Reading, m metering.Value, percent int) error {
+	ev, err := store.NewEvent(ws.ID, events.UsageThreshold, ws.ID, metering.ThresholdKey(ws.ID, r.Start, m.Name, percent),
+		events.UsageData{Meter: m.Name, Percent: percent, Used: m.Used, Limit: m.Limit, Unit: m.Unit, PeriodStart: r.Start, PeriodEnd: r.End})
+	if err != nil {
+		return err
+	}
+	ids, err := t.log.Record(ctx, nil, ev)
+	if err != nil {
+		return err
+	}
+	t.log.Kick(ids)
+	return nil
 }
 
 // webhookStarter starts webhook deliveries' workflows, for every part of this process that records events.
