@@ -273,7 +273,8 @@ type SelfCheckpoint struct {
 	Parts []string `json:"parts"`
 }
 
-// SelfCheck replays every trace against a world built without it (leave-one-out, or k-fold for large sets) and
+// SelfCheck replays every trace against a world built without it or its task's other trials (leave-one-task-out,
+// leave-one-out when ids name no task, or k-fold for large sets) and
 // stores the report. Every few seconds it stores the folds checked since the last checkpoint as a blob and
 // heartbeats the list of such parts; a retry (its worker died) reads them back and checks only the rest.
 func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (SelfChecked, error) {
@@ -339,7 +340,8 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 	}
 	return SelfChecked{
 		ReportKey: key, Agreement: rep.AgreementPct, Calls: rep.Calls,
-		Headline: fmt.Sprintf("%s; self-check (%s) agreement %.1f%% of %d calls", inf.Headline, rep.Mode, rep.AgreementPct, rep.Calls),
+		Headline: fmt.Sprintf("%s; self-check (%s) agreement %.1f%% of %d calls exact, %.1f%% shape, %.1f%% error",
+			inf.Headline, rep.Mode, rep.AgreementPct, rep.Calls, rep.ShapeAgreePct, rep.ErrorAgreePct),
 	}, nil
 }
 

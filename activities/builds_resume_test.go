@@ -132,17 +132,17 @@ func TestBuildActivitiesResume(t *testing.T) {
 	var whole SelfChecked
 	decode(run(nil, b.SelfCheck, plan, inf), &whole)
 
-	// The interrupted attempt had checkpointed 12 of the 30 leave-one-out folds, in two parts.
+	// The interrupted attempt had checkpointed 4 of the 8 leave-one-task-out folds (30 traces, 4 trials a task), in two parts.
 	var folds []infer.FoldResult
 	if _, err := infer.SelfCheckResume(traces, infer.Options{}, infer.Resume{OnFold: func(fr infer.FoldResult) {
-		if fr.Fold < 12 {
+		if fr.Fold < 4 {
 			folds = append(folds, fr)
 		}
 	}}); err != nil {
 		t.Fatal(err)
 	}
 	var cp SelfCheckpoint
-	for _, part := range [][]infer.FoldResult{folds[:5], folds[5:]} {
+	for _, part := range [][]infer.FoldResult{folds[:2], folds[2:]} {
 		k, err := b.putJSON(ctx, "checkpoints/selfcheck/"+buildID+"/", part)
 		if err != nil {
 			t.Fatal(err)
@@ -151,8 +151,8 @@ func TestBuildActivitiesResume(t *testing.T) {
 	}
 	var resumed SelfChecked
 	decode(run(cp, b.SelfCheck, plan, inf), &resumed)
-	if !logs.has("build resumes self-check") || !logs.has("folds_done=12") {
-		t.Errorf("SelfCheck given a checkpoint of 12 folds did not resume from it: %q", logs.lines)
+	if !logs.has("build resumes self-check") || !logs.has("folds_done=4") {
+		t.Errorf("SelfCheck given a checkpoint of 4 folds did not resume from it: %q", logs.lines)
 	}
 	if resumed != whole {
 		t.Errorf("resumed self-check %+v, uninterrupted %+v (the report key is its content address)", resumed, whole)

@@ -24,6 +24,8 @@ type Report struct {
 	Headline     string       `json:"headline"`
 	SchemaSource string       `json:"schema_source"`
 	Style        string       `json:"style"`
+	// SelfCheckSplit is the split of the self-check AddSelfCheck merged in: "task" or "trace".
+	SelfCheckSplit string `json:"self_check_split,omitempty"`
 }
 
 // ToolReport is one tool's line in the report.
@@ -41,8 +43,12 @@ type ToolReport struct {
 	Attention []string `json:"attention,omitempty"`
 	// Misses are a few recorded calls the handler answered differently.
 	Misses []Miss `json:"misses,omitempty"`
-	// SelfCheckPct is the tool's self-check agreement, once AddSelfCheck has merged one in.
-	SelfCheckPct *float64 `json:"self_check_pct,omitempty"`
+	// SelfCheckPct is the tool's self-check exact agreement, once AddSelfCheck has merged one
+	// in; SelfCheckShapePct and SelfCheckErrorPct its shape and error agreement (see
+	// SelfCheckReport).
+	SelfCheckPct      *float64 `json:"self_check_pct,omitempty"`
+	SelfCheckShapePct *float64 `json:"self_check_shape_pct,omitempty"`
+	SelfCheckErrorPct *float64 `json:"self_check_error_pct,omitempty"`
 }
 
 // Miss is one recorded call a synthesized handler answered differently.
@@ -415,9 +421,11 @@ func (r *Report) AddSelfCheck(sc *SelfCheckReport) {
 	}
 	for i := range r.Tools {
 		if t, ok := by[r.Tools[i].Name]; ok && t.Calls > 0 {
-			pct := t.AgreementPct
-			r.Tools[i].SelfCheckPct = &pct
+			exact, shape, errs := t.AgreementPct, t.ShapeAgreePct, t.ErrorAgreePct
+			r.Tools[i].SelfCheckPct, r.Tools[i].SelfCheckShapePct, r.Tools[i].SelfCheckErrorPct = &exact, &shape, &errs
 		}
 	}
-	r.Headline += fmt.Sprintf("; self-check (%s) %.1f%% of %d calls exact", sc.Mode, sc.AgreementPct, sc.Calls)
+	r.SelfCheckSplit = sc.Split
+	r.Headline += fmt.Sprintf("; self-check (%s) %.1f%% of %d calls exact, %.1f%% shape, %.1f%% error agreement",
+		sc.Mode, sc.AgreementPct, sc.Calls, sc.ShapeAgreePct, sc.ErrorAgreePct)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/doppel-dev/doppel/trace"
@@ -14,16 +15,30 @@ import (
 
 // SelfCheckReport scores how faithfully twins reproduce recorded answers.
 type SelfCheckReport struct {
-	// Mode is "leave-one-out" (each trace against a build without it) or "replay"
-	// (each trace against the build from all traces).
-	Mode   string `json:"mode"`
+	// Mode is "leave-one-task-out" (each task's traces against a build without them),
+	// "leave-one-out" (each trace against a build without it), "N-fold" or "N-fold by task",
+	// or "replay" (each trace against the build from all traces).
+	Mode string `json:"mode"`
+	// Split is what a fold holds out: "task" (all trials of a task together; traces naming
+	// no task are their own unit), "trace", or "none" for replay.
+	Split  string `json:"split"`
 	Traces int    `json:"traces"`
+	// Tasks is how many distinct tasks the trace ids name (see taskKey).
+	Tasks int `json:"tasks"`
 	// Calls are the scored calls (answered, with JSON-object arguments); Agree those whose
-	// answer was JSON-equal (or text-equal) to the recorded one.
-	Calls        int            `json:"calls"`
-	Agree        int            `json:"agree"`
-	AgreementPct float64        `json:"agreement_pct"`
-	Fidelity     map[string]int `json:"fidelity"`
+	// answer was JSON-equal (or text-equal) to the recorded one (exact agreement).
+	Calls        int     `json:"calls"`
+	Agree        int     `json:"agree"`
+	AgreementPct float64 `json:"agreement_pct"`
+	// ShapeAgree counts the answers of the recorded one's shape (twin.ShapesAgree: same keys
+	// recursively and value types, arrays by element shape; for text, both errors or both
+	// not). ErrorAgree counts the calls where the twin answered an error exactly when
+	// production did (twin.IsErrorAnswer); a call no rung answered agrees on neither.
+	ShapeAgree    int            `json:"shape_agree"`
+	ShapeAgreePct float64        `json:"shape_agree_pct"`
+	ErrorAgree    int            `json:"error_agree"`
+	ErrorAgreePct float64        `json:"error_agree_pct"`
+	Fidelity      map[string]int `json:"fidelity"`
 	// Unanswered counts calls no rung could answer (or whose tool the build did not know).
 	Unanswered int `json:"unanswered"`
 	// Covered counts the calls the twin's world could know the answer to: the tool has no
@@ -39,13 +54,17 @@ type SelfCheckReport struct {
 type ToolCheck struct {
 	Name string `json:"name"`
 	// Binding and Rung are the tool's in the build from all traces.
-	Binding      string         `json:"binding"`
-	Rung         string         `json:"rung"`
-	Kind         string         `json:"kind"`
-	Calls        int            `json:"calls"`
-	Agree        int            `json:"agree"`
-	AgreementPct float64        `json:"agreement_pct"`
-	Fidelity     map[string]int `json:"fidelity"`
+	Binding       string         `json:"binding"`
+	Rung          string         `json:"rung"`
+	Kind          string         `json:"kind"`
+	Calls         int            `json:"calls"`
+	Agree         int            `json:"agree"`
+	AgreementPct  float64        `json:"agreement_pct"`
+	ShapeAgree    int            `json:"shape_agree"`
+	ShapeAgreePct float64        `json:"shape_agree_pct"`
+	ErrorAgree    int            `json:"error_agree"`
+	ErrorAgreePct float64        `json:"error_agree_pct"`
+	Fidelity      map[string]int `json:"fidelity"`
 	// AgreeByFidelity counts agreeing answers per fidelity label.
 	AgreeByFidelity map[string]int `json:"agree_by_fidelity"`
 	Unanswered      int            `json:"unanswered"`
@@ -74,15 +93,20 @@ const maxCheckMisses = 20
 
 // SelfCheck replays every trace's calls, in order, in a fresh session of a twin
 // built without that trace, and scores agreement with the recorded answers per
-// tool. Up to MaxLeaveOneOut traces it is leave-one-out (one build per trace);
-// beyond, or when opts.Folds is set, traces are split into that many folds (10 by
-// default) and each fold is checked against a build from the others.
+// tool. When trace ids name tasks (a path segment "task-N", as tau-bench's
+// ".../task-12/trial-0"), all trials of a task are held out together, so a twin never
+// sees a sibling trial of the trace it is checked on; traces naming no task are held
+// out alone. Up to MaxLeaveOneOut such units it is leave-one-out (one build per task,
+// or per trace); beyond, or when opts.Folds is set, the units are split into that many
+// folds (10 by default) and each fold is checked against a build from the others.
 func SelfCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
-	return check(traces, opts, true, Resume{})
+	return check(traces, opts, true, Resume{}, splitAuto)
 }
 
 // FoldResult is one checked fold: the calls replayed for each of its traces (by trace index).
+// Split, Fold and Folds identify the fold; a resumed check uses it only when all three match.
 type FoldResult struct {
+	Split string                `json:"split"`
 	Fold  int                   `json:"fold"`
 	Folds int                   `json:"folds"`
 	Calls map[int][]CheckedCall `json:"calls"`
@@ -99,16 +123,68 @@ type Resume struct {
 // SelfCheckResume is SelfCheck that skips the folds r.Done holds and reports each new one to r.OnFold. Its
 // report equals an uninterrupted SelfCheck's.
 func SelfCheckResume(traces []trace.Trace, opts Options, r Resume) (*SelfCheckReport, error) {
-	return check(traces, opts, true, r)
+	return check(traces, opts, true, r, splitAuto)
 }
 
 // ReplayCheck is SelfCheck against one build from all traces (not leave-one-out):
 // how well the twin reproduces what it was built from.
 func ReplayCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
-	return check(traces, opts, false, Resume{})
+	return check(traces, opts, false, Resume{}, splitAuto)
 }
 
-// MaxLeaveOneOut is the most traces SelfCheck checks one by one.
+// Split kinds.
+const (
+	splitAuto  = ""      // by task when any trace id names one, else by trace
+	splitTask  = "task"  // trials of a task together
+	splitTrace = "trace" // each trace alone
+)
+
+// taskKey is the task a trace id names: its first path segment "task-N" (N digits).
+// The trace format carries no other metadata, so the id is the only source.
+func taskKey(id string) (string, bool) {
+	for _, seg := range strings.Split(id, "/") {
+		n := strings.TrimPrefix(seg, "task-")
+		if len(n) == len(seg) || n == "" {
+			continue
+		}
+		if strings.Trim(n, "0123456789") == "" {
+			return seg, true
+		}
+	}
+	return "", false
+}
+
+// splitUnits groups traces into hold-out units: by task (kind splitTask, or splitAuto when
+// some trace names one; traces naming none are units of their own) or one per trace. Units
+// are numbered in the order of their first trace, so the split is deterministic. It
+// returns each trace's unit, the number of units, the kind used and the tasks named.
+func splitUnits(pts []*ptrace, kind string) (unit []int, units int, used string, tasks int) {
+	unit = make([]int, len(pts))
+	byTask := map[string]int{}
+	for i, pt := range pts {
+		key, ok := taskKey(pt.id)
+		if !ok {
+			unit[i] = units
+			units++
+			continue
+		}
+		if _, seen := byTask[key]; !seen {
+			byTask[key] = units
+			units++
+		}
+		unit[i] = byTask[key]
+	}
+	tasks = len(byTask)
+	if kind == splitTrace || tasks == 0 {
+		for i := range unit {
+			unit[i] = i
+		}
+		return unit, len(pts), splitTrace, tasks
+	}
+	return unit, units, splitTask, tasks
+}
+
+// MaxLeaveOneOut is the most units (tasks, or traces) SelfCheck checks one by one.
 const MaxLeaveOneOut = 300
 
 // CheckedCall is one replayed call of a self-check; FoldResult carries them so an interrupted check can resume.
@@ -117,6 +193,8 @@ type CheckedCall struct {
 	Scored    bool      `json:"scored,omitempty"` // answered in the recording: compared
 	Fidelity  string    `json:"fidelity,omitempty"`
 	Agree     bool      `json:"agree,omitempty"`
+	Shape     bool      `json:"shape,omitempty"`
+	ErrAgree  bool      `json:"err_agree,omitempty"`
 	Covered   bool      `json:"covered,omitempty"`
 	Known     bool      `json:"known,omitempty"`
 	KnownTwin bool      `json:"known_twin,omitempty"`
@@ -124,7 +202,7 @@ type CheckedCall struct {
 	Miss      CheckMiss `json:"miss"`
 }
 
-func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*SelfCheckReport, error) {
+func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume, split string) (*SelfCheckReport, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -134,19 +212,33 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 	if err != nil {
 		return nil, err
 	}
-	rep := &SelfCheckReport{Mode: "replay", Traces: len(pts), Fidelity: map[string]int{}}
+	unit, units, kind, tasks := splitUnits(pts, split)
+	rep := &SelfCheckReport{Mode: "replay", Split: "none", Traces: len(pts), Tasks: tasks, Fidelity: map[string]int{}}
 	folds := 1
 	if holdOut {
-		folds = len(pts)
+		rep.Split = kind
+		folds = units
 		rep.Mode = "leave-one-out"
-		if opts.Folds > 0 && opts.Folds < len(pts) || len(pts) > MaxLeaveOneOut {
+		if kind == splitTask {
+			rep.Mode = "leave-one-task-out"
+		}
+		if opts.Folds > 0 && opts.Folds < units || units > MaxLeaveOneOut {
 			folds = opts.Folds
 			if folds <= 0 {
 				folds = 10
 			}
-			folds = min(folds, len(pts))
+			folds = min(folds, units)
 			rep.Mode = fmt.Sprintf("%d-fold", folds)
+			if kind == splitTask {
+				rep.Mode += " by task"
+			}
 		}
+	} else {
+		kind = "none"
+	}
+	foldOf := make([]int, len(pts))
+	for i := range pts {
+		foldOf[i] = unit[i] % folds
 	}
 	results := make([][]CheckedCall, len(pts))
 	errs := make([]error, folds)
@@ -158,11 +250,11 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 	}
 	done := make([]bool, folds)
 	for _, fr := range resume.Done {
-		if fr.Folds != folds || fr.Fold < 0 || fr.Fold >= folds || done[fr.Fold] {
+		if fr.Split != kind || fr.Folds != folds || fr.Fold < 0 || fr.Fold >= folds || done[fr.Fold] {
 			continue
 		}
 		for i, calls := range fr.Calls {
-			if i < 0 || i >= len(pts) || i%folds != fr.Fold {
+			if i < 0 || i >= len(pts) || foldOf[i] != fr.Fold {
 				return nil, fmt.Errorf("self-check resume: fold %d/%d names trace %d", fr.Fold, folds, i)
 			}
 			results[i] = calls
@@ -177,12 +269,14 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 		go func() {
 			defer wg.Done()
 			for f := range jobs {
-				if errs[f] = checkFold(pts, &opts, f, folds, holdOut, fullRT, results); errs[f] != nil || resume.OnFold == nil {
+				if errs[f] = checkFold(pts, &opts, f, foldOf, holdOut, fullRT, results); errs[f] != nil || resume.OnFold == nil {
 					continue
 				}
-				fr := FoldResult{Fold: f, Folds: folds, Calls: map[int][]CheckedCall{}}
-				for i := f; i < len(pts); i += folds {
-					fr.Calls[i] = results[i]
+				fr := FoldResult{Split: kind, Fold: f, Folds: folds, Calls: map[int][]CheckedCall{}}
+				for i := range pts {
+					if foldOf[i] == f {
+						fr.Calls[i] = results[i]
+					}
 				}
 				report.Lock()
 				resume.OnFold(fr)
@@ -236,6 +330,14 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 				tc.Fidelity[r.Fidelity]++
 				rep.Fidelity[r.Fidelity]++
 			}
+			if r.Shape {
+				tc.ShapeAgree++
+				rep.ShapeAgree++
+			}
+			if r.ErrAgree {
+				tc.ErrorAgree++
+				rep.ErrorAgree++
+			}
 			if r.Agree {
 				tc.Agree++
 				rep.Agree++
@@ -250,7 +352,9 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 		}
 	}
 	if rep.Calls > 0 {
-		rep.AgreementPct = round4(100 * float64(rep.Agree) / float64(rep.Calls))
+		rep.AgreementPct = pct(rep.Agree, rep.Calls)
+		rep.ShapeAgreePct = pct(rep.ShapeAgree, rep.Calls)
+		rep.ErrorAgreePct = pct(rep.ErrorAgree, rep.Calls)
 	}
 	if rep.Covered > 0 {
 		rep.CoveredAgreePct = round4(100 * float64(rep.CoveredAgree) / float64(rep.Covered))
@@ -258,7 +362,9 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 	for _, n := range sortedKeys(tools) {
 		tc := tools[n]
 		if tc.Calls > 0 {
-			tc.AgreementPct = round4(100 * float64(tc.Agree) / float64(tc.Calls))
+			tc.AgreementPct = pct(tc.Agree, tc.Calls)
+			tc.ShapeAgreePct = pct(tc.ShapeAgree, tc.Calls)
+			tc.ErrorAgreePct = pct(tc.ErrorAgree, tc.Calls)
 		}
 		rep.Tools = append(rep.Tools, *tc)
 	}
@@ -266,13 +372,17 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume) (*Se
 	return rep, nil
 }
 
-// checkFold builds a twin without fold f's traces (or uses the full one) and replays each of them.
-func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT *twin.Runtime, results [][]CheckedCall) error {
+// pct is n of total in percent, to four decimals.
+func pct(n, total int) float64 { return round4(100 * float64(n) / float64(total)) }
+
+// checkFold builds a twin without fold f's traces (those i with foldOf[i] == f; or uses the
+// full one) and replays each of them.
+func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, fullRT *twin.Runtime, results [][]CheckedCall) error {
 	rt := fullRT
 	if holdOut {
 		var others []*ptrace
 		for i, pt := range pts {
-			if i%folds != f {
+			if foldOf[i] != f {
 				others = append(others, pt)
 			}
 		}
@@ -286,7 +396,7 @@ func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT 
 	}
 	ctx := context.Background()
 	for i, pt := range pts {
-		if i%folds != f {
+		if foldOf[i] != f {
 			continue
 		}
 		s, _, err := rt.Open(twin.SessionSpec{})
@@ -328,6 +438,8 @@ func checkFold(pts []*ptrace, opts *Options, f, folds int, holdOut bool, fullRT 
 				r.Fidelity = res.Fidelity
 				r.KnownTwin = res.Rung == twin.RungTwin
 				r.Agree = twin.AnswersAgree(res.Content, c.text)
+				r.Shape = twin.ShapesAgree(res.Content, c.text)
+				r.ErrAgree = (res.Error || twin.IsErrorAnswer(res.Content)) == c.isErr
 				if !r.Agree {
 					r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
 				}

@@ -52,9 +52,9 @@ func loadToolDefs(t testing.TB, name string) []ToolDef {
 
 func formatCheck(r *SelfCheckReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d/%d calls agree (%.2f%%); on the %d calls the world could know: %.2f%%; unanswered %d; fidelity %v\n",
-		r.Mode, r.Agree, r.Calls, r.AgreementPct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.Fidelity)
-	fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6s %6s %8s %8s %10s  %s\n", "tool", "binding", "rung", "kind", "calls", "agree", "pct", "covered", "known/twin", "fidelity")
+	fmt.Fprintf(&b, "%s (split %s, %d traces, %d tasks): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; on the %d calls the world could know: %.2f%%; unanswered %d; fidelity %v\n",
+		r.Mode, r.Split, r.Traces, r.Tasks, r.Agree, r.Calls, r.AgreementPct, r.ShapeAgreePct, r.ErrorAgreePct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.Fidelity)
+	fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6s %8s %8s %8s %8s %10s  %s\n", "tool", "binding", "rung", "kind", "calls", "exact", "shape", "error", "covered", "known/twin", "fidelity")
 	for _, t := range r.Tools {
 		cov := "-"
 		if t.Covered > 0 {
@@ -64,7 +64,7 @@ func formatCheck(r *SelfCheckReport) string {
 		if t.Known > 0 {
 			kt = fmt.Sprintf("%d/%d", t.Known, t.KnownTwin)
 		}
-		fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6d %6d %7.2f%% %8s %10s  %v\n", t.Name, t.Binding, t.Rung, t.Kind, t.Calls, t.Agree, t.AgreementPct, cov, kt, t.Fidelity)
+		fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6d %7.2f%% %7.2f%% %7.2f%% %8s %10s  %v\n", t.Name, t.Binding, t.Rung, t.Kind, t.Calls, t.AgreementPct, t.ShapeAgreePct, t.ErrorAgreePct, cov, kt, t.Fidelity)
 	}
 	return b.String()
 }

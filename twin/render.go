@@ -309,3 +309,97 @@ func AnswersAgree(a, b string) bool {
 	}
 	return false
 }
+
+// IsErrorAnswer reports whether a tool answer is the tool's own error, the way the
+// build reads recordings: text that begins "Error", or a JSON object whose one key is
+// "error" (or "Error").
+func IsErrorAnswer(s string) bool {
+	if isErrorText(s) {
+		return true
+	}
+	if !jsonvalue.LooksJSON(s) {
+		return false
+	}
+	v, err := jsonvalue.ParseString(s)
+	if err != nil {
+		return false
+	}
+	o, ok := v.(*jsonvalue.Object)
+	return ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error")
+}
+
+// ShapesAgree compares two tool answers by shape, not value. Where both parse as JSON
+// they agree when they have the same shape: the same JSON type; objects with the same
+// keys (in any order) whose values agree in shape; arrays whose elements agree in shape
+// (each element of one matches some element of the other; an empty array matches any
+// array, having no element shape to disagree with). Where either is text (not JSON) they
+// agree when both are text and both are errors (IsErrorAnswer) or both are not.
+func ShapesAgree(a, b string) bool {
+	ja, jb := jsonvalue.LooksJSON(a), jsonvalue.LooksJSON(b)
+	if ja && jb {
+		va, err1 := jsonvalue.ParseString(a)
+		vb, err2 := jsonvalue.ParseString(b)
+		if err1 == nil && err2 == nil {
+			return sameShape(va, vb)
+		}
+		ja, jb = err1 == nil, err2 == nil
+	}
+	if ja != jb {
+		return false
+	}
+	return IsErrorAnswer(a) == IsErrorAnswer(b)
+}
+
+// sameShape is ShapesAgree on parsed JSON values.
+func sameShape(a, b any) bool {
+	switch x := a.(type) {
+	case nil:
+		return b == nil
+	case bool:
+		_, ok := b.(bool)
+		return ok
+	case string:
+		_, ok := b.(string)
+		return ok
+	case jsonvalue.Number:
+		_, ok := b.(jsonvalue.Number)
+		return ok
+	case []any:
+		y, ok := b.([]any)
+		return ok && elemsCovered(x, y) && elemsCovered(y, x)
+	case *jsonvalue.Object:
+		y, ok := b.(*jsonvalue.Object)
+		if !ok || x.Len() != y.Len() {
+			return false
+		}
+		for i, k := range x.Keys {
+			w, ok := y.Get(k)
+			if !ok || !sameShape(x.Vals[i], w) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// elemsCovered reports whether every element of xs has the shape of some element of ys
+// (true when either is empty).
+func elemsCovered(xs, ys []any) bool {
+	if len(ys) == 0 {
+		return true
+	}
+	for _, x := range xs {
+		found := false
+		for _, y := range ys {
+			if sameShape(x, y) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}

@@ -42,6 +42,42 @@ func TestAnswersAgree(t *testing.T) {
 	}
 }
 
+func TestShapesAgree(t *testing.T) {
+	tests := []struct {
+		a, b  string
+		agree bool
+	}{
+		{`{"a": 1, "b": "x"}`, `{"b": "y", "a": 2.5}`, true},
+		{`{"a": 1}`, `{"a": "1"}`, false},
+		{`{"a": 1}`, `{"a": 1, "b": 2}`, false},
+		{`{"a": [{"k": 1}, {"k": 2}]}`, `{"a": [{"k": 3}]}`, true},
+		{`{"a": [{"k": 1}]}`, `{"a": [{"j": 1}]}`, false},
+		{`{"a": []}`, `{"a": ["x"]}`, true},
+		{`{"a": [1, "x"]}`, `{"a": [2]}`, false},
+		{`{"a": null}`, `{"a": 1}`, false},
+		{`Error: x`, `Error: y`, true},
+		{`Error: x`, `liam_1`, false},
+		{`{"error": "x"}`, `Error: x`, false},
+		{`liam_1`, `noah_2`, true},
+		{`"x"`, `x`, false},
+	}
+	for _, tt := range tests {
+		if got := ShapesAgree(tt.a, tt.b); got != tt.agree {
+			t.Errorf("ShapesAgree(%s, %s) = %v, want %v", tt.a, tt.b, got, tt.agree)
+		}
+	}
+	for _, s := range []string{`Error: no user`, `error`, `{"error": "x"}`, `{"Error": 1}`} {
+		if !IsErrorAnswer(s) {
+			t.Errorf("IsErrorAnswer(%s) = false", s)
+		}
+	}
+	for _, s := range []string{`{"error": "x", "code": 1}`, `liam_1`, `"Error"`} {
+		if IsErrorAnswer(s) {
+			t.Errorf("IsErrorAnswer(%s) = true", s)
+		}
+	}
+}
+
 // f64 keeps arithmetic at run time (Go folds constant expressions exactly).
 var f64 = func(x float64) float64 { return x }
 
