@@ -18,7 +18,9 @@ require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/oapi-codegen/runtime v1.8.0
 	github.com/spf13/pflag v1.0.10
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/stretchr/testify v1.12.1
+	github.com/swaggo/files/v2 v2.0.2
 	github.com/temporalio/ui-server/v2 v2.55.0
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
@@ -33,8 +35,6 @@ require (
 	golang.org/x/oauth2 v0.37.0
 	golang.org/x/term v0.46.0
 )
-
-require github.com/standard-webhooks/standard-webhooks/libraries v0.0.1 // indirect
 
 require (
 	cel.dev/expr v0.25.2 // indirect

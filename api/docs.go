@@ -3,11 +3,13 @@ package api
 import (
 	"encoding/json"
 	"html/template"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+	swaggerFiles "github.com/swaggo/files/v2"
 )
 
 func apiDescription() string {
@@ -90,8 +92,27 @@ Missing or invalid: 401. Not granted: 403 with <code>access</code>. Another work
 
 // registerDocs serves a self-contained HTML reference at /docs, rendered from the OpenAPI document
 // (no scripts or CDN, so it works offline).
+// registerDocs serves the API reference: /docs is Swagger UI (its built assets embedded from the
+// github.com/swaggo/files/v2 module, served from this binary, nothing fetched from elsewhere) over /openapi.json,
+// where "Authorize" takes a workspace key and "Try it out" sends real requests; /docs/reference is the same
+// reference as one static page without scripts.
 func registerDocs(mux *http.ServeMux, a huma.API) {
 	mux.HandleFunc("GET /docs", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if err := swaggerPage.Execute(w, a.OpenAPI().Info.Title); err != nil {
+			loggerFrom(r.Context()).ErrorContext(r.Context(), "render docs", "error", err)
+		}
+	})
+	mux.HandleFunc("GET /docs/doppel-init.js", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		_, _ = io.WriteString(w, swaggerInit)
+	})
+	for _, name := range swaggerAssets {
+		mux.HandleFunc("GET /docs/"+name, func(w http.ResponseWriter, r *http.Request) {
+			http.ServeFileFS(w, r, swaggerFiles.FS, name)
+		})
+	}
+	mux.HandleFunc("GET /docs/reference", func(w http.ResponseWriter, r *http.Request) {
 		page := docsPage(a.OpenAPI())
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		if err := docsTemplate.Execute(w, page); err != nil {
@@ -99,6 +120,38 @@ func registerDocs(mux *http.ServeMux, a huma.API) {
 		}
 	})
 }
+
+// swaggerAssets are the Swagger UI files /docs loads (the module's own index and initializer, which point at a
+// sample API, are not served).
+var swaggerAssets = []string{"swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js",
+	"favicon-32x32.png", "favicon-16x16.png", "oauth2-redirect.html"}
+
+var swaggerPage = template.Must(template.New("swagger").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{.}} — API reference</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="/docs/swagger-ui.css"><link rel="icon" type="image/png" href="/docs/favicon-32x32.png">
+</head><body>
+<p style="font:14px system-ui,sans-serif;margin:.5rem 1rem">Authorize with a workspace key (<code>mk_live_…</code>) to try
+calls. A page without scripts: <a href="/docs/reference">/docs/reference</a>. The document: <a href="/openapi.json">/openapi.json</a>.</p>
+<div id="swagger-ui"></div>
+<script src="/docs/swagger-ui-bundle.js"></script>
+<script src="/docs/swagger-ui-standalone-preset.js"></script>
+<script src="/docs/doppel-init.js"></script>
+</body></html>
+`))
+
+// swaggerInit starts Swagger UI on this server's OpenAPI document; the key given to "Authorize" stays in the
+// browser's storage across reloads.
+const swaggerInit = `window.ui = SwaggerUIBundle({
+  url: "/openapi.json",
+  dom_id: "#swagger-ui",
+  deepLinking: true,
+  persistAuthorization: true,
+  tryItOutEnabled: true,
+  presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+  layout: "StandaloneLayout"
+});
+`
 
 func docsPage(oapi *huma.OpenAPI) docPage {
 	page := docPage{Title: oapi.Info.Title, Version: oapi.Info.Version, Codes: Codes()}

@@ -109,18 +109,43 @@ func TestOpenAPIDocument(t *testing.T) {
 
 func TestDocsPage(t *testing.T) {
 	f := newFixture(t, schema.DriverSQLite, nil)
+	// /docs: Swagger UI over /openapi.json, its assets served from this binary.
 	w := f.api.Get("/docs")
 	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
-		t.Fatalf("%d %s", w.Code, w.Header())
+		t.Fatalf("/docs: %d %s", w.Code, w.Header())
 	}
 	page := w.Body.String()
+	for _, src := range []string{"/docs/swagger-ui-bundle.js", "/docs/swagger-ui-standalone-preset.js", "/docs/doppel-init.js", "/docs/swagger-ui.css"} {
+		if !strings.Contains(page, src) {
+			t.Errorf("/docs does not load %s", src)
+		}
+		if a := f.api.Get(src); a.Code != 200 || a.Body.Len() < 20 {
+			t.Errorf("GET %s: %d, %d bytes", src, a.Code, a.Body.Len())
+		}
+	}
+	if strings.Contains(page, "//cdn") || strings.Contains(page, "https://") {
+		t.Errorf("/docs loads something from elsewhere; it must work offline")
+	}
+	if init := f.api.Get("/docs/doppel-init.js").Body.String(); !strings.Contains(init, `url: "/openapi.json"`) {
+		t.Errorf("the initializer does not read /openapi.json: %s", init)
+	}
+	if w := f.api.Get("/docs/index.html"); w.Code != 404 {
+		t.Errorf("the module's sample index is served: %d", w.Code)
+	}
+
+	// /docs/reference: the same reference without scripts.
+	w = f.api.Get("/docs/reference")
+	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+		t.Fatalf("/docs/reference: %d %s", w.Code, w.Header())
+	}
+	page = w.Body.String()
 	for _, want := range []string{"/v1/envs/{slug}", "/v1/keys/{id}", "/readyz", "/test/seed", "envs.list", "keys.revoke", "requestId", "paymentRequired", "notReady", "/openapi.json"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("docs page lacks %q", want)
 		}
 	}
 	if strings.Contains(page, "<script") {
-		t.Errorf("docs page loads scripts; it must work offline")
+		t.Errorf("/docs/reference loads scripts; it must work without them")
 	}
 }
 
