@@ -3,6 +3,8 @@ module github.com/doppel-dev/doppel
 go 1.26.8
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/containerd/errdefs v1.0.0
 	github.com/danielgtaylor/huma/v2 v2.37.2
 	github.com/jedib0t/go-pretty/v6 v6.8.3
@@ -35,6 +37,8 @@ require (
 	golang.org/x/oauth2 v0.37.0
 	golang.org/x/term v0.46.0
 )
+
+require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 
 require (
 	cel.dev/expr v0.25.2 // indirect

@@ -35,3 +35,7 @@ func Docker(t testing.TB) string { return lookup(t, "DOPPEL_TEST_DOCKER", "Docke
 // Temporal returns the host:port of a real Temporal frontend (DOPPEL_TEST_TEMPORAL, e.g. the dev server of a
 // running `doppel dev`), or skips. Tests must use task queues and workflow ids of their own.
 func Temporal(t testing.TB) string { return lookup(t, "DOPPEL_TEST_TEMPORAL", "Temporal") }
+
+// Chromium returns the path of a headless-capable Chromium (DOPPEL_TEST_CHROMIUM, e.g. /usr/bin/chromium from
+// Debian's chromium package), or skips.
+func Chromium(t testing.TB) string { return lookup(t, "DOPPEL_TEST_CHROMIUM", "headless Chromium") }
