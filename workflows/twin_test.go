@@ -607,3 +607,34 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 		t.Fatalf("call after the rebuild = %q, want balance 15", afterContent)
 	}
 }
+
+// A wake (without Wait) naming a dead ready twin as its suspect answers after the inspection: booting, not the
+// stale ready (issue 21: a wake kept answering 200 ready after the twin's container was removed). The next wake
+// finds a new twin ready.
+func TestTwinSuspectWakeAnswersBooting(t *testing.T) {
+	env, f := newTwinEnv(t)
+	var ready, suspect, after TwinStatus
+	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Wait: true}, &ready, nil) }, time.Second)
+	env.RegisterDelayedCallback(func() {
+		f.kill(ready.Handle.ID)
+		wake(t, env, "w2", WakeRequest{Suspect: ready.Handle.ID}, &suspect, nil)
+	}, 10*time.Second)
+	env.RegisterDelayedCallback(func() { wake(t, env, "w3", WakeRequest{}, &after, nil) }, 20*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(StopTwinSignal, nil) }, 30*time.Second)
+	env.ExecuteWorkflow(TwinWorkflowName, TwinInput{EnvID: "env_1", Active: build1, Idle: time.Hour, HealthEvery: time.Hour})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if ready.State != twinstate.Ready || ready.Handle == nil {
+		t.Fatalf("first wake = %+v, want ready", ready)
+	}
+	if suspect.State != twinstate.Booting || suspect.Handle != nil {
+		t.Errorf("suspect wake of the dead twin = %+v, want booting", suspect)
+	}
+	if after.State != twinstate.Ready || after.Handle == nil || after.Handle.ID == ready.Handle.ID {
+		t.Errorf("next wake = %+v, want a new ready twin", after)
+	}
+	if starts, _ := f.counts(); starts != 2 {
+		t.Errorf("%d starts, want 2 (boot and restart)", starts)
+	}
+}
