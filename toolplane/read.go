@@ -221,9 +221,14 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 		// The directory's ready may be stale (the twin died since its last inspection): name it a suspect, and the
 		// directory inspects it and answers what it found — booting when it is gone.
 		p.dropTwin(active.BuildID)
-		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: st.HandleID})
+		suspect := st.HandleID
+		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: suspect})
 		if err != nil {
 			return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
+		}
+		if st.State == twinstate.Ready && st.HandleID == suspect && st.ErrorType == activities.ErrTypeEngineUnreachable {
+			// It does not answer and cannot be inspected or restarted until the engine is back.
+			return nil, errorf(Unavailable, "the twin of %s does not answer and cannot be restarted: %s", env.Slug, st.Error)
 		}
 	}
 	state := st.State

@@ -328,9 +328,12 @@ func (w *twinWF) wake(ctx workflow.Context, req WakeRequest) (TwinStatus, error)
 	case twinstate.Ready:
 		if req.Suspect != "" && s.Handle != nil && s.Handle.ID == req.Suspect {
 			s.suspect = true
-			// The watch inspects it at once; answer what it found (booting when it died), not the stale ready.
-			// Histories from before this answered at once.
-			if !req.Wait && workflow.GetVersion(ctx, "wake-inspects-suspect", workflow.DefaultVersion, 1) >= 1 {
+			// The watch inspects it at once; answer what it found (booting when it died), not the stale ready —
+			// unless the last inspection found the engine unreachable: it cannot answer better now, and callers
+			// answer 503 at once rather than after another failed inspection. Histories from before this answered
+			// at once.
+			if !req.Wait && s.ErrorType != activities.ErrTypeEngineUnreachable &&
+				workflow.GetVersion(ctx, "wake-inspects-suspect", workflow.DefaultVersion, 1) >= 1 {
 				if err := workflow.Await(ctx, func() bool { return !s.suspect || w.stopping }); err != nil {
 					return TwinStatus{}, err
 				}
