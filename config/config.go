@@ -174,6 +174,7 @@ type Twin struct {
 	Owner      string        `koanf:"owner"`
 	DockerHost string        `koanf:"docker_host"`
 	Network    string        `koanf:"docker_network"`
+	Route      string        `koanf:"docker_route"`
 	Memory     int64         `koanf:"memory_bytes"`
 	Wait       time.Duration `koanf:"wait"`
 }
@@ -259,6 +260,7 @@ func Keys() []Key {
 		{"twin.owner", "doppel", "names this deployment's twins (container label dev.doppel.owner); the reaper removes only its own"},
 		{"twin.docker_host", "", "Docker engine address for twin.driver=docker; empty: DOCKER_HOST or the local socket"},
 		{"twin.docker_network", "", "Docker network twins join, for a worker that itself runs in a container on it; empty: ports published on loopback"},
+		{"twin.docker_route", "auto", "how Docker twins on the default bridge are reached: container (their bridge address, no docker-proxy), published (their loopback port) or auto (the bridge address when it answers from the worker's host, else the port)"},
 		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, GOMEMLIMIT for process twins; 0: none"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
@@ -550,6 +552,7 @@ func (c *Config) Validate() error {
 		oneOf("twin.driver", c.Twin.Driver, "process", "docker", "inproc")
 	}
 	positive("twin.idle", c.Twin.Idle)
+	oneOf("twin.docker_route", c.Twin.Route, "auto", "published", "container")
 	if c.Twin.Driver == "docker" && c.Twin.Image == "" {
 		bad("twin.image", "is required when twin.driver is docker")
 	}

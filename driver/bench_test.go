@@ -145,6 +145,59 @@ func BenchmarkCallRPC(b *testing.B) {
 	reportLatencies(b, ds, "ms")
 }
 
+// BenchmarkCallRPCDockerRoute measures one tool call to one Docker twin by both routes in the same run: through its
+// published loopback port (docker-proxy) and at its bridge address. Skipped when the bridge address does not answer
+// from this host.
+func BenchmarkCallRPCDockerRoute(b *testing.B) {
+	ctx := context.Background()
+	cli := dockerClient(b)
+	owner := testOwner(b)
+	b.Cleanup(func() { reapOwner(b, cli, owner) })
+	d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Route: RoutePublished, ReadyTimeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := d.Start(ctx, benchSpec(b, "env_route"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	published, direct, err := d.address(ctx, h.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if direct == "" || !d.answersDirect(ctx, direct) {
+		b.Skipf("the bridge address %q does not answer from this host", direct)
+	}
+	tool, args := benchRead(0)
+	for _, r := range []struct{ name, addr string }{{RoutePublished, published}, {RouteContainer, direct}} {
+		c := twinrpc.NewClient(r.addr, nil)
+		id := "s-" + r.name
+		if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: id}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(r.name, func(b *testing.B) {
+			for range 50 { // warm the connection
+				if _, err := c.Call(ctx, id, twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ds := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := c.Call(ctx, id, twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(start))
+			}
+			b.StopTimer()
+			reportLatencies(b, ds, "ms")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+		})
+		c.CloseIdle()
+	}
+}
+
 // rssBytes reads a process's resident set size from /proc.
 func rssBytes(b *testing.B, pid int) int64 {
 	b.Helper()

@@ -11,8 +11,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -20,6 +22,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/doppel-dev/doppel/twinrpc"
 )
 
 // DockerDriverName is Handle.Driver of twins run as Docker containers.
@@ -88,6 +92,11 @@ type DockerOptions struct {
 	Network string
 	// PublishIP is the host address twin ports are published on (default 127.0.0.1).
 	PublishIP string
+	// Route is how a twin on the default bridge (no Network) is reached: RoutePublished through its published port
+	// (docker-proxy), RouteContainer at its bridge address (the worker must route to it: Linux, same host), or
+	// RouteAuto (the default): the bridge address when it answers from this host, else the published port. The
+	// port is published in every case, as the fallback.
+	Route string
 	// MemoryBytes limits each twin container's memory (zero: no limit).
 	MemoryBytes int64
 	// Env is the twin containers' environment ("KEY=value"), e.g. the DOPPEL_MODEL_* settings of the simulate rung.
@@ -100,13 +109,31 @@ type DockerOptions struct {
 	Logger       *slog.Logger
 }
 
+// Routes of DockerOptions.Route.
+const (
+	RouteAuto      = "auto"
+	RoutePublished = "published"
+	RouteContainer = "container"
+)
+
+// directProbeTimeout bounds RouteAuto's check that a container's bridge address answers from this host.
+const directProbeTimeout = 500 * time.Millisecond
+
 // Docker runs twins as labelled containers of the twin image.
 type Docker struct {
 	opts  DockerOptions
 	api   DockerAPI
 	probe *http.Client
 	log   *slog.Logger
+	// direct is RouteAuto's verdict on bridge addresses: directUnknown until a started twin's was probed.
+	direct atomic.Int32
 }
+
+const (
+	directUnknown = iota
+	directYes
+	directNo
+)
 
 var (
 	_ Driver     = (*Docker)(nil)
@@ -128,6 +155,13 @@ func NewDocker(opts DockerOptions) (*Docker, error) {
 	}
 	if _, err := netip.ParseAddr(opts.PublishIP); err != nil {
 		return nil, fmt.Errorf("driver: docker: PublishIP: %w", err)
+	}
+	switch opts.Route {
+	case "":
+		opts.Route = RouteAuto
+	case RouteAuto, RoutePublished, RouteContainer:
+	default:
+		return nil, fmt.Errorf("driver: docker: Route %q: want %s, %s or %s", opts.Route, RouteAuto, RoutePublished, RouteContainer)
 	}
 	if opts.APITimeout <= 0 {
 		opts.APITimeout = 10 * time.Second
@@ -246,11 +280,17 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Handle, error) {
 	if err != nil {
 		return fail(d.engineErr("start container", err))
 	}
-	addr, err := d.address(ctx, h.ID)
+	addr, direct, err := d.address(ctx, h.ID)
 	if err != nil {
 		return fail(err)
 	}
 	h.Addr = addr
+	if d.opts.Route == RouteContainer {
+		if direct == "" {
+			return fail(fmt.Errorf("driver: docker: container %s has no bridge address (twin.docker_route=container)", h.ID))
+		}
+		h.Addr = direct
+	}
 
 	lastCheck := time.Now()
 	died := func() error {
@@ -273,35 +313,84 @@ func (d *Docker) Start(ctx context.Context, spec Spec) (Handle, error) {
 	if err := checkBundle(ctx, d.probe, h.Addr, spec.BundleHash); err != nil {
 		return fail(err)
 	}
+	if d.opts.Route == RouteAuto && direct != "" && d.answersDirect(ctx, direct) {
+		h.Addr = direct
+	}
 	d.log.Info("twin started", "driver", DockerDriverName, "id", h.ID, "name", name, "env", spec.EnvID, "build", spec.BuildID, "addr", h.Addr)
 	return h, nil
 }
 
-// address finds the twin's RPC address: its published port, or its IP on Network.
-func (d *Docker) address(ctx context.Context, id string) (string, error) {
+// address finds the twin's RPC address — its published port, or its IP on Network — and, without Network, its
+// bridge address (direct; empty when it has none).
+func (d *Docker) address(ctx context.Context, id string) (addr, direct string, err error) {
 	cctx, cancel := d.call(ctx)
 	res, err := d.api.ContainerInspect(cctx, id, client.ContainerInspectOptions{})
 	cancel()
 	if err != nil {
-		return "", d.engineErr("inspect container", err)
+		return "", "", d.engineErr("inspect container", err)
 	}
 	ns := res.Container.NetworkSettings
 	if ns == nil {
-		return "", fmt.Errorf("driver: docker: container %s has no network settings", id)
+		return "", "", fmt.Errorf("driver: docker: container %s has no network settings", id)
 	}
 	if d.opts.Network != "" {
 		ep := ns.Networks[d.opts.Network]
 		if ep == nil || !ep.IPAddress.IsValid() {
-			return "", fmt.Errorf("driver: docker: container %s has no address on network %s", id, d.opts.Network)
+			return "", "", fmt.Errorf("driver: docker: container %s has no address on network %s", id, d.opts.Network)
 		}
-		return "http://" + net.JoinHostPort(ep.IPAddress.String(), strconv.Itoa(TwinPort)), nil
+		return twinURL(ep.IPAddress), "", nil
 	}
+	direct = bridgeAddr(ns.Networks)
 	for _, b := range ns.Ports[network.MustParsePort(strconv.Itoa(TwinPort)+"/tcp")] {
 		if b.HostPort != "" {
-			return "http://" + net.JoinHostPort(d.reachIP(), b.HostPort), nil
+			return "http://" + net.JoinHostPort(d.reachIP(), b.HostPort), direct, nil
 		}
 	}
-	return "", fmt.Errorf("driver: docker: container %s publishes no port for %d/tcp", id, TwinPort)
+	return "", "", fmt.Errorf("driver: docker: container %s publishes no port for %d/tcp", id, TwinPort)
+}
+
+// bridgeAddr is the twin's RPC address on its bridge network ("bridge", else the first by name that has one),
+// or "" when it has none.
+func bridgeAddr(nets map[string]*network.EndpointSettings) string {
+	if ep := nets["bridge"]; ep != nil && ep.IPAddress.IsValid() {
+		return twinURL(ep.IPAddress)
+	}
+	names := make([]string, 0, len(nets))
+	for n := range nets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if ep := nets[n]; ep != nil && ep.IPAddress.IsValid() {
+			return twinURL(ep.IPAddress)
+		}
+	}
+	return ""
+}
+
+func twinURL(ip netip.Addr) string {
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(TwinPort))
+}
+
+// answersDirect reports whether a twin's bridge address answers from this host, probing it once per driver (the
+// verdict holds for every twin on the bridge) and keeping the answer for handleOf.
+func (d *Docker) answersDirect(ctx context.Context, direct string) bool {
+	switch d.direct.Load() {
+	case directYes:
+		return true
+	case directNo:
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, directProbeTimeout)
+	defer cancel()
+	ok := twinrpc.NewClient(direct, d.probe).Ready(ctx) == nil
+	verdict := int32(directNo)
+	if ok {
+		verdict = directYes
+	}
+	d.direct.Store(verdict)
+	d.log.Info("twin route", "driver", DockerDriverName, "bridge_address_answers", ok)
+	return ok
 }
 
 // reachIP is the address a published port is reached at: PublishIP, or loopback when that is unspecified.
@@ -388,16 +477,24 @@ func (d *Docker) containers(ctx context.Context) ([]container.Summary, error) {
 	return res.Items, nil
 }
 
+// handleOf derives a listed container's handle, its address by the same route Start chose: on Network, the
+// bridge address (RouteContainer, or RouteAuto once it was seen to answer), else the published port.
 func (d *Docker) handleOf(c container.Summary) Handle {
 	h := Handle{Driver: DockerDriverName, ID: c.ID, EnvID: c.Labels[LabelEnv], BuildID: c.Labels[LabelBuild],
 		Owner: c.Labels[LabelOwner], StartedAt: time.Unix(c.Created, 0).UTC()}
 	if d.opts.Network != "" {
 		if c.NetworkSettings != nil {
 			if ep := c.NetworkSettings.Networks[d.opts.Network]; ep != nil && ep.IPAddress.IsValid() {
-				h.Addr = "http://" + net.JoinHostPort(ep.IPAddress.String(), strconv.Itoa(TwinPort))
+				h.Addr = twinURL(ep.IPAddress)
 			}
 		}
 		return h
+	}
+	if c.NetworkSettings != nil && (d.opts.Route == RouteContainer || d.opts.Route == RouteAuto && d.direct.Load() == directYes) {
+		if direct := bridgeAddr(c.NetworkSettings.Networks); direct != "" {
+			h.Addr = direct
+			return h
+		}
 	}
 	for _, p := range c.Ports {
 		if p.PrivatePort == TwinPort && p.PublicPort != 0 {

@@ -137,7 +137,8 @@ func TestDockerLifecycle(t *testing.T) {
 	owner := testOwner(t)
 	t.Cleanup(func() { reapOwner(t, cli, owner) })
 	const memory = 256 << 20
-	d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Env: []string{"DOPPEL_LOG_LEVEL=debug"}, MemoryBytes: memory})
+	d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Env: []string{"DOPPEL_LOG_LEVEL=debug"}, MemoryBytes: memory,
+		Route: RoutePublished})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,9 +372,66 @@ func TestNewDockerRejectsBadOptions(t *testing.T) {
 		{DockerOptions{Client: cli, Owner: "o"}, "Image"},
 		{DockerOptions{Client: cli, Image: "i"}, "Owner"},
 		{DockerOptions{Client: cli, Image: "i", Owner: "o", PublishIP: "localhost"}, "PublishIP"},
+		{DockerOptions{Client: cli, Image: "i", Owner: "o", Route: "bridge"}, "Route"},
 	} {
 		if _, err := NewDocker(tt.opts); err == nil || !strings.Contains(err.Error(), tt.text) {
 			t.Errorf("NewDocker(%+v): %v, want an error naming %s", tt.opts, err, tt.text)
 		}
+	}
+}
+
+// Each route reaches the twin where it says: published through the loopback port, container at the bridge address,
+// auto at the bridge address when it answers from this host. A restarted driver (a new worker) derives the same
+// address from the listed container; the address answers tool calls.
+func TestDockerRoutes(t *testing.T) {
+	ctx := context.Background()
+	cli := dockerClient(t)
+	for _, route := range []string{RoutePublished, RouteContainer, RouteAuto} {
+		t.Run(route, func(t *testing.T) {
+			owner := testOwner(t)
+			t.Cleanup(func() { reapOwner(t, cli, owner) })
+			d, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Route: route, ReadyTimeout: 30 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := d.Start(ctx, bankSpec("env_route"))
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			_, direct, err := d.address(ctx, h.ID)
+			if err != nil || direct == "" {
+				t.Fatalf("bridge address: %q %v", direct, err)
+			}
+			want := direct
+			if route == RoutePublished || route == RouteAuto && !d.answersDirect(ctx, direct) {
+				want = ""
+			}
+			if want != "" && h.Addr != want || want == "" && !strings.HasPrefix(h.Addr, "http://127.0.0.1:") {
+				t.Fatalf("route %s: handle address %s (bridge address %s)", route, h.Addr, direct)
+			}
+			c := twinrpc.NewClient(h.Addr, nil)
+			if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s1"}); err != nil {
+				t.Fatal(err)
+			}
+			s := &session{id: "s1"}
+			if res := s.call(t, c, "deposit", `{"id":"a1","amount":2}`); !strings.Contains(res.Content, "12") {
+				t.Fatalf("deposit = %+v", res)
+			}
+			if st := mustInspect(t, d, h); st.State != StateReady {
+				t.Fatalf("Inspect = %+v", st)
+			}
+			// A new worker's driver: once auto has seen a bridge address answer, it lists handles at theirs.
+			d2, err := NewDocker(DockerOptions{Client: cli, Image: testImage, Owner: owner, Route: route})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if route == RouteAuto {
+				d2.answersDirect(ctx, direct)
+			}
+			hs, err := d2.List(ctx)
+			if err != nil || len(hs) != 1 || hs[0].Addr != h.Addr {
+				t.Fatalf("List of a new driver = %+v %v, want address %s", hs, err, h.Addr)
+			}
+		})
 	}
 }

@@ -217,6 +217,20 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if err != nil {
 		return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 	}
+	if st.State == twinstate.Ready && st.HandleID != "" && !p.answers(ctx, st.Addr) {
+		// The directory's ready may be stale (the twin died since its last inspection): name it a suspect, and the
+		// directory inspects it and answers what it found — booting when it is gone.
+		p.dropTwin(active.BuildID)
+		suspect := st.HandleID
+		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: suspect})
+		if err != nil {
+			return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
+		}
+		if st.State == twinstate.Ready && st.HandleID == suspect && st.ErrorType == activities.ErrTypeEngineUnreachable {
+			// It does not answer and cannot be inspected or restarted until the engine is back.
+			return nil, errorf(Unavailable, "the twin of %s does not answer and cannot be restarted: %s", env.Slug, st.Error)
+		}
+	}
 	state := st.State
 	switch st.State {
 	case twinstate.Ready:
@@ -230,4 +244,18 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 		return nil, err
 	}
 	return &Woken{Env: env.Slug, State: state, BuildID: active.BuildID, Addr: st.Addr}, nil
+}
+
+// wakePingTimeout bounds the readiness check a wake makes of a twin its directory says is ready.
+const wakePingTimeout = 2 * time.Second
+
+// answers reports whether the twin at addr answers its readiness check (one still loading its bundle answers).
+func (p *Plane) answers(ctx context.Context, addr string) bool {
+	if addr == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, wakePingTimeout)
+	defer cancel()
+	err := twinrpc.NewClient(addr, p.hc).Ready(ctx)
+	return err == nil || errors.Is(err, twinrpc.ErrNotReady)
 }

@@ -2,7 +2,9 @@ package workflows
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +71,64 @@ func TestRecordTwinHistory(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+// TestRecordTwinSuspectHistory records a twin workflow whose ready twin dies: a wake without Wait names it as the
+// suspect, the inspection finds it gone, it is restarted, and the stop signal ends the workflow; into
+// RECORD_OUT_SUSPECT. Skipped unless it is set.
+func TestRecordTwinSuspectHistory(t *testing.T) {
+	out := os.Getenv("RECORD_OUT_SUSPECT")
+	if out == "" {
+		t.Skip("RECORD_OUT_SUSPECT not set")
+	}
+	ctx := context.Background()
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	queue := "record-suspect-" + time.Now().Format("150405.000000")
+	w := worker.New(c, queue, worker.Options{})
+	Register(w)
+	var starts atomic.Int32
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
+		n := starts.Add(1)
+		return twinstate.Handle{Driver: "process", ID: fmt.Sprintf("twin-%d", n), EnvID: in.EnvID, BuildID: in.Build.BuildID,
+			Addr: fmt.Sprintf("http://127.0.0.1:%d", n)}, nil
+	}, activity.RegisterOptions{Name: "StartTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
+		if h.ID == "twin-1" {
+			return activities.TwinHealth{State: twinstate.Gone, Detail: "no such container"}, nil
+		}
+		return activities.TwinHealth{State: driver.StateReady}, nil
+	}, activity.RegisterOptions{Name: "InspectTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) error { return nil }, activity.RegisterOptions{Name: "StopTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapTwinsInput) error { return nil }, activity.RegisterOptions{Name: "ReapTwins"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in any) error { return nil }, activity.RegisterOptions{Name: "RecordTwinEvent"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	in := TwinInput{EnvID: "env_record_suspect", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
+		Idle: time.Hour, HealthEvery: time.Hour}
+	st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true})
+	if err != nil || st.State != twinstate.Ready {
+		t.Fatalf("wake: %+v %v", st, err)
+	}
+	if _, err := WakeTwin(ctx, c, queue, in, WakeRequest{Suspect: st.Handle.ID}); err != nil {
+		t.Fatalf("suspect wake: %v", err)
+	}
+	if st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready || st.Handle.ID == "twin-1" {
+		t.Fatalf("wake after the restart: %+v %v", st, err)
+	}
+	id := TwinWorkflowID(in.EnvID)
 	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,8 @@ type TwinSlot struct {
 
 // WakeRequest asks for a build's twin. A zero Build means the active build; a session of an older build names its
 // own, so its twin is booted again if it stopped. Suspect is the handle ID of a twin the caller could not reach:
-// it is inspected at once and restarted if dead. Wait answers only once the twin is ready or failed.
+// it is inspected at once and restarted if dead, and the wake answers after that inspection (booting when it was
+// dead). Wait answers only once the twin is ready or failed.
 type WakeRequest struct {
 	Build   twinstate.Build
 	Wait    bool
@@ -327,6 +328,16 @@ func (w *twinWF) wake(ctx workflow.Context, req WakeRequest) (TwinStatus, error)
 	case twinstate.Ready:
 		if req.Suspect != "" && s.Handle != nil && s.Handle.ID == req.Suspect {
 			s.suspect = true
+			// The watch inspects it at once; answer what it found (booting when it died), not the stale ready —
+			// unless the last inspection found the engine unreachable: it cannot answer better now, and callers
+			// answer 503 at once rather than after another failed inspection. Histories from before this answered
+			// at once.
+			if !req.Wait && s.ErrorType != activities.ErrTypeEngineUnreachable &&
+				workflow.GetVersion(ctx, "wake-inspects-suspect", workflow.DefaultVersion, 1) >= 1 {
+				if err := workflow.Await(ctx, func() bool { return !s.suspect || w.stopping }); err != nil {
+					return TwinStatus{}, err
+				}
+			}
 		}
 	}
 	if req.Wait {

@@ -43,6 +43,9 @@ type fleet struct {
 	stops    []string // handle ids
 	events   []string // "type handle", as RecordTwinEvent was asked
 	startErr error
+	// inspectErr, when set, fails every inspection (an engine that does not answer).
+	inspectErr  error
+	inspections int
 }
 
 type fakeTwin struct {
@@ -86,7 +89,10 @@ func (f *fleet) inspect(_ context.Context, h twinstate.Handle) (activities.TwinH
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.twins[h.ID]
+	f.inspections++
 	switch {
+	case f.inspectErr != nil:
+		return activities.TwinHealth{}, f.inspectErr
 	case t == nil:
 		return activities.TwinHealth{State: twinstate.Gone, Detail: "no such twin"}, nil
 	case t.dead:
@@ -605,5 +611,82 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 	}
 	if !strings.Contains(afterContent, "15") {
 		t.Fatalf("call after the rebuild = %q, want balance 15", afterContent)
+	}
+}
+
+// A wake (without Wait) naming a dead ready twin as its suspect answers after the inspection: booting, not the
+// stale ready (issue 21: a wake kept answering 200 ready after the twin's container was removed). The next wake
+// finds a new twin ready.
+func TestTwinSuspectWakeAnswersBooting(t *testing.T) {
+	env, f := newTwinEnv(t)
+	var ready, suspect, after TwinStatus
+	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Wait: true}, &ready, nil) }, time.Second)
+	env.RegisterDelayedCallback(func() {
+		f.kill(ready.Handle.ID)
+		wake(t, env, "w2", WakeRequest{Suspect: ready.Handle.ID}, &suspect, nil)
+	}, 10*time.Second)
+	env.RegisterDelayedCallback(func() { wake(t, env, "w3", WakeRequest{}, &after, nil) }, 20*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(StopTwinSignal, nil) }, 30*time.Second)
+	env.ExecuteWorkflow(TwinWorkflowName, TwinInput{EnvID: "env_1", Active: build1, Idle: time.Hour, HealthEvery: time.Hour})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if ready.State != twinstate.Ready || ready.Handle == nil {
+		t.Fatalf("first wake = %+v, want ready", ready)
+	}
+	if suspect.State != twinstate.Booting || suspect.Handle != nil {
+		t.Errorf("suspect wake of the dead twin = %+v, want booting", suspect)
+	}
+	if after.State != twinstate.Ready || after.Handle == nil || after.Handle.ID == ready.Handle.ID {
+		t.Errorf("next wake = %+v, want a new ready twin", after)
+	}
+	if starts, _ := f.counts(); starts != 2 {
+		t.Errorf("%d starts, want 2 (boot and restart)", starts)
+	}
+}
+
+// With the engine unreachable, the first suspect wake answers after the (failed) inspection, ready with the engine
+// error; a second answers at once rather than after another failed inspection, so callers can answer 503 at once.
+func TestTwinSuspectWakeEngineDown(t *testing.T) {
+	env, f := newTwinEnv(t)
+	var ready, first, second TwinStatus
+	inspectedAt := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.inspections
+	}
+	sentAt, answeredAt := -1, -1
+	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Wait: true}, &ready, nil) }, time.Second)
+	env.RegisterDelayedCallback(func() {
+		f.mu.Lock()
+		f.inspectErr = temporal.NewNonRetryableApplicationError("engine down", activities.ErrTypeEngineUnreachable, nil)
+		f.mu.Unlock()
+		wake(t, env, "w2", WakeRequest{Suspect: ready.Handle.ID}, &first, nil)
+	}, 10*time.Second)
+	env.RegisterDelayedCallback(func() {
+		sentAt = inspectedAt()
+		env.UpdateWorkflow(WakeUpdate, "w3", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("rejected: %v", err) },
+			OnComplete: func(v any, err error) {
+				if err != nil {
+					t.Errorf("wake: %v", err)
+					return
+				}
+				second, answeredAt = v.(TwinStatus), inspectedAt()
+			},
+		}, WakeRequest{Suspect: ready.Handle.ID})
+	}, 30*time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(StopTwinSignal, nil) }, time.Minute)
+	env.ExecuteWorkflow(TwinWorkflowName, TwinInput{EnvID: "env_1", Active: build1, Idle: time.Hour, HealthEvery: time.Hour})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []TwinStatus{first, second} {
+		if st.State != twinstate.Ready || st.ErrorType != activities.ErrTypeEngineUnreachable || st.Handle == nil || st.Handle.ID != ready.Handle.ID {
+			t.Errorf("suspect wake with the engine down = %+v, want the same ready twin with the engine error", st)
+		}
+	}
+	if sentAt < 1 || answeredAt != sentAt {
+		t.Errorf("the second suspect wake answered after %d inspections, sent after %d: want at once, before another", answeredAt, sentAt)
 	}
 }

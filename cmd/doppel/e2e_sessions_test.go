@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,6 +125,9 @@ func e2eSessions(t *testing.T, twinDriver string) {
 	s.call(t, http.MethodGet, "/v1/envs/"+slug, nil, "", http.StatusOK, &env)
 	if env.TwinState != "ready" {
 		t.Errorf("twin_state after wake = %q, want ready", env.TwinState)
+	}
+	if twinDriver == "process" {
+		e2eWakeAfterTwinDied(t, s, dir, slug)
 	}
 
 	type opened struct {
@@ -361,5 +365,44 @@ func TestE2EModelSeeding(t *testing.T) {
 		strings.NewReader(`{"name": "get_user_details", "arguments": {"user_id": "ada_lovelace_1815"}}`), "application/json")
 	if st != http.StatusOK || !strings.Contains(string(data), "ada@analytical.example") {
 		t.Fatalf("call on the model-seeded user: %d %s", st, data)
+	}
+}
+
+// e2eWakeAfterTwinDied kills the ready twin's process (as docker rm -f removes a container): the next wake answers
+// 202 booting, not the stale 200 ready, and a later one 200 with a new twin (issue 21).
+func e2eWakeAfterTwinDied(t *testing.T, s *e2eStack, dir, slug string) {
+	d, err := driver.NewProcess(driver.ProcessOptions{StateDir: filepath.Join(dir, "twins")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	hs, err := d.List(ctx)
+	if err != nil || len(hs) != 1 {
+		t.Fatalf("twins before the kill: %+v %v, want one", hs, err)
+	}
+	dead := hs[0]
+	if err := syscall.Kill(dead.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if st, body := s.try(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, ""); st != http.StatusAccepted ||
+		!strings.Contains(string(body), `"booting"`) {
+		t.Errorf("wake after the twin died: %d %s, want 202 booting", st, body)
+	}
+	e2ePoll(t, 2*time.Minute, 100*time.Millisecond, "wake after the restart", func() (bool, string) {
+		st, body := s.try(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, "")
+		return st == http.StatusOK, string(body)
+	})
+	hs, err = d.List(ctx)
+	alive := 0
+	for _, h := range hs {
+		if h.ID == dead.ID {
+			continue
+		}
+		if st, err := d.Inspect(ctx, h); err == nil && st.State == driver.StateReady {
+			alive++
+		}
+	}
+	if err != nil || alive != 1 {
+		t.Errorf("twins after the restart: %+v %v, want one new ready twin", hs, err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,6 +279,7 @@ func TestFaultsProductionShape(t *testing.T) {
 
 	t.Run("worker-kill-during-build", func(t *testing.T) { faultWorkerKill(t, s, slug, corpus) })
 	t.Run("api-kill-during-calls", func(t *testing.T) { faultAPIKill(t, s, slug) })
+	t.Run("wake-after-container-removed", func(t *testing.T) { faultWakeContainerRemoved(t, s, slug, suffix) })
 	t.Run("docker-engine-down", func(t *testing.T) { faultEngineDown(t, s, slug, engine, suffix) })
 	t.Run("api-kill-during-ingest", func(t *testing.T) { faultIngestKill(t, s, be, corpus) })
 	s.api.term(t)
@@ -565,6 +567,10 @@ func faultEngineDown(t *testing.T, s *faultStack, slug string, engine *crashProx
 		time.Sleep(20 * time.Millisecond)
 	}
 	figure(t, "then %d calls in 3s, each 503", n503)
+	// A wake in the outage does not answer a stale 200 for the gone twin (issue 21): 503, the engine named.
+	if st, data, err := s.do(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, nil); err != nil || st != http.StatusServiceUnavailable {
+		t.Errorf("wake with the twin gone and the engine cut: %d %s %v, want 503", st, data, err)
+	}
 
 	engine.Restore()
 	restored := time.Now()
@@ -623,4 +629,42 @@ func faultIngestKill(t *testing.T, s *faultStack, be crashBackend, corpus []map[
 		}
 	}
 	checkStored(t, be, cs, s.url(), s.key)
+}
+
+// faultWakeContainerRemoved removes the ready twin's container (docker rm -f): the next wake answers 202 booting,
+// not the stale 200 ready, and a later one 200 with a new container (issue 21).
+func faultWakeContainerRemoved(t *testing.T, s *faultStack, slug, owner string) {
+	e2ePoll(t, 3*time.Minute, 200*time.Millisecond, "twin ready", func() (bool, string) {
+		st, data, err := s.do(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, nil)
+		return err == nil && st == http.StatusOK, fmt.Sprintf("%d %s %v", st, data, err)
+	})
+	running := func() []string {
+		out, err := exec.Command("docker", "ps", "-q", "--no-trunc", "--filter", "label=dev.doppel.owner=faults-"+owner).Output()
+		if err != nil {
+			t.Fatalf("docker ps: %v", err)
+		}
+		return strings.Fields(string(out))
+	}
+	before := running()
+	if len(before) == 0 {
+		t.Fatal("no twin container runs")
+	}
+	if out, err := exec.Command("docker", append([]string{"rm", "-f"}, before...)...).CombinedOutput(); err != nil {
+		t.Fatalf("remove the twin containers: %v %s", err, out)
+	}
+	removed := time.Now()
+	if st, data, err := s.do(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, nil); err != nil ||
+		st != http.StatusAccepted || !strings.Contains(string(data), `"booting"`) {
+		t.Errorf("wake after docker rm -f: %d %s %v, want 202 booting", st, data, err)
+	}
+	e2ePoll(t, 3*time.Minute, 200*time.Millisecond, "wake 200 after the restart", func() (bool, string) {
+		st, data, err := s.do(http.MethodPost, "/v1/envs/"+slug+"/wake", s.key, nil, nil)
+		return err == nil && st == http.StatusOK, fmt.Sprintf("%d %s %v", st, data, err)
+	})
+	after := running()
+	if len(after) == 0 || slices.ContainsFunc(after, func(id string) bool { return slices.Contains(before, id) }) {
+		t.Errorf("containers after the restart %v, before %v: want a new one", after, before)
+	}
+	figure(t, "twin container removed: wake answered 202, then 200 with a new container %s later",
+		time.Since(removed).Round(10*time.Millisecond))
 }

@@ -347,8 +347,8 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 		}
 		st.onClose(c.Close)
 		d, err := driver.NewDocker(driver.DockerOptions{Client: c, Host: cfg.Twin.DockerHost, Image: cfg.Twin.Image,
-			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Env: twinEnv(cfg),
-			MemoryBytes: cfg.Twin.Memory})
+			Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger, Network: cfg.Twin.Network, Route: cfg.Twin.Route,
+			Env: twinEnv(cfg), MemoryBytes: cfg.Twin.Memory})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver docker: %w", err)
 		}
