@@ -35,22 +35,8 @@ func seedReadyEnv(t *testing.T, dir, key string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := schema.Open(ctx, schema.Options{Driver: schema.DriverSQLite, DSN: "file:" + filepath.Join(dir, "doppel.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, ws, blobs := openDevState(t, dir, key)
 	defer db.Close()
-	if err := schema.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	ws, _, err := store.Bootstrap(ctx, db, store.BootstrapOptions{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blobs, err := blob.NewLocal(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	bkey := blob.ContentKey("bundles", data)
 	if err := blobs.Put(ctx, bkey, bytes.NewReader(data), int64(len(data)), ""); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
+	"github.com/uptrace/bun"
 )
 
 // firstUserMessage is a trace's first user message.
@@ -32,6 +33,32 @@ func firstUserMessage(tr trace.Trace) string {
 		}
 	}
 	return ""
+}
+
+// openDevState opens a `doppel dev` data dir's state as the process would: its SQLite database (migrated, with
+// the workspace of key bootstrapped) and its local blob store. The caller closes the database.
+func openDevState(t *testing.T, dir, key string) (*bun.DB, *schema.Workspace, *blob.Local) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := schema.Open(ctx, schema.Options{Driver: schema.DriverSQLite, DSN: "file:" + filepath.Join(dir, "doppel.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Migrate(ctx, db); err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	ws, _, err := store.Bootstrap(ctx, db, store.BootstrapOptions{Key: key})
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	blobs, err := blob.NewLocal(filepath.Join(dir, "blobs"))
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	return db, ws, blobs
 }
 
 // seedUnscheduledBatch stores tau-retail's traces in a fresh data dir the way collect does, but without scheduling
@@ -47,22 +74,8 @@ func seedUnscheduledBatch(t *testing.T, dir, key string) trace.Batch {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := schema.Open(ctx, schema.Options{Driver: schema.DriverSQLite, DSN: "file:" + filepath.Join(dir, "doppel.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, ws, blobs := openDevState(t, dir, key)
 	defer db.Close()
-	if err := schema.Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	ws, _, err := store.Bootstrap(ctx, db, store.BootstrapOptions{Key: key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blobs, err := blob.NewLocal(filepath.Join(dir, "blobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	enc, err := ingest.EncodeBlob(&parsed.Batch)
 	if err != nil {
 		t.Fatal(err)
