@@ -23,7 +23,7 @@ import (
 const (
 	callIdle        = 60 * time.Second // a pooled connection unused this long is closed (the twin keeps them 5 min)
 	callMaxIdle     = 128              // connections kept idle per twin
-	callDialTimeout = 2 * time.Second
+	callDialTimeout = DialTimeout
 	callTimeout     = 2 * time.Minute // bound of one call when ctx has no deadline
 )
 

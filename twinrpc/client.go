@@ -14,13 +14,18 @@ import (
 	"time"
 )
 
+// DialTimeout bounds connecting to a twin. Twins run on this host or on a Docker network beside it, where the kernel
+// completes a connection in well under a millisecond (whatever the twin process is doing); the bound is what a
+// removed container's bridge address costs, which never answers a SYN, before the twin is reported dead.
+const DialTimeout = 500 * time.Millisecond
+
 // NewHTTPClient returns an http.Client suited to twin RPC on loopback or a private network: pooled keep-alive
 // connections, no proxy, and a short dial timeout so a dead twin is reported at once. Share one among the Clients
 // of many twins.
 func NewHTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
