@@ -43,8 +43,9 @@ func newHookRig(tb testing.TB, p *plane) *hookRig {
 	tb.Cleanup(rig.rcv.Close)
 	allow, _ := webhook.ParseCIDRs([]string{"127.0.0.0/8"})
 	queue := "bench-hooks-" + schema.NewID("")
-	rig.hooks = &workflows.Webhooks{Client: c, TaskQueue: queue, DB: p.db,
-		Policy: workflows.DeliveryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}}
+	rig.hooks = &workflows.Webhooks{Client: c, TaskQueue: queue,
+		Dispatched: func(ctx context.Context, ids []string) error { return store.MarkDispatched(ctx, p.db, ids) },
+		Policy:     workflows.DeliveryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}}
 	w := sdkworker.New(c, queue, sdkworker.Options{})
 	workflows.RegisterWebhooks(w)
 	w.RegisterActivity(&activities.Webhooks{DB: p.db, Sender: webhook.NewSender(&webhook.Guard{Allow: allow}, 5*time.Second), Dispatch: rig.hooks})

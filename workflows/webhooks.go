@@ -8,14 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/uptrace/bun"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // Registered names of the webhook workflows; never change them.
@@ -178,9 +176,11 @@ func RegisterWebhooks(r Registrar) {
 type Webhooks struct {
 	Client    client.Client
 	TaskQueue string
-	DB        bun.IDB
-	Policy    DeliveryPolicy
-	Log       *slog.Logger
+	// Dispatched records deliveries as started, so the sweeper leaves them be (the wiring passes the store's
+	// MarkDispatched: workflows does no database I/O of its own).
+	Dispatched func(ctx context.Context, ids []string) error
+	Policy     DeliveryPolicy
+	Log        *slog.Logger
 
 	once  sync.Once
 	queue chan string
@@ -199,7 +199,7 @@ func (w *Webhooks) Dispatch(ctx context.Context, ids []string) error {
 		}
 		started = append(started, id)
 	}
-	if err := store.MarkDispatched(ctx, w.DB, started); err != nil {
+	if err := w.Dispatched(ctx, started); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -210,7 +210,7 @@ func (w *Webhooks) StartDelivery(ctx context.Context, id, reason string) error {
 	if err := w.Start(ctx, id, reason); err != nil {
 		return err
 	}
-	return store.MarkDispatched(ctx, w.DB, []string{id})
+	return w.Dispatched(ctx, []string{id})
 }
 
 // Start starts one delivery's workflow; reason is recorded on its attempts.

@@ -102,8 +102,9 @@ func (t thresholdEvents) Threshold(ctx context.Context, ws *schema.Workspace, r 
 func (s *stack) webhookStarter() *workflows.Webhooks {
 	if s.hooks == nil {
 		w := s.cfg.Webhooks
-		s.hooks = &workflows.Webhooks{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue, DB: s.db,
-			Log: s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
+		s.hooks = &workflows.Webhooks{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue,
+			Dispatched: func(ctx context.Context, ids []string) error { return store.MarkDispatched(ctx, s.db, ids) },
+			Log:        s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
 				Initial: w.BackoffInitial, Max: w.BackoffMax, Attempt: w.AttemptTimeout + 15*time.Second}}
 	}
 	return s.hooks
