@@ -14,12 +14,8 @@ import (
 
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
-	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/schema/schematest"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -57,35 +53,17 @@ func (l *logLines) has(s string) bool {
 // InferBundle given its stored result answers it.
 func TestBuildActivitiesResume(t *testing.T) {
 	ctx := context.Background()
-	db := schematest.Open(t, schema.DriverSQLite)
-	blobs, err := blob.NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := store.CreateWorkspace(ctx, db, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := store.UpsertEnvByProject(ctx, db, ws.ID, "air")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, blobs, env := buildFixture(t, t.TempDir(), "air")
 	traces := airlineTraces(t, 30)
 	data, err := ingest.EncodeBlob(&trace.Batch{Traces: traces})
 	if err != nil {
-		t.Fatal(err)
-	}
-	key := blob.ContentKey("batches/"+ws.ID, data)
-	if err := blobs.Put(ctx, key, bytes.NewReader(data), int64(len(data)), ""); err != nil {
 		t.Fatal(err)
 	}
 	ids := make([]string, len(traces))
 	for i, tr := range traces {
 		ids[i] = tr.ID
 	}
-	if _, err := store.InsertTraceBatch(ctx, db, &schema.TraceBatch{EnvID: env.ID, BlobKey: key, Bytes: int64(len(data))}, ids); err != nil {
-		t.Fatal(err)
-	}
+	storeBatch(t, db, blobs, env, data, ids)
 	logs := &logLines{}
 	b := &Builds{DB: db, Blobs: blobs, Log: slog.New(logs)}
 	buildID, err := b.QueueBuild(ctx, env.ID)
