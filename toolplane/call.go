@@ -210,10 +210,6 @@ func (p *Plane) callTwin(ctx context.Context, s *schema.Session, l *liveSession,
 			if suspect == "" {
 				suspect = "unreachable"
 			}
-		case twinrpc.IsRetryable(err) && te.engineDown != "":
-			// It does not answer and the engine cannot be asked why or restart it: not a wait of a moment.
-			p.dropTwin(s.BuildID)
-			return twinrpc.CallResult{}, errorf(Unavailable, "the session's twin does not answer, and the Docker engine that would restart it cannot be reached; retry once it is back")
 		case twinrpc.IsRetryable(err):
 			p.dropTwin(s.BuildID)
 			return twinrpc.CallResult{}, errorf(NotReady, "the session's twin is starting; retry in a moment")
@@ -327,15 +323,16 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 	if err != nil {
 		return nil, errorf(Unavailable, "the session's twin cannot be found: %v", err)
 	}
+	if stuckOnEngine(st, suspect) {
+		// It does not answer and the engine cannot be asked why or restart it: not a wait of a moment.
+		return nil, errorf(Unavailable, "the session's twin does not answer, and the Docker engine that would restart it cannot be reached; retry once it is back")
+	}
 	switch st.State {
 	case twinstate.Ready:
 		if st.Addr == "" {
 			return nil, errorf(NotReady, "the session's twin is starting; retry in a moment")
 		}
 		te := &twinEntry{c: twinrpc.Dial(st.Addr, p.hc, p.locals), handleID: st.HandleID}
-		if st.ErrorType == activities.ErrTypeEngineUnreachable {
-			te.engineDown = st.Error
-		}
 		p.mu.Lock()
 		p.clients[s.BuildID] = te
 		p.mu.Unlock()
@@ -344,6 +341,13 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 		return nil, errorf(Unavailable, "the session's twin failed to start: %s", st.Error)
 	}
 	return nil, errorf(NotReady, "the session's twin is %s; it is being started, retry in a moment", st.State)
+}
+
+// stuckOnEngine reports whether the directory, asked about a twin that did not answer (suspect), still calls it
+// ready only because its last inspection could not reach the Docker engine: the twin cannot be checked or
+// restarted until the engine is back. (A successful inspection or boot clears the error.)
+func stuckOnEngine(st twinstate.Status, suspect string) bool {
+	return suspect != "" && st.State == twinstate.Ready && st.ErrorType == activities.ErrTypeEngineUnreachable
 }
 
 func (p *Plane) dropTwin(buildID string) {

@@ -169,9 +169,6 @@ func (p *Plane) Bundles() *Bundles { return p.bundles }
 type twinEntry struct {
 	c        *twinrpc.Client
 	handleID string
-	// engineDown is why the twin's directory last failed to inspect it, when the Docker engine did not answer: a
-	// twin that then does not answer cannot be restarted until the engine is back.
-	engineDown string
 }
 
 // liveSession is what this process keeps about a session it serves: the lock that orders its calls, the journal

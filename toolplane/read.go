@@ -226,7 +226,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 		if err != nil {
 			return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 		}
-		if st.State == twinstate.Ready && st.HandleID == suspect && st.ErrorType == activities.ErrTypeEngineUnreachable {
+		if stuckOnEngine(st, suspect) {
 			// It does not answer and cannot be inspected or restarted until the engine is back.
 			return nil, errorf(Unavailable, "the twin of %s does not answer and cannot be restarted: %s", env.Slug, st.Error)
 		}
