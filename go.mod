@@ -38,7 +38,10 @@ require (
 	golang.org/x/term v0.46.0
 )
 
-require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+require (
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
