@@ -213,7 +213,9 @@ type webKey struct{}
 
 // withWeb marks ctx as acting for a checked web session (only the tRPC handler does, after checking the cookie: no
 // request from outside can carry it).
-func withWeb(ctx context.Context, s *webSession) context.Context { return context.WithValue(ctx, webKey{}, s) }
+func withWeb(ctx context.Context, s *webSession) context.Context {
+	return context.WithValue(ctx, webKey{}, s)
+}
 
 func webFrom(ctx context.Context) *webSession {
 	s, _ := ctx.Value(webKey{}).(*webSession)
