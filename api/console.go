@@ -28,6 +28,7 @@ const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img
 // ConsoleSession is what the console learns of its web session: who it acts as, the CSRF token its mutations send
 // in X-CSRF-Token, and when it ends.
 type ConsoleSession struct {
+	SignedIn  bool `json:"signedIn"`
 	Workspace struct {
 		ID   string `json:"id"`
 		Name string `json:"name"`
@@ -38,7 +39,7 @@ type ConsoleSession struct {
 }
 
 func consoleSession(ws *schema.Workspace, key *schema.APIKey, s *webSession) ConsoleSession {
-	var out ConsoleSession
+	out := ConsoleSession{SignedIn: true}
 	out.Workspace.ID, out.Workspace.Name = ws.ID, ws.Name
 	out.Key, out.CSRF, out.ExpiresAt = KeyInfoOf(key), s.csrf, s.expires()
 	return out
@@ -119,7 +120,11 @@ func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) 
 	mux.HandleFunc("GET /console/session", func(w http.ResponseWriter, r *http.Request) {
 		s, err := web.fromRequest(r)
 		if err == nil && s == nil {
-			err = Unauthorized("not signed in")
+			// No cookie is no error: the console asks this on every load, signed in or not.
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("Content-Type", "application/json")
+			_ = jsonEncode(w, ConsoleSession{})
+			return
 		}
 		if err != nil {
 			WriteError(w, r, err)
