@@ -127,6 +127,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	srv := httptest.NewServer(p.h)
 	t.Cleanup(srv.Close)
+	// A rebuild in flight: the environment page polls the build history while it runs.
+	live := &schema.Build{EnvID: p.env.ID, Status: schema.BuildRunning, Stage: "self-checking", Progress: 0.6}
+	if err := store.CreateBuild(context.Background(), p.db, live); err != nil {
+		t.Fatal(err)
+	}
+	liveRow := `[aria-label="Builds"] tbody tr:has(code[data-id="` + live.ID + `"])`
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 900))
@@ -208,6 +214,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	for i, st := range steps {
 		run(st)
 		if i == 6 {
+			// The running build shows its progress, and the page follows it as it finishes.
+			run(struct {
+				name string
+				a    chromedp.Action[chromedp.Void]
+			}{"the running build", chromedp.WaitVisible(chromedp.CSS(liveRow + ` .badge.running`))})
+			live.Status, live.Stage, live.Progress = schema.BuildSucceeded, "succeeded", 1
+			if err := store.UpdateBuild(context.Background(), p.db, live, "status", "stage", "progress"); err != nil {
+				t.Fatal(err)
+			}
+			run(struct {
+				name string
+				a    chromedp.Action[chromedp.Void]
+			}{"the build finishing, polled", chromedp.WaitVisible(chromedp.CSS(liveRow + ` .badge.succeeded`))})
 			shot("console-environment.jpg")
 		}
 	}

@@ -58,13 +58,17 @@ export async function envPage(ctx, slug) {
   const loadBuilds = async () => {
     const list = (await query("builds.list", { slug })) || [];
     fill(builds, table("Builds", ["Build", "Status", "Stage", "Progress", "Created", "Finished", "Bundle"], list.map((b) => [
-      h("code", {}, b.id), badge(b.status), b.stage || "–",
+      h("code", { "data-id": b.id }, b.id), badge(b.status), b.stage || "–",
       h("progress", { max: 1, value: b.progress, "aria-label": `${b.id} progress` }),
       when(b.created_at), when(b.finished_at), short(b.bundle_hash)])));
     return list.some((b) => b.status === "queued" || b.status === "running");
   };
   const tasks = [
-    loadBuilds().then((live) => { if (live) ctx.every(loadBuilds, 2000); }),
+    loadBuilds().then((live) => {
+      // Live progress: poll the history every 2 s while a build is queued or running, then stop.
+      let polling = live;
+      if (live) ctx.every(async () => { if (polling) polling = await loadBuilds(); }, 2000);
+    }),
     ab && ab.status === "succeeded" ? loadReport(report, slug, ab.id) : null,
     loadTools(tools, slug),
     loadSessions(sessions, slug),
