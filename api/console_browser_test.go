@@ -22,6 +22,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
+	"github.com/doppel-dev/doppel/usage"
 )
 
 // consoleEnv serves the tau-retail twin (built from tau-retail-dev.json) with the session, build, wake and query
@@ -35,7 +36,8 @@ func consoleEnv(t *testing.T) (*plane, string) {
 	}
 	wake := &api.WakeRoutes{}
 	builds := &api.BuildRoutes{Blobs: reports}
-	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{local: true,
+	plans := &usage.Plans{Default: "team", ByName: map[string]usage.Plan{"team": {TaskMinutes: 600, ToolCalls: 10000, OpenSessions: 20}}}
+	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{local: true, plans: plans,
 		routes: []func(huma.API, *api.Deps){builds.Register, wake.Register}})
 	wake.Plane = p.tp
 	ctx := context.Background()
@@ -270,6 +272,28 @@ func TestConsoleInBrowser(t *testing.T) {
 		name string
 		a    chromedp.Action[chromedp.Void]
 	}{"closed", chromedp.WaitVisible(chromedp.JSPath(`Array.from(document.querySelectorAll('#answer .ok')).find(p => p.textContent.includes('closed'))`))})
+
+	// Usage: the meters as bars, the tool call counted. Keys: a new key is shown once and listed.
+	for _, st := range []struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{
+		{"usage", chromedp.Click(chromedp.CSS(`nav a[href="#/usage"]`))},
+		{"the meters", chromedp.WaitVisible(chromedp.CSS(`svg.meter[aria-label^="tool_calls: 1 calls of 10000"]`))},
+		{"keys", chromedp.Click(chromedp.CSS(`nav a[href="#/keys"]`))},
+		{"name a key", chromedp.SendKeys(chromedp.CSS(`#keyname`), "browser-made")},
+		{"create it", chromedp.Click(chromedp.CSS(`form.card.row button[type="submit"]`))},
+		{"shown once", chromedp.WaitVisible(chromedp.CSS(`code.secret`))},
+	} {
+		run(st)
+	}
+	minted, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(`code.secret`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, _, err := store.ResolveKey(context.Background(), p.db, strings.TrimSpace(minted)); err != nil || k.WorkspaceID != p.ws.ID || k.Name != "browser-made" {
+		t.Errorf("the key the page showed (%.12s…) is not the workspace's new key: %v", minted, err)
+	}
 
 	// The same page on a phone: nothing wider than the screen.
 	run(struct {
