@@ -123,7 +123,7 @@ func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) 
 			// No cookie is no error: the console asks this on every load, signed in or not.
 			w.Header().Set("Cache-Control", "no-store")
 			w.Header().Set("Content-Type", "application/json")
-			_ = jsonEncode(w, ConsoleSession{})
+			_ = jsonEncode(w, map[string]bool{"signedIn": false})
 			return
 		}
 		if err != nil {

@@ -72,6 +72,7 @@ func runDev(ctx context.Context, e env) error {
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
 		fmt.Fprintf(e.stdout, "  API          %s  (docs %s/docs)\n", publicURL(cfg, addr), publicURL(cfg, addr))
+		fmt.Fprintf(e.stdout, "  Console      %s/  (sign in with the workspace key)\n", publicURL(cfg, addr))
 		if st.dev != nil && st.dev.UIURL() != "" {
 			fmt.Fprintf(e.stdout, "  Temporal UI  %s\n", st.dev.UIURL())
 		}
