@@ -253,7 +253,11 @@ func TestConsoleRefusesForgedAndExpiredJWTs(t *testing.T) {
 }
 
 func TestConsoleSessionEndsWithSignOutAndKeyRevocation(t *testing.T) {
-	f := newFixture(t, schema.DriverSQLite, nil)
+	eachDriver(t, testConsoleSessionEnds)
+}
+
+func testConsoleSessionEnds(t *testing.T, driver string) {
+	f := newFixture(t, driver, nil)
 	_, s := signIn(t, f.h, f.key, nil)
 	_, s2 := signIn(t, f.h, f.key2, nil)
 
@@ -306,7 +310,11 @@ func TestConsoleSessionEndsWithSignOutAndKeyRevocation(t *testing.T) {
 }
 
 func TestConsoleSecretSurvivesRestart(t *testing.T) {
-	f := newFixture(t, schema.DriverSQLite, nil)
+	eachDriver(t, testConsoleSecretSurvives)
+}
+
+func testConsoleSecretSurvives(t *testing.T, driver string) {
+	f := newFixture(t, driver, nil)
 	_, s := signIn(t, f.h, f.key, nil)
 	// A second API over the same database (a restart, or another process) accepts the session.
 	h2, _ := api.New(api.Options{DB: f.db})

@@ -18,7 +18,7 @@ type ListSessionsInput struct {
 	Limit  int    `query:"limit" minimum:"1" maximum:"500" default:"50" doc:"At most this many, newest first."`
 }
 
-// SessionSummary is a session as listed: its seeding and its calls as counted when they were journaled.
+// SessionSummary is a session as listed: its seeding, and its calls as the journal counts them.
 type SessionSummary struct {
 	ID          string      `json:"id" example:"ses_0123456789abcdef"`
 	Status      string      `json:"status" enum:"open,closed,expired,broken"`
@@ -61,28 +61,68 @@ func (sr *SessionRoutes) registerList(a huma.API, d *Deps) {
 			if err != nil {
 				return nil, err
 			}
-			out := &ListSessionsOutput{Body: make([]SessionSummary, 0, len(rows))}
+			ids := make([]string, len(rows))
 			for i := range rows {
+				ids[i] = rows[i].ID
+			}
+			counts, last, err := store.CountSessionsCalls(ctx, d.DB, ids)
+			if err != nil {
+				return nil, err
+			}
+			out := &ListSessionsOutput{Body: make([]SessionSummary, 0, len(rows))}
+			at := make(map[string]int, len(rows))
+			for i := range rows {
+				at[rows[i].ID] = i
 				out.Body = append(out.Body, sessionSummary(&rows[i]))
+			}
+			for _, c := range counts {
+				s := &out.Body[at[c.SessionID]]
+				s.NCalls += c.N
+				s.NErrors += c.Errors
+				s.NDowngraded += c.Downgraded
+				s.Fidelity.add(c.Fidelity, c.N)
+			}
+			for _, l := range last {
+				s := &out.Body[at[l.SessionID]]
+				s.StateHash = l.StateHash
+				if l.CreatedAt.After(s.LastUsedAt) {
+					s.LastUsedAt = l.CreatedAt.UTC()
+				}
 			}
 			return out, nil
 		},
 	})
 }
 
+// sessionSummary is a session's row as listed, before its calls are counted from the journal. A fork's state
+// starts as its parent's at the fork point.
 func sessionSummary(s *schema.Session) SessionSummary {
-	state := s.StateHash
-	if state == "" {
-		state = s.WorldHash
+	state := s.WorldHash
+	if s.ForkedFrom != "" && s.StateHash != "" {
+		state = s.StateHash
 	}
 	out := SessionSummary{ID: s.ID, Status: s.Status, BuildID: s.BuildID, Seed: s.Seed, Seeded: s.Seeded,
-		Scenario: s.Scenario, WorldHash: s.WorldHash, StateHash: state, NCalls: s.NCalls, NErrors: s.NErrors,
-		NDowngraded: s.NDowngraded, CreatedAt: s.CreatedAt.UTC(), LastUsedAt: s.LastUsedAt.UTC(),
-		Fidelity: FidelityMix{AExecuted: s.NAExecuted, BTwin: s.NBTwin, BReplayed: s.NBReplayed,
-			BInferred: s.NBInferred, BSimulated: s.NBSimulated}}
+		Scenario: s.Scenario, WorldHash: s.WorldHash, StateHash: state, CreatedAt: s.CreatedAt.UTC(),
+		LastUsedAt: s.LastUsedAt.UTC()}
 	if s.ClosedAt != nil {
 		t := s.ClosedAt.UTC()
 		out.ClosedAt = &t
 	}
 	return out
+}
+
+// add counts n calls labelled fidelity.
+func (m *FidelityMix) add(fidelity string, n int64) {
+	switch fidelity {
+	case schema.FidelityAExecuted:
+		m.AExecuted += n
+	case schema.FidelityBTwin:
+		m.BTwin += n
+	case schema.FidelityBReplayed:
+		m.BReplayed += n
+	case schema.FidelityBInferred:
+		m.BInferred += n
+	case schema.FidelityBSimulated:
+		m.BSimulated += n
+	}
 }

@@ -53,3 +53,41 @@ func GetKeyByID(ctx context.Context, db bun.IDB, id string) (*schema.APIKey, err
 	}
 	return k, nil
 }
+
+// SessionCallCount is one session's journaled calls with one fidelity label.
+type SessionCallCount struct {
+	SessionID string `bun:"session_id"`
+	FidelityCount
+}
+
+// SessionLastCall is a session's last journaled call: its state hash and time.
+type SessionLastCall struct {
+	SessionID string    `bun:"session_id"`
+	StateHash string    `bun:"state_hash"`
+	CreatedAt time.Time `bun:"created_at"`
+}
+
+// CountSessionsCalls counts the journaled calls of several sessions per fidelity label, and finds each one's last
+// call, in two queries (the journal is the record: the session rows' counters may lag it).
+func CountSessionsCalls(ctx context.Context, db bun.IDB, ids []string) ([]SessionCallCount, []SessionLastCall, error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
+	var counts []SessionCallCount
+	err := db.NewSelect().Model((*schema.Call)(nil)).
+		ColumnExpr("session_id, fidelity, COUNT(*) AS n").
+		ColumnExpr("SUM(CASE WHEN error THEN 1 ELSE 0 END) AS errors").
+		ColumnExpr("SUM(CASE WHEN downgraded THEN 1 ELSE 0 END) AS downgraded").
+		Where("session_id IN (?)", bun.In(ids)).Group("session_id", "fidelity").Order("session_id", "fidelity").Scan(ctx, &counts)
+	if err != nil {
+		return nil, nil, wrap(err, "count calls of %d sessions", len(ids))
+	}
+	var last []SessionLastCall
+	err = db.NewSelect().TableExpr("calls AS c").ColumnExpr("c.session_id, c.state_hash, c.created_at").
+		Join("JOIN (SELECT session_id, MAX(seq) AS seq FROM calls WHERE session_id IN (?) GROUP BY session_id) AS m", bun.In(ids)).
+		JoinOn("m.session_id = c.session_id AND m.seq = c.seq").Scan(ctx, &last)
+	if err != nil {
+		return nil, nil, wrap(err, "last calls of %d sessions", len(ids))
+	}
+	return counts, last, nil
+}
