@@ -213,9 +213,27 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("%s: %v (screenshot console-failed.jpg in %s; console: %q)", st.name, err, dir, problems)
 		}
 	}
+	// Keyboard and screen reader reach: every field has a label, nothing interactive is taken out of the tab order.
+	unreachable := func(page string) {
+		t.Helper()
+		bad, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](`[
+			...[...document.querySelectorAll('input, select, textarea')].filter(e => e.labels.length === 0).map(e => 'unlabelled ' + (e.name || e.id)),
+			...[...document.querySelectorAll('a[href], button, input, select, textarea, summary')].filter(e => e.tabIndex < 0).map(e => 'untabbable ' + e.outerHTML.slice(0, 60)),
+		]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bad {
+			t.Errorf("%s page: %s", page, b)
+		}
+	}
 	for i, st := range steps {
 		run(st)
+		if i == 2 {
+			unreachable("environments")
+		}
 		if i == 6 {
+			unreachable("environment")
 			// The running build shows its progress, and the page follows it as it finishes.
 			run(struct {
 				name string
@@ -247,6 +265,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	} {
 		run(st)
 	}
+	unreachable("session")
 	row, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(`#transcript tbody tr.call`)))
 	if err != nil {
 		t.Fatal(err)
