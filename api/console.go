@@ -118,21 +118,31 @@ func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) 
 	})
 
 	mux.HandleFunc("GET /console/session", func(w http.ResponseWriter, r *http.Request) {
-		s, err := web.fromRequest(r)
-		if err == nil && s == nil {
-			// No cookie is no error: the console asks this on every load, signed in or not.
+		// The console asks this on every load: no session, or one that ended (expired, signed out, its key
+		// revoked), is an answer, not an error — {signedIn: false} with the reason, and the stale cookie cleared.
+		signedOut := func(reason string) {
+			if reason != "" {
+				http.SetCookie(w, web.cookie(r, "", time.Time{}))
+			}
 			w.Header().Set("Cache-Control", "no-store")
 			w.Header().Set("Content-Type", "application/json")
-			_ = jsonEncode(w, map[string]bool{"signedIn": false})
-			return
+			_ = jsonEncode(w, map[string]any{"signedIn": false, "detail": reason})
 		}
-		if err != nil {
+		s, err := web.fromRequest(r)
+		var p *Principal
+		if err == nil && s != nil {
+			p, err = auth.webPrincipal(r.Context(), s, false, "")
+		}
+		var env *Envelope
+		switch {
+		case err != nil && errors.As(err, &env) && (env.status == http.StatusUnauthorized || env.status == http.StatusForbidden):
+			signedOut(env.Detail)
+			return
+		case err != nil:
 			WriteError(w, r, err)
 			return
-		}
-		p, err := auth.webPrincipal(r.Context(), s, false, "")
-		if err != nil {
-			WriteError(w, r, err)
+		case s == nil:
+			signedOut("")
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")

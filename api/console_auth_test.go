@@ -302,11 +302,23 @@ func testConsoleSessionEnds(t *testing.T, driver string) {
 	if code, out := trpcAs(t, f.h, http.MethodGet, "/trpc/envs.list", s2, "", nil); code != http.StatusUnauthorized {
 		t.Errorf("the web session of a revoked key: %d %v", code, out)
 	}
+	// The console's session read says so, and clears the stale cookie.
 	r := httptest.NewRequest(http.MethodGet, "/console/session", nil)
 	r.AddCookie(&http.Cookie{Name: s2.cookie.Name, Value: s2.cookie.Value})
 	w = httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
-	envelope(t, w, http.StatusUnauthorized, "unauthorized")
+	var read struct {
+		SignedIn bool   `json:"signedIn"`
+		Detail   string `json:"detail"`
+	}
+	_ = json.Unmarshal(w.Body.Bytes(), &read)
+	cleared = false
+	for _, c := range w.Result().Cookies() {
+		cleared = cleared || (c.Name == api.WebCookie && c.MaxAge < 0)
+	}
+	if w.Code != http.StatusOK || read.SignedIn || !strings.Contains(read.Detail, "revoked") || !cleared {
+		t.Errorf("session read of a revoked key's session: %d %s (cookie cleared: %v)", w.Code, w.Body, cleared)
+	}
 }
 
 func TestConsoleSecretSurvivesRestart(t *testing.T) {

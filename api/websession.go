@@ -160,6 +160,9 @@ func (w *WebSessions) parse(ctx context.Context, tok string) (*webSession, error
 	case c.ID == "" || c.Subject == "" || c.Workspace == "":
 		return nil, Unauthorized("invalid web session: sign in again")
 	}
+	if w.DB == nil {
+		return nil, Unavailable("metadata database is not configured")
+	}
 	out, err := store.WebSignedOut(ctx, w.DB, c.ID)
 	if err != nil {
 		return nil, err

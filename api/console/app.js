@@ -9,6 +9,7 @@ import { sessionPage } from "./session.js";
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 let me = null;
+let ended = "";
 let stop = () => {};
 
 /** poller runs fn every ms until the page changes; pages register theirs through ctx.every. */
@@ -26,6 +27,7 @@ async function route() {
     try {
       const s = await session();
       if (s.signedIn) me = s;
+      else ended = s.detail || "";
     } catch {
       me = null;
     }
@@ -86,6 +88,7 @@ function signInPage() {
     } },
     h("h1", { tabindex: -1 }, "Sign in"),
     h("p", {}, "Sign in with a workspace key. The console keeps a session cookie for it; the key itself is not stored."),
+    ended ? h("p", { class: "muted", role: "status" }, `Your last session ended: ${ended}`) : null,
     h("label", { for: "key" }, "Workspace key"), key,
     h("button", { type: "submit", class: "primary" }, "Sign in"), msg);
   return form;
