@@ -332,6 +332,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot("console-390.jpg")
+	run(struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{"sign out", chromedp.Click(chromedp.CSS(`#signout`))})
+	run(struct {
+		name string
+		a    chromedp.Action[chromedp.Void]
+	}{"signed out", chromedp.WaitVisible(chromedp.CSS(`#signin #key`))})
 	time.Sleep(200 * time.Millisecond) // let the last console messages arrive
 	stopConsole()
 	<-collected

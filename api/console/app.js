@@ -81,6 +81,7 @@ function signInPage() {
       try {
         me = await signIn(key.value.trim());
         key.value = "";
+        ended = "";
         go(location.hash && location.hash !== "#/signin" ? location.hash : "#/");
       } catch (err) {
         fill(msg, errorBox(err));
