@@ -27,7 +27,7 @@ type web struct {
 }
 
 // signIn posts key to /console/signin.
-func signIn(t *testing.T, h http.Handler, key string, hdr map[string]string) (*httptest.ResponseRecorder, web) {
+func signIn(t testing.TB, h http.Handler, key string, hdr map[string]string) (*httptest.ResponseRecorder, web) {
 	t.Helper()
 	r := httptest.NewRequest(http.MethodPost, "/console/signin", strings.NewReader(`{"key":`+strconvQuote(key)+`}`))
 	r.Header.Set("Content-Type", "application/json")
