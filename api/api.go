@@ -58,6 +58,11 @@ type Options struct {
 	// (Propagator reads it); handlers' spans are its children.
 	Tracer     trace.TracerProvider
 	Propagator propagation.TextMapPropagator
+	// WebSecret signs the console's web session JWTs (config console.secret; at least 32 bytes). Empty: a secret
+	// generated once and kept in the database.
+	WebSecret []byte
+	// WebSessionTTL is how long a console sign-in lasts (0: DefaultWebSessionTTL).
+	WebSessionTTL time.Duration
 }
 
 // Observer is told what the API serves, for metrics. Its methods must be cheap: Call runs on every session call.
@@ -116,6 +121,7 @@ func New(opts Options) (http.Handler, huma.API) {
 	// The adapter serves through srv, so humatest and every other caller of
 	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
+	web := &WebSessions{DB: opts.DB, Secret: opts.WebSecret, TTL: opts.WebSessionTTL}
 	auth := &Authenticator{DB: opts.DB}
 	humaAPI.UseMiddleware(auth.middleware(humaAPI), checkBodyStrings)
 	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState, Observer: opts.Observer}
@@ -133,8 +139,9 @@ func New(opts Options) (http.Handler, huma.API) {
 	for _, r := range opts.Routes {
 		r(humaAPI, deps)
 	}
-	srv.trpc = newTRPC(mux, humaAPI)
+	srv.trpc = newTRPC(mux, humaAPI, web)
 	registerDocs(mux, humaAPI)
+	registerConsole(mux, auth, web)
 
 	return srv, humaAPI
 }

@@ -277,7 +277,11 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 		var err error
 		header := ctx.Header("Authorization")
 		began := time.Now()
+		web := webFrom(ctx.Context())
 		switch {
+		case web != nil && header == "" && !accepts[SchemeAdminKey]:
+			// A console request through /trpc: the web session stands for the workspace key it was signed in with.
+			p, err = a.webPrincipal(ctx.Context(), web, accepts[SchemeSessionToken], ctx.Param(SessionIDParam))
 		case accepts[SchemeAdminKey]:
 			p, err = a.Admin(header)
 		case accepts[SchemeSessionToken]:

@@ -35,6 +35,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 	sr.obs = d.Observer
 	registerTools(a, d.DB, sr.Plane.Bundles(), sr.Model)
 	sr.registerWorlds(a, d)
+	sr.registerList(a, d)
 	Declare(a, Verb[OpenSessionInput, OpenSessionOutput]{
 		Name:    "sessions.open",
 		Method:  http.MethodPost,

@@ -66,14 +66,28 @@ type trpcResult struct {
 type trpc struct {
 	*verbTable
 	mux *http.ServeMux
+	// web checks the console's session cookie (nil: not accepted).
+	web *WebSessions
 }
 
 // newTRPC returns the handler for /trpc/…, which dispatches each procedure to its verb's route on mux.
-func newTRPC(mux *http.ServeMux, a huma.API) *trpc {
-	return &trpc{verbTable: newVerbTable(a), mux: mux}
+func newTRPC(mux *http.ServeMux, a huma.API, web *WebSessions) *trpc {
+	return &trpc{verbTable: newVerbTable(a), mux: mux, web: web}
 }
 
 func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The console's web session (spec §5's fourth credential) stands in for a bearer credential: checked here, once
+	// per request, CSRF token and origin included for mutations; the procedures' routes read it from the context.
+	if t.web != nil && r.Header.Get("Authorization") == "" {
+		s, err := t.web.fromRequest(r)
+		if err != nil {
+			t.fail(w, r, err)
+			return
+		}
+		if s != nil {
+			r = r.WithContext(withWeb(r.Context(), s))
+		}
+	}
 	names := strings.Split(strings.TrimPrefix(r.URL.Path, "/trpc/"), ",")
 	batch := r.URL.Query().Get("batch") == "1"
 	if !batch && len(names) != 1 {

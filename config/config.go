@@ -43,6 +43,7 @@ type Config struct {
 	Metrics      Metrics  `koanf:"metrics"`
 	OTel         OTel     `koanf:"otel"`
 	Admin        Admin    `koanf:"admin"`
+	Console      Console  `koanf:"console"`
 	Usage        Usage    `koanf:"usage"`
 	// Plans are the plans by name (plans.<name>.task_minutes, …), from the configuration file.
 	Plans    map[string]Plan `koanf:"plans"`
@@ -53,6 +54,13 @@ type Config struct {
 // Admin configures the admin credential of the admin verbs (workspaces, plans, access).
 type Admin struct {
 	Key string `koanf:"key"`
+}
+
+// Console configures the web console's sessions.
+type Console struct {
+	// Secret signs web session JWTs; empty: one generated once and kept in the metadata database.
+	Secret     string        `koanf:"secret"`
+	SessionTTL time.Duration `koanf:"session_ttl"`
 }
 
 // Usage configures metering and its enforcement.
@@ -283,6 +291,8 @@ func Keys() []Key {
 		{"otel.service_name", "doppel", "service.name of this process's spans"},
 		{"otel.sample_ratio", 1.0, "share of new traces recorded (0 to 1); requests with a sampled traceparent are always recorded"},
 		{"admin.key", "", "the admin credential: the admin verbs (admin.workspaces.*) take it and nothing else; at least 32 characters; empty: admin verbs refuse everyone"},
+		{"console.secret", "", "HMAC key signing the console's web session JWTs, at least 32 characters; empty: a random key generated once and kept in the metadata database, so restarts and every API process keep sessions valid"},
+		{"console.session_ttl", "12h", "how long a console sign-in lasts"},
 		{"usage.period", "month", "metering period: month (calendar month, UTC) or day (calendar day, UTC)"},
 		{"usage.default_plan", "", "plan of workspaces that name none (plans are set in the configuration file under plans.<name>); empty: no limits"},
 		{"usage.refresh", "1s", "how stale the enforcement's reading of a workspace's meters may grow before it is read again"},
@@ -579,6 +589,12 @@ func (c *Config) Validate() error {
 		bad("webhooks.allow_cidrs", "%v", err)
 	}
 	positive("mcp.token_ttl", c.MCP.TokenTTL)
+	if c.Console.Secret != "" && len(c.Console.Secret) < 32 {
+		bad("console.secret", "must be at least 32 characters (e.g. openssl rand -hex 32)")
+	}
+	if c.Console.SessionTTL <= 0 {
+		bad("console.session_ttl", "must be positive")
+	}
 	if c.Admin.Key != "" && len(c.Admin.Key) < 32 {
 		bad("admin.key", "must be at least 32 characters (e.g. openssl rand -hex 32)")
 	}

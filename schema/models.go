@@ -294,6 +294,7 @@ func Models() []any {
 		(*TraceBatch)(nil), (*Trace)(nil), (*Session)(nil), (*Call)(nil), (*UsageMeter)(nil),
 		(*OAuthClient)(nil), (*OAuthCode)(nil),
 		(*Event)(nil), (*WebhookEndpoint)(nil), (*WebhookDelivery)(nil), (*WebhookAttempt)(nil), (*Upload)(nil),
+		(*WebSecret)(nil), (*WebSignout)(nil),
 	}
 }
 

@@ -72,6 +72,7 @@ func runDev(ctx context.Context, e env) error {
 	return serveHTTP(ctx, st, func(addr string) {
 		fmt.Fprintf(e.stdout, "doppel dev is ready in %s\n", time.Since(started).Round(time.Millisecond))
 		fmt.Fprintf(e.stdout, "  API          %s  (docs %s/docs)\n", publicURL(cfg, addr), publicURL(cfg, addr))
+		fmt.Fprintf(e.stdout, "  Console      %s/  (sign in with the workspace key)\n", publicURL(cfg, addr))
 		if st.dev != nil && st.dev.UIURL() != "" {
 			fmt.Fprintf(e.stdout, "  Temporal UI  %s\n", st.dev.UIURL())
 		}
@@ -403,6 +404,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
 	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
+	opts.WebSecret, opts.WebSessionTTL = []byte(st.cfg.Console.Secret), st.cfg.Console.SessionTTL
 	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
 	if opts.BodyBudget == 0 {
 		opts.BodyBudget = -1 // api.body_budget_bytes 0: no budget
