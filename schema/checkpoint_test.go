@@ -16,24 +16,34 @@ import (
 //
 // The RESTART checkpoint gives up after restartBusy (5 ms) when readers hold it back, by design, so on a machine
 // whose cores are all busy elsewhere a run can see the WAL grow: up to three runs are made, and the bound must
-// hold in one of them. With PASSIVE checkpoints alone every run reaches 2.5-4 MB, so a broken RESTART still fails.
+// hold in one of them, or failing that, each must stay under half of what PASSIVE checkpoints alone reach in the same
+// run (2.5-4 MB on an idle machine), so a broken RESTART still fails.
 func TestCheckpointsBoundTheWAL(t *testing.T) {
 	const bound = 1 << 20
 	var seen []int64
 	for range 3 {
-		maxWAL := walUnderWrites(t)
+		maxWAL := walUnderWrites(t, 64)
 		t.Logf("largest WAL seen: %d bytes", maxWAL)
 		if maxWAL <= bound {
 			return
 		}
 		seen = append(seen, maxWAL)
 	}
-	t.Fatalf("the WAL grew to %v bytes in three runs under continuous writes; want it kept near 64 pages (under %d)", seen, bound)
+	// Three runs past the bound: the machine is busy enough that the 5 ms RESTART kept giving up. The limit then
+	// comes from this run: the same writes with PASSIVE checkpoints alone must leave the WAL at least twice as
+	// large as the worst run with RESTART, or the RESTART is not doing its work.
+	passive := walUnderWrites(t, 1<<30)
+	t.Logf("largest WAL seen with PASSIVE checkpoints alone: %d bytes", passive)
+	for _, n := range seen {
+		if 2*n > passive {
+			t.Fatalf("the WAL grew to %v bytes in three runs under continuous writes (bound %d), and PASSIVE checkpoints alone reached %d in the same run: RESTART does not bound it", seen, bound, passive)
+		}
+	}
 }
 
-// walUnderWrites streams ~18 MB of commits beside busy readers with the background checkpoints on and returns the
-// WAL's largest size seen.
-func walUnderWrites(t *testing.T) int64 {
+// walUnderWrites streams ~18 MB of commits beside busy readers with the background checkpoints on (RESTART once the
+// WAL holds restart pages) and returns the WAL's largest size seen.
+func walUnderWrites(t *testing.T, restart int) int64 {
 	path := filepath.Join(t.TempDir(), "wal.db")
 	dsn, _, err := sqliteDSN(path, 10*time.Second)
 	if err != nil {
@@ -48,7 +58,6 @@ func walUnderWrites(t *testing.T) int64 {
 	if _, err := db.Exec("CREATE TABLE t (v BLOB)"); err != nil {
 		t.Fatal(err)
 	}
-	const restart = 64 // pages
 	go checkpoints(db, 5*time.Millisecond, restart)
 	// Readers come and go all the time, as the API's do: while one reads, the WAL cannot start over on its own.
 	stop := make(chan struct{})
