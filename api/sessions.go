@@ -457,7 +457,7 @@ func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutp
 	rc := st.Receipts
 	v.Receipts = SessionReceiptsFull{
 		SessionReceipts: SessionReceipts{Seeded: s.Seeded, Seed: s.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash, Note: rc.Note,
-			Clock: s.Clock},
+			Clock: s.Clock, World: rc.World},
 		Pinned:           rc.Pinned,
 		SeedInstructions: rc.SeedInstructions,
 	}
