@@ -199,6 +199,7 @@ func (m *model) bundle() *twin.Bundle {
 		t.KeyShape = keyShape(keys)
 		t.KeyPattern = keyPatternOf(keys)
 		t.KeyParts = m.keyParts(tn)
+		t.KeyWords = m.keyWords(tn, t.KeyParts)
 		t.Facts = m.factRows(tn)
 		t.Absent = m.absentKeys(tn)
 		for _, k := range keys {

@@ -536,3 +536,44 @@ func (m *model) keyParts(table string) []twin.KeyPart {
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
 }
+
+// keyWords learns the top-level string fields whose value begins with the words the key embeds, in order
+// (a user's email "james.sanchez3954@…" for "james_sanchez_3954"), in at least 9 of 10 rows.
+func (m *model) keyWords(table string, parts []twin.KeyPart) []string {
+	rows := m.base[table]
+	if len(parts) == 0 || len(rows) < 3 {
+		return nil
+	}
+	count := map[string]int{}
+	for _, k := range sortedKeys(rows) {
+		kp := strings.Split(k, "_")
+		r := rows[k]
+		for i, f := range r.Keys {
+			v, ok := r.Vals[i].(string)
+			if !ok {
+				continue
+			}
+			w := twin.LetterWords(v)
+			if len(w) <= len(parts) {
+				continue
+			}
+			all := true
+			for j, p := range parts {
+				if p.Index >= len(kp) || w[j] != strings.ToLower(kp[p.Index]) {
+					all = false
+					break
+				}
+			}
+			if all {
+				count[f]++
+			}
+		}
+	}
+	var out []string
+	for _, f := range sortedKeys(count) {
+		if count[f]*10 >= len(rows)*9 {
+			out = append(out, f)
+		}
+	}
+	return out
+}

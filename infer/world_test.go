@@ -323,3 +323,34 @@ func TestPreconditionsApplyToMaterializedEntities(t *testing.T) {
 		t.Fatalf("50 made-up orders were all pending=%v: the statuses do not follow the recorded distribution", seen)
 	}
 }
+
+// A search by a field that spells the names an id embeds (an email) makes up the user those names name, or
+// finds none when the world holds a user of those names under another email.
+func TestEmailLookupNamesTheUserItSpells(t *testing.T) {
+	rt := retailRuntime(t, Config{})
+	s, _, err := rt.Open(twin.SessionSpec{Seed: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustCall(t, s, "find_user_id_by_email", `{"email":"zora.quill5150@example.com"}`)
+	id := strings.Trim(r.Content, `"`)
+	if r.Error || !strings.HasPrefix(id, "zora_quill_") {
+		t.Fatalf("lookup by email: %+v, want a made-up zora_quill_… id", r)
+	}
+	u := decodeObj(t, mustCall(t, s, "get_user_details", `{"user_id":"`+id+`"}`).Content)
+	if name, _ := u["name"].(map[string]any); name["first_name"] != "Zora" || u["email"] != "zora.quill5150@example.com" {
+		t.Errorf("user %s: %v, want Zora with the searched email", id, u)
+	}
+	// A base user, under an email that is not theirs: not found, not a second user of that name.
+	var base string
+	for _, tb := range rt.Bundle().Tables {
+		if tb.Name == "users" && len(tb.Rows) > 0 {
+			base = tb.Rows[0].Key
+		}
+	}
+	parts := strings.Split(base, "_")
+	wrong := mustCall(t, s, "find_user_id_by_email", `{"email":"`+parts[0]+"."+parts[1]+`0000@example.org"}`)
+	if !wrong.Error {
+		t.Errorf("email of known user %s with other digits: %+v, want not found", base, wrong)
+	}
+}

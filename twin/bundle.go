@@ -229,6 +229,9 @@ type Table struct {
 	KeyPattern string `json:"key_pattern,omitempty"`
 	// KeyParts are the fields an id embeds ("james_sanchez_3954": part 0 is name.first_name, title-cased).
 	KeyParts []KeyPart `json:"key_parts,omitempty"`
+	// KeyWords are fields whose value begins with the words the key embeds, in KeyParts order (an email
+	// "james.sanchez3954@…"): a search by one names the entity those words name.
+	KeyWords []string `json:"key_words,omitempty"`
 	// Facts are what the recordings show of entities the base world does not hold (inside other entities'
 	// answers, or named by their keys): partial rows, completed when first read (labelled B_inferred).
 	Facts []Row `json:"facts,omitempty"`

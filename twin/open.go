@@ -337,15 +337,8 @@ func (e *callEnv) materializeMatch(table string, cs []criterion) (string, bool) 
 	if s.world != WorldOpen || bt.keyRe == nil {
 		return "", false
 	}
-	// The world holds the entity the search names by the fields its ids embed (a user of that name), and
-	// the rest of the search does not match it: that entity, with other values, is not found.
-	var named []criterion
-	for _, kp := range bt.def.KeyParts {
-		if c, ok := byPath[kp.Path]; ok {
-			named = append(named, criterion{path: c.path, value: c.value, fold: true})
-		}
-	}
-	if len(named) > 0 && len(named) < len(cs) && len(s.find(table, named, e)) > 0 {
+	words := wordsOf(bt, cs, s.rt.style)
+	if s.namesHeldEntity(bt, words, e) {
 		return "", false
 	}
 	h := fnv.New64a()
@@ -360,9 +353,9 @@ func (e *callEnv) materializeMatch(table string, cs []criterion) (string, bool) 
 	for try := 0; try < 20; try++ {
 		model := bt.keys[rng.IntN(len(bt.keys))]
 		parts := strings.Split(freshLike(model, rng), keyPartSep)
-		for _, kp := range bt.def.KeyParts {
-			if c, ok := byPath[kp.Path]; ok && kp.Index < len(parts) {
-				parts[kp.Index] = strings.ToLower(TextOf(c.value, s.rt.style))
+		for i, kp := range bt.def.KeyParts {
+			if words != nil && kp.Index < len(parts) {
+				parts[kp.Index] = words[i]
 			}
 		}
 		k := strings.Join(parts, keyPartSep)
@@ -438,4 +431,54 @@ func (s *Session) inferNotFound(t *rtTool, args *jsonvalue.Object) (*answer, str
 	}
 	content := substitute(best.answer, best.flat, flat, s.rt.style)
 	return &answer{content: content, isErr: true}, ""
+}
+
+// LetterWords splits a value into its runs of letters, lower-cased ("James.Sanchez3954@x.com": james, sanchez,
+// x, com).
+func LetterWords(v string) []string {
+	return strings.FieldsFunc(strings.ToLower(v), func(r rune) bool { return !unicode.IsLetter(r) })
+}
+
+// wordsOf answers the key parts a search's criteria name: the values of KeyParts paths, else the leading words
+// of a KeyWords field; nil when they name none.
+func wordsOf(bt *baseTable, cs []criterion, st Style) []string {
+	byPath := map[string]any{}
+	for _, c := range cs {
+		byPath[c.path] = c.value
+	}
+	out := make([]string, len(bt.def.KeyParts))
+	n := 0
+	for i, kp := range bt.def.KeyParts {
+		if v, ok := byPath[kp.Path]; ok {
+			out[i] = strings.ToLower(TextOf(v, st))
+			n++
+		}
+	}
+	if n == len(out) && n > 0 {
+		return out
+	}
+	for _, f := range bt.def.KeyWords {
+		v, ok := byPath[f].(string)
+		if !ok {
+			continue
+		}
+		if w := LetterWords(v); len(w) > len(bt.def.KeyParts) {
+			return w[:len(bt.def.KeyParts)]
+		}
+	}
+	return nil
+}
+
+// namesHeldEntity tells a search whose criteria name an entity by the words its ids embed (a user's names, given
+// or spelled by the email) when the world holds an entity of those names and the rest of the search does not
+// match it: that entity, under other values, is not found rather than made up a second time.
+func (s *Session) namesHeldEntity(bt *baseTable, words []string, e *callEnv) bool {
+	if len(words) == 0 {
+		return false
+	}
+	named := make([]criterion, len(words))
+	for i, kp := range bt.def.KeyParts {
+		named[i] = criterion{path: kp.Path, value: words[i], fold: true}
+	}
+	return len(s.find(bt.def.Name, named, e)) > 0
 }
