@@ -176,6 +176,10 @@ func (m *model) learnFacts() {
 			src := fmt.Sprintf("%s#%d", t.id, c.idx)
 			if c.success && c.isJSON {
 				m.factsIn(f, c.val, keyFields, fieldSets, at, src, true)
+				// A row whose key is not a field of it (an airline user) is known by the call that read it.
+				if tn, k, row, ok := m.rowOf(c); ok && !m.tables[tn].keyInRow {
+					m.rowRefFacts(f, tn, k, row, at, src)
+				}
 			}
 			m.lookupFacts(f, c, at, src)
 		}
@@ -234,9 +238,17 @@ func (m *model) fieldSets() map[string]*tableFields {
 				fs.maps[name] = mapField{idField: sd.Field, fields: map[string]bool{}}
 			}
 		}
-		for _, r := range m.base[tn] {
+		for _, rk := range sortedKeys(m.base[tn]) {
+			r := m.base[tn][rk]
 			for i, k := range r.Keys {
 				fs.top[k] = true
+				if o, ok := r.Vals[i].(*jsonvalue.Object); ok {
+					if idf, isMap := twin.EntityMapField(o); isMap {
+						if _, known := fs.maps[k]; !known {
+							fs.maps[k] = mapField{idField: idf, fields: map[string]bool{}}
+						}
+					}
+				}
 				if mf, ok := fs.maps[k]; ok {
 					if o, ok := r.Vals[i].(*jsonvalue.Object); ok {
 						for _, mv := range o.Vals {
@@ -320,38 +332,43 @@ func (m *model) copyFacts(f *facts, table string, o *jsonvalue.Object, fs *table
 // refFacts merges what a row's foreign keys imply: each key it names exists, and owns (or is owned by) it.
 func (m *model) refFacts(f *facts, o *jsonvalue.Object, named []string, at int, src string) {
 	for _, tn := range named {
-		t := m.tables[tn]
-		kv, _ := o.Get(t.keyField)
+		kv, _ := o.Get(m.tables[tn].keyField)
 		key, _ := kv.(string)
-		for _, ref := range t.refs {
-			v, ok := o.Get(ref.Field)
-			if !ok {
+		m.rowRefFacts(f, tn, key, o, at, src)
+	}
+}
+
+// rowRefFacts merges what row (tn, key)'s foreign keys imply.
+func (m *model) rowRefFacts(f *facts, tn, key string, o *jsonvalue.Object, at int, src string) {
+	t := m.tables[tn]
+	for _, ref := range t.refs {
+		v, ok := o.Get(ref.Field)
+		if !ok {
+			continue
+		}
+		var keys []string
+		if s, ok := v.(string); ok && !ref.Many {
+			keys = []string{s}
+		} else if l, ok := v.([]any); ok && ref.Many {
+			for _, e := range l {
+				if s, ok := e.(string); ok {
+					keys = append(keys, s)
+				}
+			}
+		}
+		for _, k := range keys {
+			r := f.entity(ref.Table, k, src)
+			if r == nil {
 				continue
 			}
-			var keys []string
-			if s, ok := v.(string); ok && !ref.Many {
-				keys = []string{s}
-			} else if l, ok := v.([]any); ok && ref.Many {
-				for _, e := range l {
-					if s, ok := e.(string); ok {
-						keys = append(keys, s)
-					}
-				}
-			}
-			for _, k := range keys {
-				r := f.entity(ref.Table, k, src)
-				if r == nil {
+			for _, back := range m.tables[ref.Table].refs {
+				if back.Table != tn {
 					continue
 				}
-				for _, back := range m.tables[ref.Table].refs {
-					if back.Table != tn {
-						continue
-					}
-					if back.Many && !ref.Many {
-						f.set(ref.Table, k, r, back.Field, []any{key}, at, src)
-					} else if !back.Many && ref.Many {
-						f.set(ref.Table, k, r, back.Field, key, at, src)
-					}
+				if back.Many && !ref.Many {
+					f.set(ref.Table, k, r, back.Field, []any{key}, at, src)
+				} else if !back.Many && ref.Many {
+					f.set(ref.Table, k, r, back.Field, key, at, src)
 				}
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
 
@@ -352,5 +353,58 @@ func TestEmailLookupNamesTheUserItSpells(t *testing.T) {
 	wrong := mustCall(t, s, "find_user_id_by_email", `{"email":"`+parts[0]+"."+parts[1]+`0000@example.org"}`)
 	if !wrong.Error {
 		t.Errorf("email of known user %s with other digits: %+v, want not found", base, wrong)
+	}
+}
+
+// Mentions of one entity merge into one fact row; a field two mentions disagree on keeps the later mention's
+// value, and the build report counts the conflict.
+func TestFactsMergeByRecency(t *testing.T) {
+	order := func(id, user, name, price string) string {
+		return `{"order_id": "` + id + `", "user_id": "` + user + `", "status": "pending", "items": [{"name": "` + name +
+			`", "product_id": "1000000009", "item_id": "2000000001", "price": ` + price + `, "options": {"color": "red"}}]}`
+	}
+	product := `{"name": "Lamp", "product_id": "1000000001", "variants": {"2000000002": {"item_id": "2000000002", "options": {"color": "blue"}, "available": true, "price": 10.0}}}`
+	traces := []trace.Trace{
+		fakeTrace("t1", [3]string{"get_order_details", `{"order_id": "#W0000001"}`, order("#W0000001", "ann_lee_1111", "Smart Watch", "99.5")},
+			[3]string{"get_product_details", `{"product_id": "1000000001"}`, product}),
+		fakeTrace("t2", [3]string{"get_order_details", `{"order_id": "#W0000002"}`, order("#W0000002", "ann_lee_1111", "Smart Watch Pro", "99.5")}),
+		fakeTrace("t3", [3]string{"get_order_details", `{"order_id": "#W0000003"}`, order("#W0000003", "bob_ray_2222", "Smart Watch Pro", "99.5")},
+			[3]string{"get_user_details", `{"user_id": "bob_ray_2222"}`, `{"user_id": "bob_ray_2222", "name": {"first_name": "Bob", "last_name": "Ray"}, "orders": ["#W0000003"]}`},
+			[3]string{"get_user_details", `{"user_id": "cyd_foxworth_33"}`, `{"user_id": "cyd_foxworth_33", "name": {"first_name": "Cyd", "last_name": "Foxworth"}, "orders": []}`}),
+	}
+	b, rep, err := Build(traces, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := map[string]twin.Row{}
+	for _, tb := range b.Tables {
+		for _, r := range tb.Facts {
+			facts[tb.Name+" "+r.Key] = r
+		}
+	}
+	p, ok := facts["products 1000000009"]
+	if !ok {
+		t.Fatalf("no fact row for the product seen only in orders: %v", facts)
+	}
+	got := decodeObj(t, p.JSON)
+	if got["name"] != "Smart Watch Pro" {
+		t.Errorf("product name %v, want the later mention's Smart Watch Pro", got["name"])
+	}
+	if v, _ := got["variants"].(map[string]any); !jsonEqual(v["2000000001"], map[string]any{"item_id": "2000000001", "price": 99.5, "options": map[string]any{"color": "red"}}) {
+		t.Errorf("product variants %v, want the ordered item as its variant", got["variants"])
+	}
+	if len(p.From) != 3 || p.From[0] != "t1#0" {
+		t.Errorf("provenance %v, want the three mentions, first t1#0", p.From)
+	}
+	if rep.Facts == nil || rep.Facts.Conflicts != 1 || len(rep.Facts.Examples) != 1 || rep.Facts.Examples[0].Field != "name" ||
+		rep.Facts.Examples[0].Kept != `"Smart Watch Pro"` || rep.Facts.Examples[0].Dropped != `"Smart Watch"` {
+		t.Errorf("facts report %+v, want one name conflict kept by recency", rep.Facts)
+	}
+	u, ok := facts["users ann_lee_1111"]
+	if !ok {
+		t.Fatalf("no fact row for the user the orders name: %v", facts)
+	}
+	if uo := decodeObj(t, u.JSON)["orders"]; !jsonEqual(uo, []any{"#W0000001", "#W0000002"}) {
+		t.Errorf("user ann_lee_1111 orders %v, want both orders naming them", uo)
 	}
 }

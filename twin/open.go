@@ -482,3 +482,32 @@ func (s *Session) namesHeldEntity(bt *baseTable, words []string, e *callEnv) boo
 	}
 	return len(s.find(bt.def.Name, named, e)) > 0
 }
+
+// EntityMapField answers the field that names each member of a map of entities: an object whose members are
+// all objects carrying their own member key in one field ({"9472539378": {"item_id": "9472539378", …}} → item_id).
+func EntityMapField(o *jsonvalue.Object) (string, bool) {
+	if o == nil || o.Len() == 0 {
+		return "", false
+	}
+	first, ok := o.Vals[0].(*jsonvalue.Object)
+	if !ok {
+		return "", false
+	}
+	for _, f := range first.Keys {
+		all := true
+		for i, k := range o.Keys {
+			m, ok := o.Vals[i].(*jsonvalue.Object)
+			if !ok {
+				return "", false
+			}
+			if v, ok := m.Get(f); !ok || v != any(k) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return f, true
+		}
+	}
+	return "", false
+}

@@ -185,6 +185,16 @@ func newBaseTable(def *Table) (*baseTable, error) {
 		return nil, fmt.Errorf("%w: tables[%s].key_pattern: %w", ErrBadBundle, def.Name, err)
 	}
 	t.keyRe = re
+	for _, k := range t.keys {
+		r := t.rows[k]
+		for i, f := range r.Keys {
+			if o, ok := r.Vals[i].(*jsonvalue.Object); ok {
+				if _, isMap := EntityMapField(o); isMap {
+					t.mapFields[f] = true
+				}
+			}
+		}
+	}
 	for _, sd := range def.Subs {
 		if f, ok := strings.CutSuffix(sd.Path, ".*"); ok && !strings.ContainsAny(f, ".[") {
 			t.mapFields[f] = true
