@@ -121,6 +121,7 @@ type OpenSessionBody struct {
 	RecordOutputsA    *bool                `json:"record_outputs,omitempty" doc:"recordOutputs, variant A name."`
 	Scenario          *string              `json:"scenario,omitempty" maxLength:"200" doc:"Name of a scenario from the environment's build config, used instead of seed instructions (never combined with them)."`
 	Clock             *string              `json:"clock,omitempty" format:"date-time" doc:"Fixes the world's time, RFC 3339 (e.g. 2025-03-01T09:00:00Z). Omitted: the build's clock."`
+	World             *string              `json:"world,omitempty" enum:"open,closed" doc:"World policy for ids the world does not hold: open (an unknown id in the recorded id format is made up from the seed and the id, consistent with what the recordings imply, and labelled B_inferred) or closed (production's own not-found error). Omitted: the build's (config.world, default open)."`
 	Faults            map[string]FaultRule `json:"faults,omitempty" maxProperties:"1000" doc:"Injected faults per tool name (\"*\": every tool not named): recorded error answers, timeouts and added latency, drawn from the session's seed so the same seed fails the same calls. Each injected fault is labelled in the call's answer and the transcript."`
 }
 
@@ -174,6 +175,7 @@ type SessionReceipts struct {
 	WorldHash string  `json:"worldHash" doc:"sha256: hash of the canonical world at open: the reproducibility receipt." example:"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"`
 	Note      *string `json:"note" doc:"Why seed words could not become rows, or null."`
 	Clock     string  `json:"clock" doc:"The world's time, RFC 3339: with the seed and instructions, it fixes the world."`
+	World     string  `json:"world,omitempty" doc:"The session's world policy: open or closed."`
 }
 
 // OpenSessionBodyOut answers a session open in both naming variants.
@@ -219,6 +221,9 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	if body.Clock != nil {
 		req.Clock = *body.Clock
 	}
+	if body.World != nil {
+		req.World = *body.World
+	}
 	o, err := sr.Plane.Open(ctx, req)
 	if err != nil {
 		return nil, err
@@ -228,7 +233,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 		SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: rc.WorldHash,
 		SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
 		Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: rc.WorldHash, Note: rc.Note,
-			Clock: rc.Clock},
+			Clock: rc.Clock, World: rc.World},
 	}}, nil
 }
 
@@ -453,7 +458,7 @@ func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutp
 	rc := st.Receipts
 	v.Receipts = SessionReceiptsFull{
 		SessionReceipts: SessionReceipts{Seeded: s.Seeded, Seed: s.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash, Note: rc.Note,
-			Clock: s.Clock},
+			Clock: s.Clock, World: rc.World},
 		Pinned:           rc.Pinned,
 		SeedInstructions: rc.SeedInstructions,
 	}

@@ -597,6 +597,17 @@ func TestSessionOpenAnswersBothVariants(t *testing.T) {
 		if code != 200 || got["receipts"].(map[string]any)["clock"] != "2025-03-01T08:00:00Z" {
 			t.Fatalf("session read: %d %v, want clock 2025-03-01T08:00:00Z", code, got)
 		}
+		// The world policy: the build's (open by default), or the session's own, in the receipts and on read.
+		if erc["world"] != "open" {
+			t.Fatalf("default world policy = %v, want open", erc["world"])
+		}
+		cw := p.open(map[string]any{"seed": 42, "world": "closed"})
+		if cw.Open["receipts"].(map[string]any)["world"] != "closed" {
+			t.Fatalf("closed open = %v, want world closed in its receipts", cw.Open)
+		}
+		if code, got := p.do(http.MethodGet, "/v1/sessions/"+cw.ID, cw.Token, nil); code != 200 || got["receipts"].(map[string]any)["world"] != "closed" {
+			t.Fatalf("session read: %d %v, want world closed", code, got)
+		}
 		// Words that cannot become rows: 201, seeded false, a note, the unseeded world.
 		f := p.open(map[string]any{"seedInstructions": "a thunderstorm over the warehouse", "seed": 42})
 		frc := f.Open["receipts"].(map[string]any)
@@ -635,6 +646,7 @@ func TestSessionOpenBadInput(t *testing.T) {
 		{"clock wrong type", `{"clock":1700000000}`, "body.clock"},
 		{"unknown scenario", `{"scenario":"nope"}`, "body.scenario"},
 		{"record outputs variants differ", `{"recordOutputs":true,"record_outputs":false}`, "body.recordOutputs"},
+		{"world not a policy", `{"world":"ajar"}`, "body.world"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

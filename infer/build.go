@@ -24,6 +24,8 @@ type Report struct {
 	Headline     string       `json:"headline"`
 	SchemaSource string       `json:"schema_source"`
 	Style        string       `json:"style"`
+	// Facts tells what mentions showed of entities beyond the base world, and the conflicts recency resolved.
+	Facts *FactsReport `json:"facts,omitempty"`
 	// SelfCheckSplit is the split of the self-check AddSelfCheck merged in: "task" or "trace".
 	SelfCheckSplit string `json:"self_check_split,omitempty"`
 }
@@ -132,12 +134,14 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Re
 	m.buildBase()
 	m.learnRelations()
 	m.synthesize()
+	m.learnFacts()
 	b := m.bundle()
 	fits, err := m.fit(b)
 	if err != nil {
 		return nil, nil, err
 	}
 	rep := m.decide(b, fits)
+	rep.Facts = m.factsReport()
 	return b, rep, nil
 }
 
@@ -145,7 +149,7 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Re
 func (m *model) bundle() *twin.Bundle {
 	b := &twin.Bundle{Format: twin.FormatVersion, Name: m.opts.Config.Name, Framework: m.opts.Config.Framework,
 		Language: m.opts.Config.Language, SchemaSource: "traces", Style: m.style, Clock: m.opts.Config.Clock,
-		Scenarios: m.opts.Config.Scenarios}
+		Scenarios: m.opts.Config.Scenarios, World: m.opts.Config.World}
 	if len(m.opts.Tools) > 0 {
 		b.SchemaSource = "provided"
 	}
@@ -193,6 +197,11 @@ func (m *model) bundle() *twin.Bundle {
 		t := twin.Table{Name: tn, Key: ti.keyField, KeyInRow: ti.keyInRow, Refs: ti.refs}
 		keys := sortedKeys(m.base[tn])
 		t.KeyShape = keyShape(keys)
+		t.KeyPattern = keyPatternOf(keys)
+		t.KeyParts = m.keyParts(tn)
+		t.KeyWords = m.keyWords(tn, t.KeyParts)
+		t.Facts = m.factRows(tn)
+		t.Absent = m.absentKeys(tn)
 		for _, k := range keys {
 			t.Rows = append(t.Rows, twin.Row{Key: k, JSON: twin.Render(m.base[tn][k], twin.StylePythonU)})
 		}
@@ -278,7 +287,8 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	fits := map[string]*toolFit{}
 	ctx := context.Background()
 	for _, t := range m.traces {
-		s, _, err := rt.Open(twin.SessionSpec{})
+		// Closed world: an id the recorded world did not hold was not found, whatever its format.
+		s, _, err := rt.Open(twin.SessionSpec{World: twin.WorldClosed})
 		if err != nil {
 			return nil, err
 		}

@@ -23,6 +23,8 @@ type model struct {
 	base map[string]map[string]*jsonvalue.Object
 	// sightings is every row seen anywhere: table → key → rows in trace order (first per trace).
 	sightings map[string]map[string][]*jsonvalue.Object
+	// facts are what mentions show of entities the base world does not hold (facts.go).
+	facts *facts
 	// subs index nested objects by id (see subIndex).
 	subs    map[string]map[string]*jsonvalue.Object
 	subDefs map[string]twin.SubIndex
@@ -43,6 +45,8 @@ type toolInfo struct {
 	notes    []string
 	// stringsAsJSON: string answers were JSON-quoted.
 	stringsAsJSON bool
+	// lookupCrit maps a lookup's argument to the row field it matches.
+	lookupCrit map[string]string
 }
 
 // tableInfo is an entity type.

@@ -43,6 +43,10 @@ type Config struct {
 	Bindings map[string]string `json:"bindings,omitempty"`
 	// Clock is the default world time (RFC 3339).
 	Clock string `json:"clock,omitempty"`
+	// World is the policy for ids the world does not hold: "open" (the default: an unknown id in the recorded
+	// id format is made up, consistent with what the recordings imply, labelled B_inferred) or "closed"
+	// (production's not-found error). Sessions may override it at open.
+	World string `json:"world,omitempty"`
 }
 
 // ErrBadInput is wrapped by every error about the build's inputs; the message names the field.
@@ -145,6 +149,11 @@ func (o *Options) validate() error {
 		default:
 			return fmt.Errorf("%w: config.bindings.%s: %q is not provided, synthesized or simulated", ErrBadInput, name, b)
 		}
+	}
+	switch o.Config.World {
+	case "", twin.WorldOpen, twin.WorldClosed:
+	default:
+		return fmt.Errorf("%w: config.world: %q is not %q or %q", ErrBadInput, o.Config.World, twin.WorldOpen, twin.WorldClosed)
 	}
 	for name := range o.Config.Scenarios {
 		if strings.TrimSpace(name) == "" {

@@ -16,7 +16,7 @@ func (m *model) learnRelations() {
 		if len(keys) == 0 {
 			keys = sortedKeys(m.sightings[tn])
 		}
-		if p := patternOf(keys); p != "" {
+		if p := keyPatternOf(keys); p != "" {
 			pats[tn] = regexp.MustCompile(p)
 		}
 	}

@@ -299,6 +299,7 @@ func (m *model) synthLookup(ti *toolInfo) bool {
 	}
 	ti.kind = twin.KindLookup
 	ti.table = tableName
+	ti.lookupCrit = crit
 	for _, a := range argNames {
 		t.indexes[twin.Index{Path: crit[a], Fold: fold[a]}] = true
 	}
@@ -322,7 +323,8 @@ func (m *model) synthLookup(ti *toolInfo) bool {
 		}
 	}
 	b.WriteString("    }\n")
-	fmt.Fprintf(&b, "    keys = world.find(%q, criteria, ignore_case=[%s])\n", tableName, strings.Join(folds, ", "))
+	// materialize: in an open world a search the world has no row for finds an entity made up to match it.
+	fmt.Fprintf(&b, "    keys = world.find(%q, criteria, ignore_case=[%s], materialize=True)\n", tableName, strings.Join(folds, ", "))
 	b.WriteString("    if not keys:\n")
 	b.WriteString("        " + notFound + "\n")
 	if asRow {

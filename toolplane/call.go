@@ -289,7 +289,7 @@ func specOf(s *schema.Session) twinrpc.SessionSpec {
 	spec := twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
 	var rc twinrpc.Receipts
 	if len(s.Receipts) > 0 && json.Unmarshal(s.Receipts, &rc) == nil {
-		spec.SeedRows = rc.SeedRows
+		spec.SeedRows, spec.World = rc.SeedRows, rc.World
 	}
 	return spec
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows"
@@ -38,6 +39,9 @@ type OpenRequest struct {
 	RecordOutputs bool
 	// Faults is the session's fault plan (nil: none), checked against the build's tools and recorded errors.
 	Faults faults.Spec
+	// World overrides the build's world policy: "open", "closed" or "" (the build's). The effective policy is
+	// kept in the receipts, so a rebuilt world has the same one.
+	World string
 }
 
 // Opened is an open session: its row, its token (shown once) and its receipts.
@@ -58,6 +62,12 @@ func DrawSeed() int64 {
 // workflow, and mints the session's token.
 func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 	spec := twinrpc.SessionSpec{SeedInstructions: req.SeedInstructions}
+	switch req.World {
+	case "", twin.WorldOpen, twin.WorldClosed:
+		spec.World = req.World
+	default:
+		return nil, invalid("body.world", fmt.Sprintf("must be %q or %q", twin.WorldOpen, twin.WorldClosed))
+	}
 	if req.Scenario != "" {
 		if strings.TrimSpace(req.SeedInstructions) != "" {
 			return nil, invalid("body.scenario", "a scenario is used instead of seed instructions: give one or the other")

@@ -110,6 +110,9 @@ type Bundle struct {
 	Summary   Summary           `json:"summary"`
 	// Agent is what the traces show of the agent that recorded them (nil in bundles built before it was learned).
 	Agent *Agent `json:"agent,omitempty"`
+	// World is the policy for ids the world does not hold: WorldOpen or WorldClosed ("" is DefaultWorld). A session
+	// may override it at open (SessionSpec.World).
+	World string `json:"world,omitempty"`
 }
 
 // Agent is the agent as its traces show it: what a one-shot query runs (its prompt, tools and model) and the
@@ -221,12 +224,34 @@ type Table struct {
 	Subs []SubIndex `json:"subs,omitempty"`
 	// Refs are fields holding keys of other tables (for seeding related rows).
 	Refs []Ref `json:"refs,omitempty"`
+	// KeyPattern is the id format the recordings show (a regular expression): in an open world an unknown id
+	// that matches it is made up on first read; others are not found.
+	KeyPattern string `json:"key_pattern,omitempty"`
+	// KeyParts are the fields an id embeds ("james_sanchez_3954": part 0 is name.first_name, title-cased).
+	KeyParts []KeyPart `json:"key_parts,omitempty"`
+	// KeyWords are fields whose value begins with the words the key embeds, in KeyParts order (an email
+	// "james.sanchez3954@…"): a search by one names the entity those words name.
+	KeyWords []string `json:"key_words,omitempty"`
+	// Facts are what the recordings show of entities the base world does not hold (inside other entities'
+	// answers, or named by their keys): partial rows, completed when first read (labelled B_inferred).
+	Facts []Row `json:"facts,omitempty"`
+	// Absent are ids production answered not found for: never made up, in an open world either.
+	Absent []string `json:"absent,omitempty"`
+}
+
+// KeyPart says part Index of a key split at "_" is the value of field Path (title-cased when Title).
+type KeyPart struct {
+	Index int    `json:"index"`
+	Path  string `json:"path"`
+	Title bool   `json:"title,omitempty"`
 }
 
 // Row is one base-world row.
 type Row struct {
 	Key  string `json:"key"`
 	JSON string `json:"json"`
+	// From names the first recorded mentions ("trace#call") a fact row was learned from.
+	From []string `json:"from,omitempty"`
 }
 
 // Index is a lookup path over a table's rows.
@@ -329,8 +354,14 @@ func (b *Bundle) Validate() error {
 	if b.Format != FormatVersion {
 		return fmt.Errorf("%w: format: version %d, this build reads %d", ErrBadBundle, b.Format, FormatVersion)
 	}
+	if err := checkWorld(b.World); err != nil {
+		return fmt.Errorf("%w: world: %w", ErrBadBundle, err)
+	}
 	tables := map[string]bool{}
 	for i, t := range b.Tables {
+		if _, err := compileKeyPattern(t.KeyPattern); err != nil {
+			return fmt.Errorf("%w: tables[%d].key_pattern: %w", ErrBadBundle, i, err)
+		}
 		if t.Name == "" {
 			return fmt.Errorf("%w: tables[%d].name: empty", ErrBadBundle, i)
 		}

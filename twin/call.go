@@ -106,6 +106,10 @@ func (s *Session) call(ctx context.Context, t *rtTool, args *jsonvalue.Object, j
 		case RungReplay:
 			a, why = s.replay(t, args)
 		case RungInfer:
+			if s.absentRead(t, args) {
+				a, why = s.inferNotFound(t, args)
+				break
+			}
 			a, why = s.infer(t, args)
 		case RungSimulate:
 			if journaled != nil {
@@ -124,7 +128,20 @@ func (s *Session) call(ctx context.Context, t *rtTool, args *jsonvalue.Object, j
 			}
 			continue
 		}
-		res := Result{Content: a.content, Error: a.isErr, Rung: rung, Fidelity: FidelityOf(rung), Downgraded: r > start}
+		if a.env != nil && len(a.env.matOrder) > 0 && rung != RungReplay {
+			// A recording with these very arguments is better evidence than an entity made up for them (production
+			// answered "not found" for an id that matched the format, or showed the entity itself).
+			if ra, _ := s.replay(t, args); ra != nil {
+				a, rung = ra, RungReplay
+				notes = append(notes, "a recording with these arguments answered instead of an entity made up for them")
+			}
+		}
+		res := Result{Content: a.content, Error: a.isErr, Rung: rung, Fidelity: FidelityOf(rung), Downgraded: rungIndex(rung) > start}
+		if a.env != nil && len(a.env.matOrder) > 0 {
+			// The answer rests on entities made up for ids the world did not hold.
+			res.Fidelity = FidelityInferred
+			notes = append(notes, "made up "+describeMade(a.env.matOrder)+" (world policy "+s.world+")")
+		}
 		if rung == RungSimulate && t.def.Kind == KindWrite {
 			// A model never changes the world: a write it answered is always marked.
 			res.Downgraded = true
@@ -204,6 +221,14 @@ func (s *Session) Try(ctx context.Context, tool string, args *jsonvalue.Object, 
 // commit stores what an answer changed; it reports whether anything did.
 func (s *Session) commit(t *rtTool, args *jsonvalue.Object, a *answer) bool {
 	changed := false
+	if a.env != nil {
+		for _, tk := range a.env.matOrder {
+			if _, ok := s.row(tk.table, tk.key); !ok {
+				s.put(tk.table, tk.key, a.env.mat[tk])
+				changed = true
+			}
+		}
+	}
 	if a.env != nil && len(a.env.order) > 0 && !a.isErr {
 		for _, tk := range a.env.order {
 			if a.env.dels[tk] {
@@ -219,6 +244,15 @@ func (s *Session) commit(t *rtTool, args *jsonvalue.Object, a *answer) bool {
 		changed = true
 	}
 	return changed
+}
+
+// describeMade names the rows a call made up ("users mia_li_3668, orders #W1234567").
+func describeMade(tks []tableKey) string {
+	parts := make([]string, len(tks))
+	for i, tk := range tks {
+		parts[i] = tk.table + " " + tk.key
+	}
+	return strings.Join(parts, ", ")
 }
 
 func keyArg(def *Tool, args *jsonvalue.Object) (string, bool) {

@@ -43,7 +43,7 @@ func (s *Session) Fork() (*Session, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	f := &Session{rt: s.rt, spec: s.spec, clock: s.clock, over: overlay(s.over).clone(), opening: s.opening,
+	f := &Session{rt: s.rt, spec: s.spec, world: s.world, clock: s.clock, over: overlay(s.over).clone(), opening: s.opening,
 		hash: s.hash, dirty: s.dirty}
 	if s.hashes != nil {
 		f.hashes = make(map[string]*tableHash, len(s.hashes))

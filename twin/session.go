@@ -22,6 +22,8 @@ type SessionSpec struct {
 	// SeedRows, when set, are the rows a Seeder made for this session's instructions (from its receipts): they are
 	// applied as they are, so a rebuilt session gets its world without asking the Seeder again.
 	SeedRows []SeedRow `json:"seed_rows,omitempty"`
+	// World overrides the bundle's world policy for this session: WorldOpen or WorldClosed ("" keeps the bundle's).
+	World string `json:"world,omitempty"`
 }
 
 // Receipts tell how a session's world was made (spec §2.3).
@@ -37,6 +39,8 @@ type Receipts struct {
 	// SeedRows are the rows the Seeder made (only when it seeded): give them back in SessionSpec.SeedRows to
 	// rebuild the same world.
 	SeedRows []SeedRow `json:"seed_rows,omitempty"`
+	// World is the session's world policy (open or closed): its own, else the bundle's.
+	World string `json:"world,omitempty"`
 }
 
 // Session is one isolated world: a copy-on-write overlay over the base world.
@@ -44,6 +48,7 @@ type Receipts struct {
 type Session struct {
 	rt    *Runtime
 	spec  SessionSpec
+	world string // WorldOpen or WorldClosed
 	clock string
 	mu    sync.Mutex
 	over  map[string]map[string]*jsonvalue.Object // table → key → row; nil row = deleted
@@ -61,8 +66,11 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 	if err != nil {
 		return nil, Receipts{}, err
 	}
-	s := &Session{rt: rt, spec: spec, clock: clock, over: map[string]map[string]*jsonvalue.Object{}}
-	rc := Receipts{Seed: spec.Seed, Pinned: map[string][]string{}, Clock: clock}
+	if err := checkWorld(spec.World); err != nil {
+		return nil, Receipts{}, fmt.Errorf("%w: world: %w", ErrBadSpec, err)
+	}
+	s := &Session{rt: rt, spec: spec, world: worldOf(spec.World, rt.b.World), clock: clock, over: map[string]map[string]*jsonvalue.Object{}}
+	rc := Receipts{Seed: spec.Seed, Pinned: map[string][]string{}, Clock: clock, World: s.world}
 	instr := spec.SeedInstructions
 	if spec.Scenario != "" && strings.TrimSpace(spec.SeedInstructions) != "" {
 		return nil, Receipts{}, fmt.Errorf("%w: scenario: a scenario is used instead of seed instructions, not with them", ErrBadSpec)
@@ -234,6 +242,11 @@ func (s *Session) find(table string, cs []criterion, e *callEnv) []string {
 		for _, tk := range e.order {
 			if tk.table == table {
 				check(tk.key, e.txn[tk])
+			}
+		}
+		for _, tk := range e.matOrder {
+			if tk.table == table && e.txn[tk] == nil {
+				check(tk.key, e.mat[tk])
 			}
 		}
 	}

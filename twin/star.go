@@ -151,6 +151,10 @@ type callEnv struct {
 	txn   map[tableKey]*jsonvalue.Object // writes of this call, committed when it answers
 	order []tableKey                     // write order, for determinism
 	dels  map[tableKey]bool
+	// mat holds the rows this call made up for ids the world did not hold (open.go), in matOrder; they stay
+	// for the session whatever the call answers.
+	mat      map[tableKey]*jsonvalue.Object
+	matOrder []tableKey
 }
 
 type tableKey struct{ table, key string }
@@ -172,6 +176,9 @@ func (e *callEnv) rowOf(table, key string) (*jsonvalue.Object, bool) {
 		return nil, false
 	}
 	if r, ok := e.txn[tk]; ok {
+		return r, true
+	}
+	if r, ok := e.mat[tk]; ok {
 		return r, true
 	}
 	return e.sess.row(table, key)
@@ -275,7 +282,7 @@ func bWorldGet(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if err != nil {
 		return starlark.None, nil
 	}
-	r, ok := e.rowOf(table, k)
+	r, ok := e.lookupOrMaterialize(table, k)
 	if !ok {
 		return starlark.None, nil
 	}
@@ -349,7 +356,8 @@ func bWorldFind(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 	var table string
 	var crit *starlark.Dict
 	var ci *starlark.List
-	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "table", &table, "criteria", &crit, "ignore_case?", &ci); err != nil {
+	var open bool
+	if err := starlark.UnpackArgs(b.Name(), args, kwargs, "table", &table, "criteria", &crit, "ignore_case?", &ci, "materialize?", &open); err != nil {
 		return nil, err
 	}
 	e, err := envOf(th)
@@ -377,6 +385,11 @@ func bWorldFind(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		cs = append(cs, criterion{path: string(p), value: v, fold: fold[string(p)]})
 	}
 	keys := e.sess.find(table, cs, e)
+	if len(keys) == 0 && open {
+		if k, ok := e.materializeMatch(table, cs); ok {
+			keys = []string{k}
+		}
+	}
 	out := make([]starlark.Value, len(keys))
 	for i, k := range keys {
 		out[i] = starlark.String(k)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -31,6 +32,13 @@ type baseTable struct {
 	// subs maps a sub-index name to canonical field value → where the nested object lives.
 	subs    map[string]map[string]subHit
 	subDefs map[string]SubIndex
+	// facts are partial rows of entities the base does not hold (Table.Facts); keyRe the id format;
+	// mapFields the top-level fields that are maps of entities (a sub-index path "f.*").
+	absent    map[string]bool
+	facts     map[string]*jsonvalue.Object
+	factKeys  []string // sorted
+	keyRe     *regexp.Regexp
+	mapFields map[string]bool
 }
 
 type subHit struct {
@@ -154,7 +162,43 @@ func newBaseTable(def *Table) (*baseTable, error) {
 	for _, ix := range def.Indexes {
 		t.addIndex(ix.Path, ix.Fold)
 	}
+	t.facts, t.mapFields = map[string]*jsonvalue.Object{}, map[string]bool{}
+	for i, r := range def.Facts {
+		v, err := jsonvalue.ParseString(r.JSON)
+		o, ok := v.(*jsonvalue.Object)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("%w: tables[%s].facts[%d]: not an object", ErrBadBundle, def.Name, i)
+		}
+		if _, dup := t.facts[r.Key]; dup {
+			return nil, fmt.Errorf("%w: tables[%s].facts[%d]: duplicate key %q", ErrBadBundle, def.Name, i, r.Key)
+		}
+		t.facts[r.Key] = o
+		t.factKeys = append(t.factKeys, r.Key)
+	}
+	sort.Strings(t.factKeys)
+	t.absent = map[string]bool{}
+	for _, k := range def.Absent {
+		t.absent[k] = true
+	}
+	re, err := compileKeyPattern(def.KeyPattern)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tables[%s].key_pattern: %w", ErrBadBundle, def.Name, err)
+	}
+	t.keyRe = re
+	for _, k := range t.keys {
+		r := t.rows[k]
+		for i, f := range r.Keys {
+			if o, ok := r.Vals[i].(*jsonvalue.Object); ok {
+				if _, isMap := EntityMapField(o); isMap {
+					t.mapFields[f] = true
+				}
+			}
+		}
+	}
 	for _, sd := range def.Subs {
+		if f, ok := strings.CutSuffix(sd.Path, ".*"); ok && !strings.ContainsAny(f, ".[") {
+			t.mapFields[f] = true
+		}
 		t.subDefs[sd.Name] = sd
 		m := map[string]subHit{}
 		for _, k := range t.keys {
