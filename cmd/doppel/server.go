@@ -209,6 +209,11 @@ func runWorker(ctx context.Context, e env) error {
 		}
 		defer stop()
 	}
+	stopPprof, err := servePprof(st)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
 	<-ctx.Done()
 	return nil
@@ -495,6 +500,12 @@ func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
 		}
 		defer stop()
 	}
+	stopPprof, err := servePprof(st)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopPprof()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	ready(ln.Addr().String())
