@@ -409,6 +409,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
 	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
 	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
+	opts.KeyCacheTTL = api.DefaultKeyCacheTTL
 	if opts.BodyBudget == 0 {
 		opts.BodyBudget = -1 // api.body_budget_bytes 0: no budget
 	}
