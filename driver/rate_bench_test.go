@@ -20,7 +20,7 @@ const (
 )
 
 // BenchmarkCallRateDockerVsProcess offers tool calls at 1,000/s over 64 sessions to a process twin and to a Docker
-// twin (twin.docker_route auto, as doppel runs it) of the same bundle, in alternating rounds of one run, and
+// twin (twin.docker_route auto, as doppel runs it) of the same bundle, in alternating half-second rounds of one run, and
 // reports each driver's p50 and p99 (from each call's scheduled send, so queueing is not hidden) and the Docker to
 // process ratios beside their limits. Calls of one session are serialized as the tool plane does; one call in four
 // writes. The generator shares the machine's cores with both twins.
@@ -28,8 +28,8 @@ func BenchmarkCallRateDockerVsProcess(b *testing.B) {
 	const (
 		rate     = 1000
 		sessions = 64
-		rounds   = 4
-		round    = 2 * time.Second
+		rounds   = 16 // short rounds, so a burst of the machine's other load lands on both drivers alike
+		round    = 500 * time.Millisecond
 	)
 	ctx := context.Background()
 	cli := dockerClient(b)
