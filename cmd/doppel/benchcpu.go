@@ -64,6 +64,6 @@ func (m cpuMark) since(end cpuMark, n int) string {
 	gen := (end.gen - m.gen).Seconds()
 	cores := float64(runtime.NumCPU())
 	perCall := srv / float64(n)
-	return fmt.Sprintf("  [cpu: server %.2f s = %.0f%% of %d cores, %.0f µs/request (%.0f/s if it had them all); generator %.2f s = %.0f%%]",
+	return fmt.Sprintf("  [cpu: server %.2f s = %.0f%% of %d cores, %.0f µs/request with its background work (%.0f/s if it had them all); generator %.2f s = %.0f%%]",
 		srv, 100*srv/wall/cores, int(cores), perCall*1e6, cores/perCall, gen, 100*gen/wall/cores)
 }
