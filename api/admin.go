@@ -189,6 +189,7 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 			if u.Gate != nil {
 				u.Gate.Forget(ws.ID)
 			}
+			d.Auth.forgetKeys() // cached keys carry the workspace's access and entitlements
 			return &WorkspaceOutput{Body: workspaceOut(ws)}, nil
 		},
 	})

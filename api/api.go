@@ -63,6 +63,10 @@ type Options struct {
 	WebSecret []byte
 	// WebSessionTTL is how long a console sign-in lasts (0: DefaultWebSessionTTL).
 	WebSessionTTL time.Duration
+	// KeyCacheTTL, when positive, caches what workspace keys and MCP tokens resolve to for that long
+	// (DefaultKeyCacheTTL in doppel serve and dev): a key revoked, or a workspace changed, by another process is
+	// refused within it; by this one at once. 0: every request reads its key from the database.
+	KeyCacheTTL time.Duration
 }
 
 // Observer is told what the API serves, for metrics. Its methods must be cheap: Call runs on every session call.
@@ -123,6 +127,9 @@ func New(opts Options) (http.Handler, huma.API) {
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
 	web := &WebSessions{DB: opts.DB, Secret: opts.WebSecret, TTL: opts.WebSessionTTL}
 	auth := &Authenticator{DB: opts.DB}
+	if opts.KeyCacheTTL > 0 && opts.DB != nil {
+		auth.keys = newKeyCache(opts.DB, opts.KeyCacheTTL)
+	}
 	humaAPI.UseMiddleware(auth.middleware(humaAPI), checkBodyStrings)
 	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState, Observer: opts.Observer}
 	if opts.Tracer != nil {

@@ -82,6 +82,7 @@ type Authenticator struct {
 	// path: SessionTokens). Without it every session route reads the session and its workspace.
 	Tokens TokenResolver
 
+	keys  *keyCache // nil: every workspace key and MCP token is read from the database
 	admin *adminKey // nil: admin verbs refuse every credential
 }
 
@@ -153,7 +154,13 @@ func (a *Authenticator) Key(ctx context.Context, authorization string, kinds ...
 	if !slices.Contains(kinds, cred.KindOf(tok)) {
 		return nil, Unauthorized("this route takes " + describeKinds(kinds))
 	}
-	key, ws, err := store.ResolveKey(ctx, db, tok)
+	var key *schema.APIKey
+	var ws *schema.Workspace
+	if a.keys != nil {
+		key, ws, err = a.keys.resolve(ctx, tok)
+	} else {
+		key, ws, err = store.ResolveKey(ctx, db, tok)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Unauthorized("invalid or revoked credential")
 	}
@@ -164,6 +171,14 @@ func (a *Authenticator) Key(ctx context.Context, authorization string, kinds ...
 		return nil, err
 	}
 	return &Principal{Workspace: ws, Key: key}, nil
+}
+
+// forgetKeys drops every cached key resolution, after this process revoked a key or changed a workspace, so
+// the change applies to its next request at once.
+func (a *Authenticator) forgetKeys() {
+	if a != nil {
+		a.keys.forget()
+	}
 }
 
 // Workspace authenticates a workspace key (mk_live_…).

@@ -131,6 +131,7 @@ func registerKeys(a huma.API, d *Deps) {
 			if err != nil {
 				return nil, StoreError(err, "key "+in.ID)
 			}
+			d.Auth.forgetKeys()
 			return &RevokeKeyOutput{Body: KeyInfoOf(k)}, nil
 		},
 	})

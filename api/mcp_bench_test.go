@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -19,74 +20,80 @@ import (
 // BenchmarkMCPCallRate: tools/call over MCP (the official SDK's client on Streamable HTTP, /mcp/envs/{slug}) beside
 // the REST call (POST /v1/sessions/{id}/call) at the same fixed rate in one run, each over 64 sessions seeded
 // alike, replaying tau-retail's recorded calls through the in-process twin over its HTTP RPC, journaled to SQLite.
-// Latency is from each call's send; the generator's lag is reported apart.
+// Latency is from each call's send; the generator's lag is reported apart. keycache=0s reads the MCP token from the
+// database on every request (the REST call's session token has a cache of its own either way); keycache=5s caches
+// it as doppel serve and dev do.
 func BenchmarkMCPCallRate(b *testing.B) {
 	for _, rate := range []int{500} {
-		b.Run(fmt.Sprintf("sqlite/rate=%d", rate), func(b *testing.B) {
-			serverGC(b)
-			bundle, traces := retailBundle(b)
-			p := newMCPPlane(b, schema.DriverSQLite, bundle)
-			work := workload(traces)
-			type mcpCall struct {
-				Name      string          `json:"name"`
-				Arguments json.RawMessage `json:"arguments"`
-			}
-			hc := loadClient()
-			mcpClient := &http.Client{Transport: withBearer{p.key, hc.Transport}}
-			rest := make([]*loadTarget, 64)
-			sessions := make([]*mcp.ClientSession, 64)
-			mcpCalls := make([][]mcpCall, 64)
-			for i := range rest {
-				s := p.open(map[string]any{"seed": i})
-				rest[i] = &loadTarget{url: p.srv.URL + "/v1/sessions/" + s.ID + "/call", token: s.Token, calls: work[i%len(work)]}
-				c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-				cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
-					Endpoint: p.srv.URL + "/mcp/envs/" + p.env.Slug + "?seed=" + strconv.Itoa(i), HTTPClient: mcpClient}, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = cs.Close() })
-				sessions[i] = cs
-				for _, body := range work[i%len(work)] {
-					var mc mcpCall
-					_ = json.Unmarshal(body, &mc)
-					mcpCalls[i] = append(mcpCalls[i], mc)
-				}
-			}
-			var next [64]atomic.Int64
-			sendREST := func(i int) (int, error) {
-				t := rest[i%len(rest)]
-				return post(hc, t.url, t.token, t.body())
-			}
-			sendMCP := func(i int) (int, error) {
-				k := i % len(sessions)
-				calls := mcpCalls[k]
-				mc := calls[int(next[k].Add(1)-1)%len(calls)]
-				res, err := sessions[k].CallTool(context.Background(), &mcp.CallToolParams{Name: mc.Name, Arguments: mc.Arguments})
-				if err != nil {
-					return 0, err
-				}
-				if res.Meta[api.MetaCall] == nil {
-					return 0, fmt.Errorf("no call _meta: %+v", res)
-				}
-				return http.StatusOK, nil
-			}
-			n := max(b.N, 5*rate)                         // at least five seconds of load each
-			_, _, _, _ = openLoop(rate/2, rate, sendREST) // warm the pools and the twin's indexes
-			_, _, _, _ = openLoop(rate/2, rate, sendMCP)
-			b.ResetTimer()
-			restLat, restBad, restErrs, restLag := openLoop(n, rate, sendREST)
-			mcpLat, mcpBad, mcpErrs, mcpLag := openLoop(n, rate, sendMCP)
-			b.StopTimer()
-			if restBad > 0 || mcpBad > 0 {
-				b.Errorf("failed calls: REST %d (%q), MCP %d (%q)", restBad, restErrs, mcpBad, mcpErrs)
-			}
-			b.ReportMetric(ms(latency.Percentile(restLat, 50)), "rest-p50-ms")
-			b.ReportMetric(ms(latency.Percentile(restLat, 99)), "rest-p99-ms")
-			b.ReportMetric(ms(latency.Percentile(mcpLat, 50)), "mcp-p50-ms")
-			b.ReportMetric(ms(latency.Percentile(mcpLat, 99)), "mcp-p99-ms")
-			b.ReportMetric(ms(max(latency.Percentile(restLag, 99), latency.Percentile(mcpLag, 99))), "lag-p99-ms")
-			b.ReportMetric(0, "ns/op")
-		})
+		for _, keyTTL := range []time.Duration{0, api.DefaultKeyCacheTTL} {
+			b.Run(fmt.Sprintf("sqlite/rate=%d/keycache=%s", rate, keyTTL), func(b *testing.B) { benchMCPCallRate(b, rate, keyTTL) })
+		}
 	}
+}
+
+func benchMCPCallRate(b *testing.B, rate int, keyTTL time.Duration) {
+	serverGC(b)
+	bundle, traces := retailBundle(b)
+	p := newMCPPlaneKeyCache(b, schema.DriverSQLite, bundle, keyTTL)
+	work := workload(traces)
+	type mcpCall struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	hc := loadClient()
+	mcpClient := &http.Client{Transport: withBearer{p.key, hc.Transport}}
+	rest := make([]*loadTarget, 64)
+	sessions := make([]*mcp.ClientSession, 64)
+	mcpCalls := make([][]mcpCall, 64)
+	for i := range rest {
+		s := p.open(map[string]any{"seed": i})
+		rest[i] = &loadTarget{url: p.srv.URL + "/v1/sessions/" + s.ID + "/call", token: s.Token, calls: work[i%len(work)]}
+		c := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
+		cs, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{
+			Endpoint: p.srv.URL + "/mcp/envs/" + p.env.Slug + "?seed=" + strconv.Itoa(i), HTTPClient: mcpClient}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cs.Close() })
+		sessions[i] = cs
+		for _, body := range work[i%len(work)] {
+			var mc mcpCall
+			_ = json.Unmarshal(body, &mc)
+			mcpCalls[i] = append(mcpCalls[i], mc)
+		}
+	}
+	var next [64]atomic.Int64
+	sendREST := func(i int) (int, error) {
+		t := rest[i%len(rest)]
+		return post(hc, t.url, t.token, t.body())
+	}
+	sendMCP := func(i int) (int, error) {
+		k := i % len(sessions)
+		calls := mcpCalls[k]
+		mc := calls[int(next[k].Add(1)-1)%len(calls)]
+		res, err := sessions[k].CallTool(context.Background(), &mcp.CallToolParams{Name: mc.Name, Arguments: mc.Arguments})
+		if err != nil {
+			return 0, err
+		}
+		if res.Meta[api.MetaCall] == nil {
+			return 0, fmt.Errorf("no call _meta: %+v", res)
+		}
+		return http.StatusOK, nil
+	}
+	n := max(b.N, 5*rate)                         // at least five seconds of load each
+	_, _, _, _ = openLoop(rate/2, rate, sendREST) // warm the pools and the twin's indexes
+	_, _, _, _ = openLoop(rate/2, rate, sendMCP)
+	b.ResetTimer()
+	restLat, restBad, restErrs, restLag := openLoop(n, rate, sendREST)
+	mcpLat, mcpBad, mcpErrs, mcpLag := openLoop(n, rate, sendMCP)
+	b.StopTimer()
+	if restBad > 0 || mcpBad > 0 {
+		b.Errorf("failed calls: REST %d (%q), MCP %d (%q)", restBad, restErrs, mcpBad, mcpErrs)
+	}
+	b.ReportMetric(ms(latency.Percentile(restLat, 50)), "rest-p50-ms")
+	b.ReportMetric(ms(latency.Percentile(restLat, 99)), "rest-p99-ms")
+	b.ReportMetric(ms(latency.Percentile(mcpLat, 50)), "mcp-p50-ms")
+	b.ReportMetric(ms(latency.Percentile(mcpLat, 99)), "mcp-p99-ms")
+	b.ReportMetric(ms(max(latency.Percentile(restLag, 99), latency.Percentile(mcpLag, 99))), "lag-p99-ms")
+	b.ReportMetric(0, "ns/op")
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/humatest"
@@ -27,8 +28,14 @@ type mcpPlane struct {
 
 func newMCPPlane(t testing.TB, driver string, bundle []byte) *mcpPlane {
 	t.Helper()
+	return newMCPPlaneKeyCache(t, driver, bundle, 0)
+}
+
+// newMCPPlaneKeyCache is newMCPPlane with workspace keys and MCP tokens cached for keyTTL (0: not cached).
+func newMCPPlaneKeyCache(t testing.TB, driver string, bundle []byte, keyTTL time.Duration) *mcpPlane {
+	t.Helper()
 	p := newPlane(t, driver, bundle, planeOptions{})
-	h, humaAPI := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){
+	h, humaAPI := api.New(api.Options{DB: p.db, KeyCacheTTL: keyTTL, Routes: []func(huma.API, *api.Deps){
 		p.routes.Register, (&api.MCPRoutes{Plane: p.tp}).Register,
 	}})
 	p.h, p.api = h, humatest.Wrap(t, humaAPI)

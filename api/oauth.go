@@ -352,6 +352,7 @@ func (o *oauthServer) token(w http.ResponseWriter, r *http.Request) {
 			WriteError(w, r, err)
 			return
 		}
+		o.auth.forgetKeys()
 		bad = "code: already used; the token it gave is revoked"
 	case !schema.Now().Before(c.ExpiresAt):
 		bad = "code: expired"
@@ -410,5 +411,6 @@ func (o *oauthServer) revoke(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, r, err)
 		return
 	}
+	o.auth.forgetKeys()
 	w.WriteHeader(http.StatusOK)
 }

@@ -41,6 +41,7 @@ type Config struct {
 	Query        Query    `koanf:"query"`
 	Runtime      Runtime  `koanf:"runtime"`
 	Metrics      Metrics  `koanf:"metrics"`
+	Debug        Debug    `koanf:"debug"`
 	OTel         OTel     `koanf:"otel"`
 	Admin        Admin    `koanf:"admin"`
 	Console      Console  `koanf:"console"`
@@ -104,6 +105,12 @@ type Metrics struct {
 	Enabled    bool   `koanf:"enabled"`
 	Addr       string `koanf:"addr"`
 	WorkerAddr string `koanf:"worker_addr"`
+}
+
+// Debug configures diagnostics that are off unless asked for.
+type Debug struct {
+	// PprofAddr is where net/http/pprof's handlers listen (/debug/pprof/…); empty: nowhere.
+	PprofAddr string `koanf:"pprof_addr"`
 }
 
 // OTel configures OpenTelemetry tracing; off unless Endpoint or OTEL_EXPORTER_OTLP_ENDPOINT is set.
@@ -287,6 +294,7 @@ func Keys() []Key {
 		{"metrics.enabled", true, "serve Prometheus metrics at GET /metrics (unauthenticated) and record them"},
 		{"metrics.addr", "", "address of a listener of its own for GET /metrics; empty: the API listener serves it (`doppel worker`, which has none, uses metrics.worker_addr)"},
 		{"metrics.worker_addr", "127.0.0.1:9464", "where `doppel worker` serves GET /metrics when metrics.addr is empty; empty: nowhere"},
+		{"debug.pprof_addr", "", "address of a listener of its own serving Go's profiles at /debug/pprof/ (CPU, heap, goroutines; unauthenticated: keep it on loopback); empty: off"},
 		{"otel.endpoint", "", "OTLP/HTTP base URL spans are sent to (<endpoint>/v1/traces), e.g. http://127.0.0.1:4318; empty: OTEL_EXPORTER_OTLP_ENDPOINT if set, else no tracing"},
 		{"otel.service_name", "doppel", "service.name of this process's spans"},
 		{"otel.sample_ratio", 1.0, "share of new traces recorded (0 to 1); requests with a sampled traceparent are always recorded"},
@@ -531,6 +539,7 @@ func (c *Config) Validate() error {
 	}
 	addr("metrics.addr", c.Metrics.Addr, true)
 	addr("metrics.worker_addr", c.Metrics.WorkerAddr, true)
+	addr("debug.pprof_addr", c.Debug.PprofAddr, true)
 	if c.OTel.Endpoint != "" {
 		if u, err := url.Parse(c.OTel.Endpoint); err != nil || u.Scheme == "" || u.Host == "" {
 			bad("otel.endpoint", "must be an absolute URL such as http://127.0.0.1:4318 (got %q)", c.OTel.Endpoint)

@@ -36,17 +36,18 @@ type benchCase struct {
 	tx      bool // explicit BEGIN … COMMIT around the batch's single INSERT
 	store   bool // store.AppendCalls (INSERT + one counters UPDATE per session in the batch)
 	calls   bool // NewCalls: the journal doppel runs (prepared single-row INSERTs in a transaction on SQLite)
+	noYield bool // the leader takes its batch without first yielding to submitters that are ready to run
 }
 
 func (bc benchCase) writer(db *bun.DB) (*Writer[schema.Call], error) {
 	if bc.calls {
-		return NewCalls(db, CallOptions{MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers})
+		return NewCalls(db, CallOptions{MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, NoYield: bc.noYield})
 	}
 	return New(bc.options(db))
 }
 
 func (bc benchCase) options(db bun.IDB) Options[schema.Call] {
-	o := Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, Direct: !bc.tx}
+	o := Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, Direct: !bc.tx, NoYield: bc.noYield}
 	if bc.store {
 		o.Insert = func(ctx context.Context, db bun.IDB, calls []schema.Call) error {
 			return store.AppendCalls(ctx, db, calls, time.Hour)
@@ -57,14 +58,15 @@ func (bc benchCase) options(db bun.IDB) Options[schema.Call] {
 }
 
 var benchCases = []benchCase{
-	{"nogroup", 0, 1, 1, false, false, false}, // one transaction per call: the baseline group commit beats
-	{"linger=0", 0, 256, 1, false, false, false},
-	{"linger=0/tx", 0, 256, 1, true, false, false},
-	{"linger=0/store", 0, 256, 1, false, true, false},
-	{"linger=0/calls", 0, 256, 1, false, false, true},
-	{"linger=1ms", time.Millisecond, 256, 1, false, false, false},
-	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false, false},
-	{"linger=0/workers=2", 0, 256, 2, false, false, false},
+	{"nogroup", 0, 1, 1, false, false, false, false}, // one transaction per call: the baseline group commit beats
+	{"linger=0", 0, 256, 1, false, false, false, false},
+	{"linger=0/tx", 0, 256, 1, true, false, false, false},
+	{"linger=0/store", 0, 256, 1, false, true, false, false},
+	{"linger=0/calls", 0, 256, 1, false, false, true, false},
+	{"linger=1ms", time.Millisecond, 256, 1, false, false, false, false},
+	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false, false, false},
+	{"linger=0/workers=2", 0, 256, 2, false, false, false, false},
+	{"linger=0/calls/noyield", 0, 256, 1, false, false, true, true},
 }
 
 func benchDB(b *testing.B, driver string) (*bun.DB, []string) {
@@ -129,7 +131,7 @@ func BenchmarkJournalClosedLoop(b *testing.B) {
 func BenchmarkJournalRate(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
 		for _, rate := range []int{1000, 5000} {
-			for _, bc := range benchCases[1:7] {
+			for _, bc := range append(benchCases[1:7:7], benchCases[8]) {
 				b.Run(fmt.Sprintf("%s/rate=%d/%s", driver, rate, bc.name), func(b *testing.B) {
 					db, sessions := benchDB(b, driver)
 					w, err := bc.writer(db)

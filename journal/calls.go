@@ -128,6 +128,8 @@ type CallOptions struct {
 	Linger        time.Duration
 	Workers       int
 	CommitTimeout time.Duration
+	// NoYield is Options.NoYield.
+	NoYield bool
 	// OnCommit is Options.OnCommit.
 	OnCommit func(n int, d time.Duration, err error)
 }
@@ -144,6 +146,7 @@ func NewCalls(db bun.IDB, o CallOptions) (*Writer[schema.Call], error) {
 		Workers:       o.Workers,
 		CommitTimeout: o.CommitTimeout,
 		OnCommit:      o.OnCommit,
+		NoYield:       o.NoYield,
 	}
 	if bdb, ok := db.(*bun.DB); ok && bdb.Dialect().Name() == dialect.SQLite {
 		p := &sqliteCalls{db: bdb}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,9 @@ type Options[T any] struct {
 	// default) commits what is queued at once: batches then grow on their own while a commit is in flight,
 	// which gives the lowest latency at low load and full batches under load.
 	Linger time.Duration
+	// NoYield takes a batch at once, without first letting the goroutines that are ready to run reach Submit
+	// (see Writer): for comparing the two.
+	NoYield bool
 	// Workers is how many batches may commit at once (default 1; keep 1 on SQLite, a single writer).
 	Workers int
 	// CommitTimeout bounds one batch's transaction (default 10s).
@@ -177,8 +181,22 @@ func (w *Writer[T]) lead(self *waiter[T]) {
 			go w.lead(nil) // the leadership (and its wg count) passes on
 			return
 		}
+		if len(w.queue) < w.o.MaxBatch && !w.o.NoYield {
+			// Let the goroutines that are ready to run (under load: requests about to submit) reach Submit before
+			// the batch is taken. With nothing else runnable this returns at once; otherwise the batch waits for
+			// them (BenchmarkJournalRate at 1,000/s alone: p50 about 25 µs more). At peak it turns batches of one
+			// record into batches of many, and a commit's WAL writes are paid once per batch rather than once per
+			// call (doppel dev at peak: 11-15 calls a batch instead of 1.7, 15-27% less server CPU per call). Yielding
+			// only when records arrived during the last commit kept batches near 2 and the cost per call high.
+			w.mu.Unlock()
+			runtime.Gosched()
+			w.mu.Lock()
+		}
 		batch := w.take(nil)
 		w.mu.Unlock()
+		if len(batch) == 0 {
+			continue // another leader took the queue while this one yielded
+		}
 		if w.o.Linger > 0 && len(batch) < w.o.MaxBatch {
 			time.Sleep(w.o.Linger)
 			w.mu.Lock()

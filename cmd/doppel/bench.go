@@ -63,8 +63,11 @@ func runBench(ctx context.Context, e env) error {
 	// The limit: GET /healthz over the same kind of connection, at the same rate or concurrency.
 	var raw []time.Duration
 	if *rate == 0 {
-		raw = benchRaw(ctx, target, *sessions, 2000)
-		fmt.Fprintf(e.stdout, "raw GET /healthz, %d at once (the limit)  p50 %s  p99 %s\n", *sessions, pct(raw, 50), pct(raw, 99))
+		cpu0 := readCPU(ctx, c.http, c.url)
+		var took time.Duration
+		raw, took = benchRaw(ctx, target, *sessions, 2*time.Second)
+		fmt.Fprintf(e.stdout, "raw GET /healthz, %d at once (the limit)  %.0f/s  p50 %s  p99 %s%s\n", *sessions,
+			float64(len(raw))/took.Seconds(), pct(raw, 50), pct(raw, 99), cpu0.since(readCPU(ctx, c.http, c.url), len(raw)))
 	} else {
 		raw = benchRawRate(ctx, target, *rate, *sessions, 2*time.Second)
 		fmt.Fprintf(e.stdout, "raw GET /healthz at %d/s (the limit)  p50 %s  p99 %s\n", *rate, pct(raw, 50), pct(raw, 99))
@@ -154,6 +157,7 @@ func runBench(ctx context.Context, e env) error {
 	}
 	runCtx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
+	cpu0 := readCPU(ctx, c.http, c.url)
 	start := time.Now()
 	if *rate == 0 {
 		// Peak: one closed loop per session, each replaying the traces' calls from its own offset.
@@ -170,6 +174,7 @@ func runBench(ctx context.Context, e env) error {
 		latency.Offer(runCtx, *rate, 0, func(i int, _ time.Time) { call(opened[i%len(opened)], bodies[i%len(bodies)]) })
 	}
 	elapsed := time.Since(start)
+	cpu1 := readCPU(ctx, c.http, c.url)
 
 	var (
 		lat      []time.Duration
@@ -214,6 +219,9 @@ func runBench(ctx context.Context, e env) error {
 	fmt.Fprintf(e.stdout, "calls (%s, %d sessions, %s)  %d ok, %d failed, %.0f calls/s  p50 %s  p99 %s  max %s\n",
 		mode, len(opened), duration.String(), len(lat), failures.Load(), float64(len(lat))/elapsed.Seconds(),
 		pct(lat, 50), pct(lat, 99), pct(lat, 100))
+	if line := cpu0.since(cpu1, len(lat)); line != "" {
+		fmt.Fprintf(e.stdout, " %s\n", line)
+	}
 	for _, name := range []string{"auth", "twin", "journal", "total"} {
 		if ds := stages[name]; len(ds) > 0 {
 			fmt.Fprintf(e.stdout, "  server %-8s p50 %s  p99 %s\n", name, pct(ds, 50), pct(ds, 99))

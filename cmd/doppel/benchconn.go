@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/doppel-dev/doppel/internal/latency"
@@ -160,29 +159,37 @@ func (c *benchConn) roundTrip(ctx context.Context, method, path, auth string, bo
 	return resp.StatusCode, resp.Header.Get("Server-Timing"), data, nil
 }
 
-// benchRaw times n GET /healthz round trips over conc connections at once: the floor any call sits on at peak.
-func benchRaw(ctx context.Context, t *benchTarget, conc, n int) []time.Duration {
+// benchRaw times GET /healthz round trips for d over conc connections at once, each a closed loop: the floor any
+// call sits on at peak, and the most requests a second the server answers at all. It returns the round trips and
+// the time they took.
+func benchRaw(ctx context.Context, t *benchTarget, conc int, d time.Duration) ([]time.Duration, time.Duration) {
 	var mu sync.Mutex
 	var out []time.Duration
-	var left atomic.Int64
-	left.Store(int64(n))
+	conns := make([]*benchConn, conc)
+	for i := range conns {
+		conns[i] = t.conn()
+		_ = conns[i].ready(ctx)
+	}
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	start := time.Now()
 	var wg sync.WaitGroup
-	for range conc {
+	for _, c := range conns {
 		wg.Go(func() {
-			c := t.conn()
 			defer c.close()
-			_ = c.ready(ctx)
-			for left.Add(-1) >= 0 {
+			mine := make([]time.Duration, 0, 1024)
+			for rctx.Err() == nil {
 				if d, ok := healthz(ctx, t, c); ok {
-					mu.Lock()
-					out = append(out, d)
-					mu.Unlock()
+					mine = append(mine, d)
 				}
 			}
+			mu.Lock()
+			out = append(out, mine...)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return out
+	return out, time.Since(start)
 }
 
 // benchRawRate times GET /healthz round trips offered at rate a second for d, spread over conns connections as the

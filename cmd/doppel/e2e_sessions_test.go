@@ -244,7 +244,7 @@ func e2eSessions(t *testing.T, twinDriver string) {
 	if err != nil {
 		t.Fatalf("doppel bench: %v\n%s", err, bench.String())
 	}
-	for _, want := range []string{"raw GET /healthz at 50/s", "session open (2 seeded,", " 0 failed", "B_twin"} {
+	for _, want := range []string{"raw GET /healthz at 50/s", "session open (2 seeded,", " 0 failed", "[cpu: server ", "B_twin"} {
 		if !strings.Contains(bench.String(), want) {
 			t.Errorf("bench output lacks %q:\n%s", want, bench.String())
 		}

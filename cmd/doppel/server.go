@@ -210,6 +210,11 @@ func runWorker(ctx context.Context, e env) error {
 		}
 		defer stop()
 	}
+	stopPprof, err := servePprof(st)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
 	<-ctx.Done()
 	return nil
@@ -406,6 +411,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
 	opts.WebSecret, opts.WebSessionTTL = []byte(st.cfg.Console.Secret), st.cfg.Console.SessionTTL
 	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
+	opts.KeyCacheTTL = api.DefaultKeyCacheTTL
 	if opts.BodyBudget == 0 {
 		opts.BodyBudget = -1 // api.body_budget_bytes 0: no budget
 	}
@@ -497,6 +503,12 @@ func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
 		}
 		defer stop()
 	}
+	stopPprof, err := servePprof(st)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopPprof()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	ready(ln.Addr().String())
