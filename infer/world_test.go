@@ -408,3 +408,49 @@ func TestFactsMergeByRecency(t *testing.T) {
 		t.Errorf("user ann_lee_1111 orders %v, want both orders naming them", uo)
 	}
 }
+
+// A made-up user's payment methods are its own: each key is drawn in the recorded format of such keys (digits
+// redrawn), held by no user the world knows, and each member's id is its key; the members keep a recorded shape.
+func TestMaterializedMapKeysAreFresh(t *testing.T) {
+	rt := retailRuntime(t, Config{})
+	known := map[string]bool{}
+	formats := map[string]bool{}
+	for _, tb := range rt.Bundle().Tables {
+		if tb.Name != "users" {
+			continue
+		}
+		for _, r := range tb.Rows {
+			pm, _ := decodeObj(t, r.JSON)["payment_methods"].(map[string]any)
+			for k := range pm {
+				known[k] = true
+				formats[strings.TrimRight(k, "0123456789")] = true
+			}
+		}
+	}
+	if len(known) == 0 {
+		t.Fatal("no recorded payment methods")
+	}
+	s, _, err := rt.Open(twin.SessionSpec{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustCall(t, s, "get_user_details", `{"user_id":"zora_quill_4821"}`)
+	if r.Error || r.Fidelity != twin.FidelityInferred {
+		t.Fatalf("answer %+v, want a B_inferred user", r)
+	}
+	pm, _ := decodeObj(t, r.Content)["payment_methods"].(map[string]any)
+	if len(pm) == 0 {
+		t.Fatalf("made-up user has no payment methods: %s", r.Content)
+	}
+	for k, v := range pm {
+		if known[k] {
+			t.Errorf("payment method %s belongs to a recorded user", k)
+		}
+		if !formats[strings.TrimRight(k, "0123456789")] {
+			t.Errorf("payment method %s is in no recorded format", k)
+		}
+		if m, _ := v.(map[string]any); m["id"] != k {
+			t.Errorf("payment method %s has id %v", k, m["id"])
+		}
+	}
+}

@@ -132,6 +132,7 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 			row.Set(r.Field, freshLike(os, rng))
 		}
 	}
+	freshMapKeys(row, fact, bt.mapFields, rng)
 	if fact != nil {
 		mergeFact(row, fact, bt.mapFields)
 	}
@@ -177,6 +178,45 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 		}
 	}
 	return row, true
+}
+
+// freshMapKeys redraws the member keys of the row's maps of entities (a user's payment methods, a product's
+// variants) that the fact does not give: the model row's keys belong to another entity, so each is drawn anew
+// in its format (freshLike) and the member's own key field follows; the members' values keep the model's shape.
+func freshMapKeys(row, fact *jsonvalue.Object, mapFields map[string]bool, rng *rand.Rand) {
+	for i, f := range row.Keys {
+		if !mapFields[f] {
+			continue
+		}
+		if fact != nil {
+			if _, given := fact.Get(f); given {
+				continue
+			}
+		}
+		m, ok := row.Vals[i].(*jsonvalue.Object)
+		if !ok {
+			continue
+		}
+		idField, _ := EntityMapField(m)
+		out := jsonvalue.NewObject(m.Len())
+		for j, k := range m.Keys {
+			nk := freshLike(k, rng)
+			for try := 0; try < 8; try++ {
+				if _, taken := out.Get(nk); !taken {
+					break
+				}
+				nk = freshLike(k, rng)
+			}
+			v := m.Vals[j]
+			if mo, ok := v.(*jsonvalue.Object); ok && idField != "" {
+				c := jsonvalue.Clone(mo).(*jsonvalue.Object)
+				c.Set(idField, nk)
+				v = c
+			}
+			out.Set(nk, v)
+		}
+		row.Vals[i] = out
+	}
 }
 
 func containsValue(list []any, s string) bool {
