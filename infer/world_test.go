@@ -454,3 +454,36 @@ func TestMaterializedMapKeysAreFresh(t *testing.T) {
 		}
 	}
 }
+
+// A refusal the kind of an id explains applies to made-up entities too: every recorded update paid with a
+// certificate was refused, so an update of a reservation made up in this session, paid with a certificate no
+// recording names, is refused with production's text.
+func TestRefusalByIDKindOnMadeUpReservation(t *testing.T) {
+	b, _, err := Build(loadTraces(t, "tau-airline-dev.json"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := twin.NewRuntime(b, twin.RuntimeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "ZQ4K7P"
+	if hasRow(rt, "reservations", id) {
+		t.Fatalf("%s is in the base world", id)
+	}
+	s, _, err := rt.Open(twin.SessionSpec{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := mustCall(t, s, "get_reservation_details", `{"reservation_id":"`+id+`"}`); r.Error || r.Fidelity != twin.FidelityInferred {
+		t.Fatalf("read: %+v, want a made-up reservation", r)
+	}
+	call := `{"reservation_id":"` + id + `","cabin":"economy","flights":[{"flight_number":"HAT001","date":"2024-05-20"}],"payment_id":"%s"}`
+	r := mustCall(t, s, "update_reservation_flights", fmt.Sprintf(call, "certificate_1234567"))
+	if !r.Error || r.Content != "Error: certificate cannot be used to update reservation" {
+		t.Errorf("update paid by certificate: %+v, want production's refusal", r)
+	}
+	if r := mustCall(t, s, "update_reservation_flights", fmt.Sprintf(call, "credit_card_1234567")); r.Content == "Error: certificate cannot be used to update reservation" {
+		t.Errorf("update paid by credit card refused as a certificate: %+v", r)
+	}
+}
