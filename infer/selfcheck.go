@@ -30,9 +30,9 @@ type SelfCheckReport struct {
 	Calls        int     `json:"calls"`
 	Agree        int     `json:"agree"`
 	AgreementPct float64 `json:"agreement_pct"`
-	// ShapeAgree counts the answers of the recorded one's shape (twin.ShapesAgree: same keys
-	// recursively and value types, arrays by element shape; for text, both errors or both
-	// not). ErrorAgree counts the calls where the twin answered an error exactly when
+	// ShapeAgree counts the answers of the recorded one's shape (twin.ShapesAgreeMaps: same keys
+	// recursively and value types, arrays by element shape, maps — MapPaths — by member shape; for
+	// text, both errors or both not). ErrorAgree counts the calls where the twin answered an error exactly when
 	// production did (twin.IsErrorAnswer); a call no rung answered agrees on neither.
 	ShapeAgree    int            `json:"shape_agree"`
 	ShapeAgreePct float64        `json:"shape_agree_pct"`
@@ -48,6 +48,10 @@ type SelfCheckReport struct {
 	CoveredAgree    int         `json:"covered_agree"`
 	CoveredAgreePct float64     `json:"covered_agree_pct"`
 	Tools           []ToolCheck `json:"tools"`
+	// MapPaths are, per tool, the paths of its answers whose objects are maps (keys that are data: ids,
+	// a product's option names), learned from all the recorded answers (twin.LearnMapPaths); shape
+	// agreement compares a map by its members' shapes, not its keys.
+	MapPaths map[string][]string `json:"map_paths,omitempty"`
 }
 
 // ToolCheck is one tool's self-check line.
@@ -240,6 +244,14 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume, spli
 	for i := range pts {
 		foldOf[i] = unit[i] % folds
 	}
+	maps := learnMaps(pts)
+	rep.MapPaths = map[string][]string{}
+	for tool, m := range maps {
+		for p := range m {
+			rep.MapPaths[tool] = append(rep.MapPaths[tool], p)
+		}
+		sort.Strings(rep.MapPaths[tool])
+	}
 	results := make([][]CheckedCall, len(pts))
 	errs := make([]error, folds)
 	var fullRT *twin.Runtime
@@ -269,7 +281,7 @@ func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume, spli
 		go func() {
 			defer wg.Done()
 			for f := range jobs {
-				if errs[f] = checkFold(pts, &opts, f, foldOf, holdOut, fullRT, results); errs[f] != nil || resume.OnFold == nil {
+				if errs[f] = checkFold(pts, &opts, f, foldOf, holdOut, fullRT, maps, results); errs[f] != nil || resume.OnFold == nil {
 					continue
 				}
 				fr := FoldResult{Split: kind, Fold: f, Folds: folds, Calls: map[int][]CheckedCall{}}
@@ -377,7 +389,7 @@ func pct(n, total int) float64 { return round4(100 * float64(n) / float64(total)
 
 // checkFold builds a twin without fold f's traces (those i with foldOf[i] == f; or uses the
 // full one) and replays each of them.
-func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, fullRT *twin.Runtime, results [][]CheckedCall) error {
+func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, fullRT *twin.Runtime, maps map[string]twin.MapPaths, results [][]CheckedCall) error {
 	rt := fullRT
 	if holdOut {
 		var others []*ptrace
@@ -438,7 +450,7 @@ func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, 
 				r.Fidelity = res.Fidelity
 				r.KnownTwin = res.Rung == twin.RungTwin
 				r.Agree = twin.AnswersAgree(res.Content, c.text)
-				r.Shape = twin.ShapesAgree(res.Content, c.text)
+				r.Shape = twin.ShapesAgreeMaps(res.Content, c.text, maps[c.tool])
 				r.ErrAgree = (res.Error || twin.IsErrorAnswer(res.Content)) == c.isErr
 				if !r.Agree {
 					r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
@@ -448,6 +460,25 @@ func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, 
 		}
 	}
 	return nil
+}
+
+// learnMaps learns, per tool, the paths of its recorded JSON answers whose objects are maps.
+func learnMaps(pts []*ptrace) map[string]twin.MapPaths {
+	answers := map[string][]any{}
+	for _, pt := range pts {
+		for _, c := range pt.calls {
+			if c.success && c.isJSON {
+				answers[c.tool] = append(answers[c.tool], c.val)
+			}
+		}
+	}
+	out := map[string]twin.MapPaths{}
+	for tool, as := range answers {
+		if m := twin.LearnMapPaths(as); len(m) > 0 {
+			out[tool] = m
+		}
+	}
+	return out
 }
 
 // lookupKey is the key a lookup's recorded answer names (a bare or quoted string).

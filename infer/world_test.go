@@ -408,3 +408,82 @@ func TestFactsMergeByRecency(t *testing.T) {
 		t.Errorf("user ann_lee_1111 orders %v, want both orders naming them", uo)
 	}
 }
+
+// A made-up user's payment methods are its own: each key is drawn in the recorded format of such keys (digits
+// redrawn), held by no user the world knows, and each member's id is its key; the members keep a recorded shape.
+func TestMaterializedMapKeysAreFresh(t *testing.T) {
+	rt := retailRuntime(t, Config{})
+	known := map[string]bool{}
+	formats := map[string]bool{}
+	for _, tb := range rt.Bundle().Tables {
+		if tb.Name != "users" {
+			continue
+		}
+		for _, r := range tb.Rows {
+			pm, _ := decodeObj(t, r.JSON)["payment_methods"].(map[string]any)
+			for k := range pm {
+				known[k] = true
+				formats[strings.TrimRight(k, "0123456789")] = true
+			}
+		}
+	}
+	if len(known) == 0 {
+		t.Fatal("no recorded payment methods")
+	}
+	s, _, err := rt.Open(twin.SessionSpec{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mustCall(t, s, "get_user_details", `{"user_id":"zora_quill_4821"}`)
+	if r.Error || r.Fidelity != twin.FidelityInferred {
+		t.Fatalf("answer %+v, want a B_inferred user", r)
+	}
+	pm, _ := decodeObj(t, r.Content)["payment_methods"].(map[string]any)
+	if len(pm) == 0 {
+		t.Fatalf("made-up user has no payment methods: %s", r.Content)
+	}
+	for k, v := range pm {
+		if known[k] {
+			t.Errorf("payment method %s belongs to a recorded user", k)
+		}
+		if !formats[strings.TrimRight(k, "0123456789")] {
+			t.Errorf("payment method %s is in no recorded format", k)
+		}
+		if m, _ := v.(map[string]any); m["id"] != k {
+			t.Errorf("payment method %s has id %v", k, m["id"])
+		}
+	}
+}
+
+// A refusal the kind of an id explains applies to made-up entities too: every recorded update paid with a
+// certificate was refused, so an update of a reservation made up in this session, paid with a certificate no
+// recording names, is refused with production's text.
+func TestRefusalByIDKindOnMadeUpReservation(t *testing.T) {
+	b, _, err := Build(loadTraces(t, "tau-airline-dev.json"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := twin.NewRuntime(b, twin.RuntimeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "ZQ4K7P"
+	if hasRow(rt, "reservations", id) {
+		t.Fatalf("%s is in the base world", id)
+	}
+	s, _, err := rt.Open(twin.SessionSpec{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := mustCall(t, s, "get_reservation_details", `{"reservation_id":"`+id+`"}`); r.Error || r.Fidelity != twin.FidelityInferred {
+		t.Fatalf("read: %+v, want a made-up reservation", r)
+	}
+	call := `{"reservation_id":"` + id + `","cabin":"economy","flights":[{"flight_number":"HAT001","date":"2024-05-20"}],"payment_id":"%s"}`
+	r := mustCall(t, s, "update_reservation_flights", fmt.Sprintf(call, "certificate_1234567"))
+	if !r.Error || r.Content != "Error: certificate cannot be used to update reservation" {
+		t.Errorf("update paid by certificate: %+v, want production's refusal", r)
+	}
+	if r := mustCall(t, s, "update_reservation_flights", fmt.Sprintf(call, "credit_card_1234567")); r.Content == "Error: certificate cannot be used to update reservation" {
+		t.Errorf("update paid by credit card refused as a certificate: %+v", r)
+	}
+}

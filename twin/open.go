@@ -132,6 +132,7 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 			row.Set(r.Field, freshLike(os, rng))
 		}
 	}
+	freshMapKeys(row, fact, bt.mapFields, rng)
 	if fact != nil {
 		mergeFact(row, fact, bt.mapFields)
 	}
@@ -177,6 +178,45 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 		}
 	}
 	return row, true
+}
+
+// freshMapKeys redraws the member keys of the row's maps of entities (a user's payment methods, a product's
+// variants) that the fact does not give: the model row's keys belong to another entity, so each is drawn anew
+// in its format (freshLike) and the member's own key field follows; the members' values keep the model's shape.
+func freshMapKeys(row, fact *jsonvalue.Object, mapFields map[string]bool, rng *rand.Rand) {
+	for i, f := range row.Keys {
+		if !mapFields[f] {
+			continue
+		}
+		if fact != nil {
+			if _, given := fact.Get(f); given {
+				continue
+			}
+		}
+		m, ok := row.Vals[i].(*jsonvalue.Object)
+		if !ok {
+			continue
+		}
+		idField, _ := EntityMapField(m)
+		out := jsonvalue.NewObject(m.Len())
+		for j, k := range m.Keys {
+			nk := freshLike(k, rng)
+			for try := 0; try < 8; try++ {
+				if _, taken := out.Get(nk); !taken {
+					break
+				}
+				nk = freshLike(k, rng)
+			}
+			v := m.Vals[j]
+			if mo, ok := v.(*jsonvalue.Object); ok && idField != "" {
+				c := jsonvalue.Clone(mo).(*jsonvalue.Object)
+				c.Set(idField, nk)
+				v = c
+			}
+			out.Set(nk, v)
+		}
+		row.Vals[i] = out
+	}
 }
 
 func containsValue(list []any, s string) bool {
@@ -337,6 +377,11 @@ func (e *callEnv) materializeMatch(table string, cs []criterion) (string, bool) 
 	if s.world != WorldOpen || bt.keyRe == nil {
 		return "", false
 	}
+	for _, c := range cs {
+		if v, ok := c.value.(string); ok && !bt.knownFormat(c.path, v) {
+			return "", false // a value in no format the world shows ("silva7872@…" where emails are first.last1234@…)
+		}
+	}
 	words := wordsOf(bt, cs, s.rt.style)
 	if s.namesHeldEntity(bt, words, e) {
 		return "", false
@@ -376,6 +421,65 @@ func (e *callEnv) materializeMatch(table string, cs []criterion) (string, bool) 
 		}
 	}
 	return "", false
+}
+
+// minFormatValues is how many string values a field must show before its formats bound what a search may make up.
+const minFormatValues = 3
+
+// knownFormat tells whether v has a format (valueFormat) that the table's rows (base and facts) show at path;
+// true when they show fewer than minFormatValues strings there, too few to know the field's format.
+func (bt *baseTable) knownFormat(path, v string) bool {
+	bt.formatsMu.Lock()
+	defer bt.formatsMu.Unlock()
+	fs, ok := bt.formats[path]
+	if !ok {
+		fs = map[string]bool{}
+		n := 0
+		add := func(r *jsonvalue.Object) {
+			if x, ok := PathGet(r, path); ok {
+				if xs, ok := x.(string); ok {
+					fs[valueFormat(xs)] = true
+					n++
+				}
+			}
+		}
+		for _, k := range bt.keys {
+			add(bt.rows[k])
+		}
+		for _, k := range bt.factKeys {
+			add(bt.facts[k])
+		}
+		if n < minFormatValues {
+			fs = nil
+		}
+		if bt.formats == nil {
+			bt.formats = map[string]map[string]bool{}
+		}
+		bt.formats[path] = fs
+	}
+	return fs == nil || fs[valueFormat(v)]
+}
+
+// valueFormat is a string's format: each run of letters "a", each run of digits "9", anything else kept
+// ("james.kim1995@example.com" → "a.a9@a.a", "12345" → "9").
+func valueFormat(s string) string {
+	var b strings.Builder
+	last := rune(0)
+	for _, r := range s {
+		c := r
+		switch {
+		case unicode.IsLetter(r):
+			c = 'a'
+		case unicode.IsDigit(r):
+			c = '9'
+		}
+		if (c == 'a' || c == '9') && c == last {
+			continue
+		}
+		b.WriteRune(c)
+		last = c
+	}
+	return b.String()
 }
 
 // absentRead tells a read of an id the world does not hold and may not make up (a closed world, or an id

@@ -108,6 +108,12 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 		return nil, "no recordings of this tool"
 	}
 	flat := flatten(args)
+	if t.def.Kind == KindWrite {
+		if r := refusalByKind(t.all, flat); r != nil {
+			content := substitute(r.answer, r.flat, flat, s.rt.style)
+			return &answer{content: content, isErr: true}, ""
+		}
+	}
 	var best *rec
 	bestD := -1
 	for _, r := range t.all {
@@ -118,6 +124,79 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	}
 	content := substitute(best.answer, best.flat, flat, s.rt.style)
 	return &answer{content: content, isErr: best.isErr || isErrorText(content)}, ""
+}
+
+// minKindValues is how many different values of one kind of id the recordings must refuse before a write
+// refuses every id of that kind.
+const minKindValues = 2
+
+// refusalByKind answers a write's refusal that the kind of an id argument explains: a string argument with
+// digits whose kind (idKind: "certificate_7504069" → "certificate_#") the recordings show only in calls refused
+// with one same answer, for at least minKindValues different ids, while calls with other kinds of id there
+// succeeded ("Error: certificate cannot be used to update reservation"). It needs no row: it applies to entities
+// made up as to recorded ones. Nil when no argument's kind explains a refusal.
+func refusalByKind(all []*rec, flat map[string]string) *rec {
+	paths := make([]string, 0, len(flat))
+	for p := range flat {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		kind, ok := idKind(flat[p])
+		if !ok {
+			continue
+		}
+		var first *rec
+		values := map[string]bool{}
+		refusedOnly, otherSucceeded := true, false
+		for _, r := range all {
+			v, has := r.flat[p]
+			if !has {
+				continue
+			}
+			k, ok := idKind(v)
+			if !ok || k != kind {
+				otherSucceeded = otherSucceeded || !r.isErr
+				continue
+			}
+			if !r.isErr || (first != nil && r.answer != first.answer) {
+				refusedOnly = false
+				break
+			}
+			if first == nil {
+				first = r
+			}
+			values[v] = true
+		}
+		if refusedOnly && otherSucceeded && first != nil && len(values) >= minKindValues {
+			return first
+		}
+	}
+	return nil
+}
+
+// idKind is the kind of an id a JSON string names: its text with each run of digits as "#" (only for strings
+// holding digits and letters).
+func idKind(canonical string) (string, bool) {
+	if len(canonical) < 2 || canonical[0] != '"' {
+		return "", false
+	}
+	var b strings.Builder
+	digits, letters, prevDigit := false, false, false
+	for i := 1; i < len(canonical)-1; i++ {
+		c := canonical[i]
+		isDigit := c >= '0' && c <= '9'
+		switch {
+		case isDigit && !prevDigit:
+			b.WriteByte('#')
+		case !isDigit:
+			b.WriteByte(c)
+			letters = letters || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		}
+		digits = digits || isDigit
+		prevDigit = isDigit
+	}
+	return b.String(), digits && letters
 }
 
 // flatten maps each leaf path of a JSON value to its canonical text.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/doppel-dev/doppel/jsonvalue"
 )
@@ -39,6 +40,9 @@ type baseTable struct {
 	factKeys  []string // sorted
 	keyRe     *regexp.Regexp
 	mapFields map[string]bool
+	// formats caches, per field path, the formats (valueFormat) of the string values the table's rows hold.
+	formatsMu sync.Mutex
+	formats   map[string]map[string]bool
 }
 
 type subHit struct {
