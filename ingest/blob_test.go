@@ -5,8 +5,11 @@ import (
 	"compress/gzip"
 	"os"
 	"reflect"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A blob written by the gzip encoder (before zstd) from the first three tau-retail traces.
@@ -109,3 +112,80 @@ func TestEncodeBlobDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBlobCodecs compresses and decompresses the canonical JSON of 50 tau-retail traces (the
+// collect benchmark's batch) with the blob codec and, beside it in the same run, the gzip level the
+// blobs used before: MB/s of JSON over wall time and over the CPU time of the benchmark's thread
+// (cpu_MB/s, which other processes on a busy machine do not slow much), and the blob's size as a
+// percentage of the JSON.
+func BenchmarkBlobCodecs(b *testing.B) {
+	p, err := Decode(readData(b, "tau-retail-dev.json"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Batch.Traces = p.Batch.Traces[:50]
+	js := AppendJSON(nil, &p.Batch)
+	// The gzip encoder as it was: canonical JSON, then gzip at its fastest level (writer reused).
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	var buf []byte
+	legacy := func() []byte {
+		buf = AppendJSON(buf[:0], &p.Batch)
+		var out bytes.Buffer
+		zw.Reset(&out)
+		zw.Comment = BlobFormat
+		zw.Write(buf)
+		zw.Close()
+		return out.Bytes()
+	}
+	for _, c := range []struct {
+		name   string
+		encode func() []byte
+	}{
+		{"zstd", func() []byte {
+			blob, err := EncodeBlob(&p.Batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return blob
+		}},
+		{"gzip1", legacy},
+	} {
+		blob := c.encode()
+		b.Run(c.name+"/encode", func(b *testing.B) {
+			b.SetBytes(int64(len(js)))
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			cpu0 := threadCPU(b)
+			for b.Loop() {
+				c.encode()
+			}
+			b.ReportMetric(float64(b.N*len(js))/1e6/(threadCPU(b)-cpu0).Seconds(), "cpu_MB/s")
+			b.ReportMetric(100*float64(len(blob))/float64(len(js)), "size_%")
+		})
+		b.Run(c.name+"/decode", func(b *testing.B) {
+			b.SetBytes(int64(len(js)))
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			cpu0 := threadCPU(b)
+			for b.Loop() {
+				got, err := blobJSON(blob)
+				if err != nil || len(got) != len(js) {
+					b.Fatalf("%d bytes, %v", len(got), err)
+				}
+			}
+			b.ReportMetric(float64(b.N*len(js))/1e6/(threadCPU(b)-cpu0).Seconds(), "cpu_MB/s")
+		})
+	}
+}
+
+// threadCPU answers the CPU time of the calling OS thread (the caller locks its goroutine to it).
+func threadCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rusageThread is Linux's RUSAGE_THREAD, which package syscall does not name.
+const rusageThread = 1
