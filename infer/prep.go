@@ -74,6 +74,7 @@ type Prepared struct {
 	pts    []*ptrace
 	seen   map[string]bool
 	dups   []string // ids given again after their first trace
+	keys   map[string]string
 	agent  agentLearner
 	sorted bool
 }
@@ -91,8 +92,43 @@ func (p *Prepared) Add(traces []trace.Trace) {
 			continue
 		}
 		p.seen[t.ID] = true
-		p.pts = append(p.pts, prepareTrace(t))
+		pt := prepareTrace(t)
+		for _, c := range pt.calls {
+			p.intern(c.args)
+			p.intern(c.val)
+		}
+		p.pts = append(p.pts, pt)
 		p.sorted = false
+	}
+}
+
+// maxInterned bounds the distinct keys intern shares: keys that are ids (objects keyed by entity)
+// would only grow the table.
+const maxInterned = 1 << 14
+
+// intern makes the object keys in v share one string per distinct key across the set: the same few
+// dozen names recur in every call, and the copies the parser made can go.
+func (p *Prepared) intern(v any) {
+	switch x := v.(type) {
+	case *jsonvalue.Object:
+		if x == nil {
+			return
+		}
+		if p.keys == nil {
+			p.keys = map[string]string{}
+		}
+		for i, k := range x.Keys {
+			if s, ok := p.keys[k]; ok {
+				x.Keys[i] = s
+			} else if len(p.keys) < maxInterned {
+				p.keys[k] = k
+			}
+			p.intern(x.Vals[i])
+		}
+	case []any:
+		for _, e := range x {
+			p.intern(e)
+		}
 	}
 }
 
