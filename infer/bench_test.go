@@ -134,7 +134,7 @@ func benchBuild(b *testing.B, n int) {
 func BenchmarkBuild1k(b *testing.B)  { benchBuild(b, 1000) }
 func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
 
-// BenchmarkBuildStream10k and BenchmarkBuildStream100k build (and marshal) bundles as a build activity
+// BenchmarkBuildStream10k, 30k and 100k build (and marshal) bundles as a build activity
 // does: the relabelled traces stored beforehand as batch blobs of 500 traces in files, then read, decoded
 // and prepared one batch at a time. Each reports seconds per build and the peak live heap beside the
 // limits of issue 21 (2 minutes, 2 GiB); run BenchmarkBuild10k in the same run for today's figures:
@@ -142,6 +142,7 @@ func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
 //	go test ./infer -run '^$' -bench 'BenchmarkBuild(Stream)?10k$' -benchtime 1x
 func BenchmarkBuildStream10k(b *testing.B)  { benchBuildStream(b, 10000) }
 func BenchmarkBuildStream100k(b *testing.B) { benchBuildStream(b, 100000) }
+func BenchmarkBuildStream30k(b *testing.B)  { benchBuildStream(b, 30000) }
 
 const streamBatch = 500
 
