@@ -143,7 +143,7 @@ func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
 // limits of issue 21 (2 minutes, 2 GiB); run BenchmarkBuild10k in the same run for today's figures:
 //
 //	go test ./infer -run '^$' -bench 'BenchmarkBuild(Stream)?10k$' -benchtime 1x
-func BenchmarkBuildStream10k(b *testing.B)  { benchBuildStream(b, 10000) }
+func BenchmarkBuildStream10k(b *testing.B) { benchBuildStream(b, 10000) }
 func BenchmarkBuildStream100k(b *testing.B) {
 	// Measured at 453 s and 11.6 GB of peak heap on 2 cores: run it only when asked.
 	if os.Getenv("DOPPEL_BENCH_100K") == "" {
@@ -151,7 +151,7 @@ func BenchmarkBuildStream100k(b *testing.B) {
 	}
 	benchBuildStream(b, 100000)
 }
-func BenchmarkBuildStream30k(b *testing.B)  { benchBuildStream(b, 30000) }
+func BenchmarkBuildStream30k(b *testing.B) { benchBuildStream(b, 30000) }
 
 const streamBatch = 500
 
