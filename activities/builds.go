@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -148,51 +147,70 @@ func (b *Builds) readBlob(ctx context.Context, key string) ([]byte, error) {
 	return data, nil
 }
 
-// loadInputs reads the plan's traces (each trace from the batch that first stored it) and its upload.
-func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) ([]trace.Trace, infer.Options, error) {
-	var opts infer.Options
+// inputs is a build's input: its traces, prepared batch by batch, and its options.
+type inputs struct {
+	traces *infer.Prepared
+	opts   infer.Options
+	// framework is the one a known system prompt names, from the first such trace by id.
+	framework string
+}
+
+// loadInputs reads the plan's traces (each trace from the batch that first stored it) one batch blob at a time,
+// preparing each batch before the next is read, so memory holds the prepared calls rather than every trace's
+// text; then its upload.
+func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) (*inputs, error) {
+	in := &inputs{traces: &infer.Prepared{}}
 	rows, err := store.ListTraces(ctx, b.DB, plan.EnvID)
 	if err != nil {
-		return nil, opts, fmt.Errorf("list traces: %w", err)
+		return nil, fmt.Errorf("list traces: %w", err)
 	}
 	owner := make(map[string]string, len(rows))
 	for _, r := range rows {
 		owner[r.TraceID] = r.BatchID
 	}
-	var traces []trace.Trace
+	detectedBy := ""
 	for i, key := range plan.BatchKeys {
 		data, err := b.readBlob(ctx, key)
 		if err != nil {
-			return nil, opts, err
+			return nil, err
 		}
 		batch, err := ingest.DecodeBlob(data)
 		if err != nil {
-			return nil, opts, badInput("trace batch %s: %v", key, err)
+			return nil, badInput("trace batch %s: %v", key, err)
 		}
+		mine := batch.Traces[:0]
 		for _, t := range batch.Traces {
 			if owner[t.ID] == plan.BatchIDs[i] {
-				traces = append(traces, t)
+				mine = append(mine, t)
 			}
 		}
+		for j := range mine {
+			if detectedBy != "" && mine[j].ID >= detectedBy {
+				continue
+			}
+			if det := ingest.Detect(&trace.Batch{Traces: mine[j : j+1]}, ingest.Hints{}); det.Framework != "" {
+				in.framework, detectedBy = det.Framework, mine[j].ID
+			}
+		}
+		in.traces.Add(mine)
 	}
 	if plan.UploadKey != "" {
 		data, err := b.readBlob(ctx, plan.UploadKey)
 		if err != nil {
-			return nil, opts, err
+			return nil, err
 		}
 		var up infer.Upload
 		if err := json.Unmarshal(data, &up); err != nil {
-			return nil, opts, badInput("build upload %s: %v", plan.UploadKey, err)
+			return nil, badInput("build upload %s: %v", plan.UploadKey, err)
 		}
-		if opts, err = up.Options(); err != nil {
-			return nil, opts, badInput("build upload: %v", err)
+		if in.opts, err = up.Options(); err != nil {
+			return nil, badInput("build upload: %v", err)
 		}
 	}
-	if len(traces) == 0 {
-		return nil, opts, badInput("the environment has no traces to build from")
+	if in.traces.Len() == 0 {
+		return nil, badInput("the environment has no traces to build from")
 	}
-	sort.SliceStable(traces, func(i, j int) bool { return traces[i].ID < traces[j].ID })
-	return traces, opts, nil
+	return in, nil
 }
 
 func (b *Builds) putJSON(ctx context.Context, prefix string, v any) (string, error) {
@@ -223,11 +241,11 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 	beat := startBeat(ctx, beatEvery, nil)
 	defer beat.stop()
 	b.stage(ctx, plan.BuildID, "inferring", 0.1)
-	traces, opts, err := b.loadInputs(ctx, plan)
+	in, err := b.loadInputs(ctx, plan)
 	if err != nil {
 		return Inferred{}, err
 	}
-	bundle, report, err := infer.Build(traces, opts)
+	bundle, report, err := infer.BuildFrom(in.traces, in.opts)
 	if err != nil {
 		return Inferred{}, badInput("inference: %v", err)
 	}
@@ -255,8 +273,7 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 	if ag := bundle.Agent; ag != nil {
 		done.HasAgent, done.Framework, done.Language = ag.HasAgent(), ag.Framework, ag.Language
 	}
-	det := ingest.Detect(&trace.Batch{Traces: traces}, ingest.Hints{}) // known framework system prompts
-	done.DetectedFramework, done.DetectedLanguage = det.Framework, det.Language
+	done.DetectedFramework = in.framework // known framework system prompts
 	beat.set(done)
 	return done, nil
 }
@@ -283,7 +300,7 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 	beat := startBeat(ctx, beatEvery, cp)
 	defer beat.stop()
 	b.stage(ctx, plan.BuildID, "self-checking", 0.6)
-	traces, opts, err := b.loadInputs(ctx, plan)
+	in, err := b.loadInputs(ctx, plan)
 	if err != nil {
 		return SelfChecked{}, err
 	}
@@ -325,7 +342,7 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 			flush()
 		}
 	}
-	rep, err := infer.SelfCheckResume(traces, opts, resume)
+	rep, err := infer.SelfCheckFrom(in.traces, in.opts, resume)
 	if err != nil {
 		return SelfChecked{}, fmt.Errorf("self-check: %w", err)
 	}

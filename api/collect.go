@@ -157,7 +157,7 @@ func CollectRoutes(opts CollectOptions) func(huma.API, *Deps) {
 
 // RegisterCollect registers POST /api/collect (spec §4.12): a workspace key and a collect body
 // {project, traces}. The body is checked field by field (422 names every bad field's path); an
-// accepted batch is stored as one gzip blob keyed by its SHA-256 and then, in one transaction,
+// accepted batch is stored as one compressed blob keyed by its SHA-256 and then, in one transaction,
 // as a batch row, one row per trace id new to the environment (created on the project's first
 // batch) and the environment's counters. Nothing is acknowledged before both are durable.
 func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
@@ -352,7 +352,7 @@ func (c *collect) storeBatch(ctx context.Context, ws string, body []byte, hints 
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := blob.PutContent(ctx, c.opts.Blobs, c.opts.BlobPrefix+"/"+ws, data, "application/gzip")
+	key, err := blob.PutContent(ctx, c.opts.Blobs, c.opts.BlobPrefix+"/"+ws, data, ingest.BlobContentType)
 	if err != nil {
 		return nil, nil, c.unavailable(ctx, "blob store", err)
 	}

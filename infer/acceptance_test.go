@@ -32,7 +32,7 @@ func TestSelfCheckRetail(t *testing.T) {
 		t.Skip("leave-one-out builds 126 twins")
 	}
 	tr := loadTraces(t, "tau-retail-dev.json")
-	loo, err := check(tr, Options{}, true, Resume{}, splitTrace)
+	loo, err := check(prepared(tr), Options{}, true, Resume{}, splitTrace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestSelfCheckAirline(t *testing.T) {
 		t.Skip("leave-one-out builds 148 twins")
 	}
 	tr := loadTraces(t, "tau-airline-dev.json")
-	loo, err := check(tr, Options{}, true, Resume{}, splitTrace)
+	loo, err := check(prepared(tr), Options{}, true, Resume{}, splitTrace)
 	if err != nil {
 		t.Fatal(err)
 	}

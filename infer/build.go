@@ -87,13 +87,22 @@ func Build(traces []trace.Trace, opts Options) (*twin.Bundle, *Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
 	}
-	w := &warnings{}
-	pts := prepare(traces, w)
+	var p Prepared
+	p.Add(traces)
+	return BuildFrom(&p, opts)
+}
+
+// BuildFrom is Build over traces prepared batch by batch (see Prepared).
+func BuildFrom(p *Prepared, opts Options) (*twin.Bundle, *Report, error) {
+	if err := opts.validate(); err != nil {
+		return nil, nil, err
+	}
+	pts, w := p.finish()
 	b, rep, err := buildPrepared(pts, &opts, w)
 	if err != nil {
 		return nil, nil, err
 	}
-	b.Agent = LearnAgent(traces, opts.Config)
+	b.Agent = p.agent.agent(opts.Config)
 	return b, rep, nil
 }
 

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -15,7 +16,6 @@ type call struct {
 	trace   int // index of its trace in the prepared set
 	idx     int
 	tool    string
-	raw     string
 	args    *jsonvalue.Object // nil when the arguments are not a JSON object
 	canon   string            // canonical JSON of args ("" when args is nil)
 	answer  bool              // an answer was recorded
@@ -30,7 +30,11 @@ type call struct {
 type ptrace struct {
 	id    string
 	calls []*call
+	warns []warnAt // its messy input, replayed in trace-id order when the set is complete
 }
+
+// warnAt is one warning a trace gave while it was prepared.
+type warnAt struct{ code, example string }
 
 // warnings counts messy input, never fatal.
 type warnings struct {
@@ -61,78 +65,164 @@ func (w *warnings) list() []Warning {
 	return out
 }
 
-// prepare parses traces once: calls paired with answers, arguments and answers decoded.
-// Traces are taken in id order (duplicates by id keep the first), so the input order does not matter.
-func prepare(traces []trace.Trace, w *warnings) []*ptrace {
-	idx := make([]int, len(traces))
-	for i := range idx {
-		idx[i] = i
+// Prepared is a build's input after parsing: each trace's tool calls as compact records (the message
+// text itself is not kept) and the agent profile learned on the way. Add takes the traces a batch at a
+// time, so they need never all be in memory together; the order of batches and of traces within them
+// does not matter (traces are taken in id order, the first of an id wins), so a build from a Prepared
+// equals Build of the same traces. The zero value is an empty set.
+type Prepared struct {
+	pts    []*ptrace
+	seen   map[string]bool
+	dups   []string // ids given again after their first trace
+	keys   map[string]string
+	agent  agentLearner
+	sorted bool
+}
+
+// Add prepares a batch of traces. The batch is not retained: its memory can go once Add returns.
+func (p *Prepared) Add(traces []trace.Trace) {
+	if p.seen == nil {
+		p.seen = map[string]bool{}
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return traces[idx[a]].ID < traces[idx[b]].ID })
-	var out []*ptrace
-	seen := map[string]bool{}
-	for _, i := range idx {
-		t := traces[i]
-		if seen[t.ID] {
-			w.add("duplicate_trace_id", t.ID)
+	for i := range traces {
+		t := &traces[i]
+		p.agent.add(t)
+		if p.seen[t.ID] {
+			p.dups = append(p.dups, t.ID)
 			continue
 		}
-		seen[t.ID] = true
-		callIDs := map[string]bool{}
-		for j, m := range t.Messages {
-			for _, tc := range m.ToolCalls {
-				callIDs[tc.ID] = true
-			}
-			if m.Role == trace.RoleTool && m.ToolCallID != "" && !callIDs[m.ToolCallID] {
-				w.add("answer_to_unknown_call", fmt.Sprintf("%s messages[%d].tool_call_id=%q", t.ID, j, m.ToolCallID))
-			}
-			switch m.Role {
-			case trace.RoleSystem, trace.RoleUser, trace.RoleAssistant, trace.RoleTool:
-			default:
-				w.add("unknown_role", fmt.Sprintf("%s messages[%d].role=%q", t.ID, j, m.Role))
-			}
-			if m.Role == trace.RoleTool && m.ToolCallID == "" {
-				w.add("tool_message_without_call_id", fmt.Sprintf("%s messages[%d]", t.ID, j))
-			}
+		p.seen[t.ID] = true
+		pt := prepareTrace(t)
+		for _, c := range pt.calls {
+			p.intern(c.args)
+			p.intern(c.val)
 		}
-		pt := &ptrace{id: t.ID}
-		for _, c := range trace.Calls(t) {
-			pc := &call{trace: len(out), idx: c.Index, tool: c.Tool, raw: c.RawArgs, answer: c.Answered, text: c.Result}
-			if c.Tool == "" {
-				w.add("call_without_tool_name", fmt.Sprintf("%s call %d", t.ID, c.Index))
-				continue
-			}
-			if v, err := jsonvalue.ParseString(c.RawArgs); err == nil {
-				if o, ok := v.(*jsonvalue.Object); ok {
-					pc.args = o
-				}
-			} else if strings.TrimSpace(c.RawArgs) == "" {
-				pc.args = jsonvalue.NewObject(0)
-			}
-			if pc.args == nil {
-				w.add("arguments_not_json_object", fmt.Sprintf("%s %s(%s)", t.ID, c.Tool, c.RawArgs))
-			} else {
-				pc.canon = string(jsonvalue.Canonical(pc.args))
-			}
-			if !c.Answered {
-				w.add("call_without_result", fmt.Sprintf("%s %s call %d", t.ID, c.Tool, c.Index))
-			} else {
-				pc.isErr = twin.IsErrorText(c.Result)
-				if jsonvalue.LooksJSON(c.Result) {
-					if v, err := jsonvalue.ParseString(c.Result); err == nil {
-						pc.val, pc.isJSON = v, true
-						if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
-							pc.isErr = true
-						}
-					} else if c.Result[0] == '{' || c.Result[0] == '[' {
-						w.add("answer_not_json", fmt.Sprintf("%s %s: %s", t.ID, c.Tool, c.Result))
-					}
-				}
-				pc.success = !pc.isErr
-			}
-			pt.calls = append(pt.calls, pc)
-		}
-		out = append(out, pt)
+		p.pts = append(p.pts, pt)
+		p.sorted = false
 	}
-	return out
+}
+
+// maxInterned bounds the distinct keys intern shares: keys that are ids (objects keyed by entity)
+// would only grow the table.
+const maxInterned = 1 << 14
+
+// intern makes the object keys in v share one string per distinct key across the set: the same few
+// dozen names recur in every call, and the copies the parser made can go.
+func (p *Prepared) intern(v any) {
+	switch x := v.(type) {
+	case *jsonvalue.Object:
+		if x == nil {
+			return
+		}
+		if p.keys == nil {
+			p.keys = map[string]string{}
+		}
+		for i, k := range x.Keys {
+			if s, ok := p.keys[k]; ok {
+				x.Keys[i] = s
+			} else if len(p.keys) < maxInterned {
+				p.keys[k] = k
+			}
+			p.intern(x.Vals[i])
+		}
+	case []any:
+		for _, e := range x {
+			p.intern(e)
+		}
+	}
+}
+
+// Len is the number of distinct traces added.
+func (p *Prepared) Len() int { return len(p.pts) }
+
+// finish answers the prepared traces in id order and a fresh warnings of their messy input, in the
+// order a single pass over the traces sorted by id would have met it.
+func (p *Prepared) finish() ([]*ptrace, *warnings) {
+	if !p.sorted {
+		// Ids are distinct here (duplicates were dropped in Add), so the order is total.
+		sort.Slice(p.pts, func(a, b int) bool { return p.pts[a].id < p.pts[b].id })
+		for i, pt := range p.pts {
+			for _, c := range pt.calls {
+				c.trace = i
+			}
+		}
+		p.sorted = true
+	}
+	w := &warnings{}
+	dups := slices.Sorted(slices.Values(p.dups))
+	for _, pt := range p.pts {
+		for len(dups) > 0 && dups[0] <= pt.id {
+			w.add("duplicate_trace_id", dups[0])
+			dups = dups[1:]
+		}
+		for _, x := range pt.warns {
+			w.add(x.code, x.example)
+		}
+	}
+	return p.pts, w
+}
+
+// prepareTrace parses one trace's calls; its messy input goes in the ptrace's warns.
+func prepareTrace(t *trace.Trace) *ptrace {
+	pt := &ptrace{id: t.ID}
+	warn := func(code, example string) {
+		if len(example) > 160 {
+			example = example[:160] + "…" // what warnings.add keeps; the rest of the text may go
+		}
+		pt.warns = append(pt.warns, warnAt{code, strings.Clone(example)})
+	}
+	callIDs := map[string]bool{}
+	for j, m := range t.Messages {
+		for _, tc := range m.ToolCalls {
+			callIDs[tc.ID] = true
+		}
+		if m.Role == trace.RoleTool && m.ToolCallID != "" && !callIDs[m.ToolCallID] {
+			warn("answer_to_unknown_call", fmt.Sprintf("%s messages[%d].tool_call_id=%q", t.ID, j, m.ToolCallID))
+		}
+		switch m.Role {
+		case trace.RoleSystem, trace.RoleUser, trace.RoleAssistant, trace.RoleTool:
+		default:
+			warn("unknown_role", fmt.Sprintf("%s messages[%d].role=%q", t.ID, j, m.Role))
+		}
+		if m.Role == trace.RoleTool && m.ToolCallID == "" {
+			warn("tool_message_without_call_id", fmt.Sprintf("%s messages[%d]", t.ID, j))
+		}
+	}
+	for _, c := range trace.Calls(*t) {
+		pc := &call{idx: c.Index, tool: c.Tool, answer: c.Answered, text: c.Result}
+		if c.Tool == "" {
+			warn("call_without_tool_name", fmt.Sprintf("%s call %d", t.ID, c.Index))
+			continue
+		}
+		if v, err := jsonvalue.ParseString(c.RawArgs); err == nil {
+			if o, ok := v.(*jsonvalue.Object); ok {
+				pc.args = o
+			}
+		} else if strings.TrimSpace(c.RawArgs) == "" {
+			pc.args = jsonvalue.NewObject(0)
+		}
+		if pc.args == nil {
+			warn("arguments_not_json_object", fmt.Sprintf("%s %s(%s)", t.ID, c.Tool, c.RawArgs))
+		} else {
+			pc.canon = string(jsonvalue.Canonical(pc.args))
+		}
+		if !c.Answered {
+			warn("call_without_result", fmt.Sprintf("%s %s call %d", t.ID, c.Tool, c.Index))
+		} else {
+			pc.isErr = twin.IsErrorText(c.Result)
+			if jsonvalue.LooksJSON(c.Result) {
+				if v, err := jsonvalue.ParseString(c.Result); err == nil {
+					pc.val, pc.isJSON = v, true
+					if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
+						pc.isErr = true
+					}
+				} else if c.Result[0] == '{' || c.Result[0] == '[' {
+					warn("answer_not_json", fmt.Sprintf("%s %s: %s", t.ID, c.Tool, c.Result))
+				}
+			}
+			pc.success = !pc.isErr
+		}
+		pt.calls = append(pt.calls, pc)
+	}
+	return pt
 }

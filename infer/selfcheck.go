@@ -104,7 +104,14 @@ const maxCheckMisses = 20
 // or per trace); beyond, or when opts.Folds is set, the units are split into that many
 // folds (10 by default) and each fold is checked against a build from the others.
 func SelfCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
-	return check(traces, opts, true, Resume{}, splitAuto)
+	return check(prepared(traces), opts, true, Resume{}, splitAuto)
+}
+
+// prepared is the Prepared of one batch of traces.
+func prepared(traces []trace.Trace) *Prepared {
+	var p Prepared
+	p.Add(traces)
+	return &p
 }
 
 // FoldResult is one checked fold: the calls replayed for each of its traces (by trace index).
@@ -127,13 +134,18 @@ type Resume struct {
 // SelfCheckResume is SelfCheck that skips the folds r.Done holds and reports each new one to r.OnFold. Its
 // report equals an uninterrupted SelfCheck's.
 func SelfCheckResume(traces []trace.Trace, opts Options, r Resume) (*SelfCheckReport, error) {
-	return check(traces, opts, true, r, splitAuto)
+	return check(prepared(traces), opts, true, r, splitAuto)
+}
+
+// SelfCheckFrom is SelfCheckResume over traces prepared batch by batch (see Prepared).
+func SelfCheckFrom(p *Prepared, opts Options, r Resume) (*SelfCheckReport, error) {
+	return check(p, opts, true, r, splitAuto)
 }
 
 // ReplayCheck is SelfCheck against one build from all traces (not leave-one-out):
 // how well the twin reproduces what it was built from.
 func ReplayCheck(traces []trace.Trace, opts Options) (*SelfCheckReport, error) {
-	return check(traces, opts, false, Resume{}, splitAuto)
+	return check(prepared(traces), opts, false, Resume{}, splitAuto)
 }
 
 // Split kinds.
@@ -206,12 +218,11 @@ type CheckedCall struct {
 	Miss      CheckMiss `json:"miss"`
 }
 
-func check(traces []trace.Trace, opts Options, holdOut bool, resume Resume, split string) (*SelfCheckReport, error) {
+func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string) (*SelfCheckReport, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	w := &warnings{}
-	pts := prepare(traces, w)
+	pts, w := p.finish()
 	full, _, err := buildPrepared(pts, &opts, w)
 	if err != nil {
 		return nil, err

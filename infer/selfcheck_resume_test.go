@@ -56,7 +56,7 @@ func TestSelfCheckResume(t *testing.T) {
 
 	// Nor is one of the same fold count over another split: folds 0-2 of a per-trace split hold other traces.
 	var perTrace []FoldResult
-	if _, err := check(tr, opts, true, Resume{OnFold: func(fr FoldResult) { perTrace = append(perTrace, fr) }}, splitTrace); err != nil {
+	if _, err := check(prepared(tr), opts, true, Resume{OnFold: func(fr FoldResult) { perTrace = append(perTrace, fr) }}, splitTrace); err != nil {
 		t.Fatal(err)
 	}
 	sort.Slice(perTrace, func(i, j int) bool { return perTrace[i].Fold < perTrace[j].Fold })

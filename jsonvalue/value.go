@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -151,6 +152,11 @@ func LooksJSON(s string) bool {
 type parser struct {
 	s []byte
 	i int
+	// keys and vals are a stack of the members of the objects and arrays being read; each is copied
+	// out at its closing bracket into slices of its exact length (appending in place would leave
+	// up to half of every slice unused, and parsed values may be held by the hundred thousand).
+	keys []string
+	vals []any
 }
 
 // MaxDepth bounds the nesting of arrays and objects Parse accepts.
@@ -224,12 +230,12 @@ func (p *parser) value(depth int) (any, error) {
 
 func (p *parser) object(depth int) (any, error) {
 	p.i++ // {
-	o := NewObject(8)
 	p.ws()
 	if p.i < len(p.s) && p.s[p.i] == '}' {
 		p.i++
-		return o, nil
+		return NewObject(0), nil
 	}
+	mark := len(p.keys)
 	for {
 		p.ws()
 		if p.i >= len(p.s) || p.s[p.i] != '"' {
@@ -250,7 +256,12 @@ func (p *parser) object(depth int) (any, error) {
 			return nil, err
 		}
 		// A repeated key keeps its first position and its last value, as Python's json does.
-		o.Set(k.(string), v)
+		if i := slices.Index(p.keys[mark:], k.(string)); i >= 0 {
+			p.vals[mark+i] = v
+		} else {
+			p.keys = append(p.keys, k.(string))
+			p.vals = append(p.vals, v)
+		}
 		p.ws()
 		if p.i >= len(p.s) {
 			return nil, p.errf("unterminated object")
@@ -261,27 +272,37 @@ func (p *parser) object(depth int) (any, error) {
 		}
 		if p.s[p.i] == '}' {
 			p.i++
+			o := &Object{Keys: slices.Clone(p.keys[mark:]), Vals: slices.Clone(p.vals[mark:])}
+			p.pop(mark)
 			return o, nil
 		}
 		return nil, p.errf("expected ',' or '}'")
 	}
 }
 
+// pop drops the stacked members from mark on.
+func (p *parser) pop(mark int) {
+	clear(p.keys[mark:])
+	clear(p.vals[mark:])
+	p.keys, p.vals = p.keys[:mark], p.vals[:mark]
+}
+
 func (p *parser) array(depth int) (any, error) {
 	p.i++ // [
-	a := []any{}
 	p.ws()
 	if p.i < len(p.s) && p.s[p.i] == ']' {
 		p.i++
-		return a, nil
+		return []any{}, nil
 	}
+	mark := len(p.vals)
 	for {
 		p.ws()
 		v, err := p.value(depth + 1)
 		if err != nil {
 			return nil, err
 		}
-		a = append(a, v)
+		p.vals = append(p.vals, v)
+		p.keys = append(p.keys, "") // the stacks stay level, so an object's members start at one mark in both
 		p.ws()
 		if p.i >= len(p.s) {
 			return nil, p.errf("unterminated array")
@@ -292,6 +313,8 @@ func (p *parser) array(depth int) (any, error) {
 		}
 		if p.s[p.i] == ']' {
 			p.i++
+			a := slices.Clone(p.vals[mark:])
+			p.pop(mark)
 			return a, nil
 		}
 		return nil, p.errf("expected ',' or ']'")

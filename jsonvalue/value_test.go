@@ -77,3 +77,40 @@ func TestEqualAndIdentical(t *testing.T) {
 		}
 	}
 }
+
+// Nested objects and arrays read back whole, a repeated key keeps its first place and last value,
+// and every parsed object and array is exactly as long as its members (no spare capacity held).
+func TestParseNestedExact(t *testing.T) {
+	in := `{"a": [1, {"k": [], "j": {}}, [2, [3, 4]], "s"], "b": {"x": 1, "y": [true, false], "x": 2}, "c": [], "d": {}}`
+	v, err := ParseString(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(Canonical(v)); got != `{"a":[1,{"j":{},"k":[]},[2,[3,4]],"s"],"b":{"x":2,"y":[true,false]},"c":[],"d":{}}` {
+		t.Fatalf("canonical = %s", got)
+	}
+	b, _ := v.(*Object).Get("b")
+	if keys := b.(*Object).Keys; len(keys) != 2 || keys[0] != "x" || keys[1] != "y" {
+		t.Fatalf("b's keys = %v, want [x y]", keys)
+	}
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case *Object:
+			if cap(x.Keys) != len(x.Keys) || cap(x.Vals) != len(x.Vals) || x.Keys == nil {
+				t.Errorf("object keys %d/%d vals %d/%d (len/cap)", len(x.Keys), cap(x.Keys), len(x.Vals), cap(x.Vals))
+			}
+			for _, m := range x.Vals {
+				walk(m)
+			}
+		case []any:
+			if cap(x) != len(x) || x == nil {
+				t.Errorf("array %d/%d (len/cap)", len(x), cap(x))
+			}
+			for _, m := range x {
+				walk(m)
+			}
+		}
+	}
+	walk(v)
+}

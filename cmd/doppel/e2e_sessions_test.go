@@ -81,7 +81,7 @@ func seedUnscheduledBatch(t *testing.T, dir, key string) trace.Batch {
 		t.Fatal(err)
 	}
 	bkey := blob.ContentKey("batches/"+ws.ID, enc)
-	if err := blobs.Put(ctx, bkey, bytes.NewReader(enc), int64(len(enc)), "application/gzip"); err != nil {
+	if err := blobs.Put(ctx, bkey, bytes.NewReader(enc), int64(len(enc)), ingest.BlobContentType); err != nil {
 		t.Fatal(err)
 	}
 	env, err := store.UpsertEnvByProject(ctx, db, ws.ID, parsed.Batch.Project)

@@ -1,0 +1,91 @@
+package infer
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/doppel-dev/doppel/trace"
+)
+
+// streamInput is the tau traces with messy ones mixed in: a duplicate id, calls without answers,
+// arguments that are not JSON, an unknown role.
+func streamInput(t *testing.T) []trace.Trace {
+	traces := append(loadTraces(t, "tau-retail-dev.json"), loadTraces(t, "tau-airline-dev.json")...)
+	messy := fakeTrace("task-3/zz-messy",
+		[3]string{"get_user_details", `{"user_id": `, `{"user_id": "x"`},
+		[3]string{"get_user_details", `not json at all`, `ok`},
+	)
+	messy.Messages = append(messy.Messages,
+		trace.Message{Role: trace.RoleAssistant, ToolCalls: []trace.ToolCall{{ID: "lost", Function: trace.Function{Name: "get_user_details", Arguments: `{"user_id": "u"}`}}}},
+		trace.Message{Role: trace.RoleTool, ToolCallID: "ghost", Content: ptr("orphan")},
+		trace.Message{Role: "narrator", Content: ptr("meanwhile")},
+	)
+	return append(traces, messy, traces[5], traces[40]) // two ids given twice
+}
+
+// A build from traces added in batches, in any order, equals Build of them all at once: bundle,
+// report (warnings and their examples included) and self-check.
+func TestBuildFromBatches(t *testing.T) {
+	traces := streamInput(t)
+	wantB, wantRep, err := Build(traces, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := marshalBuild(t, wantB.Marshal, wantRep)
+	if len(wantRep.Warnings) < 5 {
+		t.Fatalf("the messy traces gave only %v", wantRep.Warnings)
+	}
+	wantCheck, err := ReplayCheck(traces, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{1, 7, 100} {
+		// The batches in a shuffled order, each batch's traces shuffled too.
+		shuffled := append([]trace.Trace(nil), traces...)
+		rng := rand.New(rand.NewPCG(uint64(size), 7))
+		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		var p Prepared
+		for i := 0; i < len(shuffled); i += size {
+			batch := append([]trace.Trace(nil), shuffled[i:min(i+size, len(shuffled))]...)
+			p.Add(batch)
+			clear(batch) // Prepared keeps nothing of a batch's slice
+		}
+		if p.Len() != len(traces)-2 {
+			t.Fatalf("batches of %d: %d traces prepared, want %d", size, p.Len(), len(traces)-2)
+		}
+		b, rep, err := BuildFrom(&p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := marshalBuild(t, b.Marshal, rep); got != want {
+			t.Fatalf("batches of %d: the build differs from Build's", size)
+		}
+		// The same Prepared serves a second use (the self-check after the build).
+		check, err := check(&p, Options{}, false, Resume{}, splitAuto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, b := marshalJSON(t, check), marshalJSON(t, wantCheck); a != b {
+			t.Fatalf("batches of %d: the self-check differs", size)
+		}
+	}
+}
+
+func marshalBuild(t *testing.T, bundle func() ([]byte, error), rep *Report) string {
+	t.Helper()
+	data, err := bundle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data) + marshalJSON(t, rep)
+}
+
+func marshalJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
