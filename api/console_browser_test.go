@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -136,35 +135,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	liveRow := `[aria-label="Builds"] tbody tr:has(code[data-id="` + live.ID + `"])`
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancel)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-
-	cctx, stopConsole := context.WithCancel(ctx)
-	messages := chromedp.Console(cctx)
-	var mu sync.Mutex
-	var problems []string
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.IsException() {
-				mu.Lock()
-				problems = append(problems, m.String()+" ("+m.URL+")")
-				mu.Unlock()
-			}
-		}
-	}()
-	dir := os.Getenv("DOPPEL_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = t.TempDir()
-	}
+	ctx, console := browser(t, bin)
+	dir := artifacts(t)
 	tctx, cancel := context.WithTimeout(ctx, 4*time.Minute) // a guard, not a measure: a busy 2-core machine makes Chromium slow
 	defer cancel()
 	shot := func(name string) {
@@ -209,8 +181,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		cancel()
 		if err != nil {
 			shot("console-failed.jpg")
-			mu.Lock()
-			t.Fatalf("%s: %v (screenshot console-failed.jpg in %s; console: %q)", st.name, err, dir, problems)
+			t.Fatalf("%s: %v (screenshot console-failed.jpg in %s; console: %q)", st.name, err, dir, console.seen())
 		}
 	}
 	// Keyboard and screen reader reach: every field has a label, nothing interactive is taken out of the tab order.
@@ -340,9 +311,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		name string
 		a    chromedp.Action[chromedp.Void]
 	}{"signed out", chromedp.WaitVisible(chromedp.CSS(`#signin #key`))})
-	time.Sleep(200 * time.Millisecond) // let the last console messages arrive
-	stopConsole()
-	<-collected
+	problems := console.finish()
 
 	// What the page showed is what the server recorded.
 	sess, err := store.GetSession(context.Background(), p.db, p.ws.ID, sessID)
@@ -370,8 +339,6 @@ func TestConsoleInBrowser(t *testing.T) {
 	if width > 390 {
 		t.Errorf("at 390 px the page is %d px wide", width)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for _, pr := range problems {
 		t.Errorf("browser console: %s", pr)
 	}

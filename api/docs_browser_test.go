@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,36 +26,8 @@ func TestDocsInBrowser(t *testing.T) {
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancel)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-
-	// Every console message from the first page on, collected as it comes.
-	cctx, stopConsole := context.WithCancel(ctx)
-	messages := chromedp.Console(cctx)
-	var mu sync.Mutex
-	var problems []string
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.IsException() {
-				mu.Lock()
-				problems = append(problems, m.String()+" ("+m.URL+")")
-				mu.Unlock()
-			}
-		}
-	}()
-	dir := os.Getenv("DOPPEL_TEST_ARTIFACTS")
-	if dir == "" {
-		dir = t.TempDir()
-	}
+	ctx, console := browser(t, bin)
+	dir := artifacts(t)
 
 	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute) // a guard, not a measure: a busy 2-core machine makes Chromium slow
 	defer cancel()
@@ -109,9 +80,7 @@ func TestDocsInBrowser(t *testing.T) {
 	if png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "docs-try-it.png"), png, 0o644)
 	}
-	time.Sleep(200 * time.Millisecond) // let the last console messages arrive
-	stopConsole()
-	<-collected
+	problems := console.finish()
 	want := 0
 	for _, item := range f.api.OpenAPI().Paths {
 		for _, o := range []*huma.Operation{item.Get, item.Post, item.Put, item.Patch, item.Delete} {
@@ -126,8 +95,6 @@ func TestDocsInBrowser(t *testing.T) {
 	if strings.TrimSpace(status) != "200" || !strings.Contains(body, f.retail.Slug) {
 		t.Errorf("Try it out on envs.list: status %q, body %.300q; want 200 listing %s", status, body, f.retail.Slug)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for _, p := range problems {
 		t.Errorf("%s", p)
 	}
