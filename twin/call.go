@@ -304,11 +304,14 @@ func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callabl
 	case *errorAnswer:
 		return &answer{content: x.text, isErr: true}, ""
 	}
-	val, err := fromStar(v, s.rt.style)
+	if str, ok := v.(starlark.String); ok && !t.def.StringsAsJSON {
+		return &answer{content: string(str), env: env}, "" // a text answer, as it is
+	}
+	content, err := renderStar(v, s.rt.style) // Render(fromStar(v)), without the model value in between
 	if err != nil {
 		return nil, "handler answer: " + err.Error()
 	}
-	return &answer{content: s.rt.renderAnswer(t.def, val), env: env}, ""
+	return &answer{content: content, env: env}, ""
 }
 
 func firstLine(s string) string {
@@ -316,11 +319,4 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
-}
-
-func (rt *Runtime) renderAnswer(def *Tool, v any) string {
-	if s, ok := v.(string); ok && !def.StringsAsJSON {
-		return s
-	}
-	return Render(v, rt.style)
 }

@@ -1,0 +1,104 @@
+package twin
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
+	"go.starlark.net/starlark"
+)
+
+// renderStar writes a handler's answer as JSON text in style st straight from its Starlark value: the same text,
+// and the same error, as Render(fromStar(v, st), st), without building the model value in between.
+func renderStar(v starlark.Value, st Style) (string, error) {
+	var b strings.Builder
+	if err := renderStarTo(&b, v, st, 0); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) error {
+	if depth > jsonvalue.MaxDepth {
+		return errors.New("value nested too deeply")
+	}
+	switch x := v.(type) {
+	case starlark.NoneType:
+		b.WriteString("null")
+	case starlark.Bool:
+		if x {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case starlark.String:
+		writeStyledString(b, string(x), st)
+	case starlark.Int:
+		if i, ok := x.Int64(); ok {
+			var buf [20]byte
+			b.Write(strconv.AppendInt(buf[:0], i, 10))
+		} else {
+			b.WriteString(x.String())
+		}
+	case starlark.Float:
+		b.WriteString(st.FormatFloat(float64(x)))
+	case *starlark.List:
+		b.WriteByte('[')
+		for i := 0; i < x.Len(); i++ {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if err := renderStarTo(b, x.Index(i), st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case starlark.Tuple:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if err := renderStarTo(b, e, st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case *starlark.Dict:
+		b.WriteByte('{')
+		for i, it := range x.Items() {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if s, ok := it[0].(starlark.String); ok {
+				writeStyledString(b, string(s), st)
+			} else {
+				writeStyledString(b, it[0].String(), st)
+			}
+			b.WriteString(st.KeySep)
+			if err := renderStarTo(b, it[1], st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	case *starlark.Set:
+		b.WriteByte('[')
+		iter := x.Iterate()
+		defer iter.Done()
+		var e starlark.Value
+		for i := 0; iter.Next(&e); i++ {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if err := renderStarTo(b, e, st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	default:
+		return fmt.Errorf("a %s cannot be part of an answer or a row", v.Type())
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package twin
+
+import (
+	"github.com/doppel-dev/doppel/jsonvalue"
+	"go.starlark.net/starlark"
+)
+
+// A starTemplate is a model value converted to Starlark once, from which world.get builds each handler's private,
+// mutable copy without converting again: its leaves (None, booleans, numbers, strings) are immutable Starlark
+// values shared by every copy, and only its dicts and lists are made afresh. build(makeTemplate(v)) equals
+// toStar(v): the same dicts with the same keys in the same order, the same lists, the same leaves.
+type starTemplate struct {
+	leaf  starlark.Value   // an immutable value; nil for a dict or a list
+	keys  []starlark.Value // a dict's keys (starlark.String), in order
+	elems []starTemplate   // a dict's values (beside keys) or a list's elements
+	dict  bool
+}
+
+// makeTemplate converts a model value, as toStar does, into a template.
+func makeTemplate(v any) starTemplate {
+	switch x := v.(type) {
+	case []any:
+		t := starTemplate{elems: make([]starTemplate, len(x))}
+		for i, e := range x {
+			t.elems[i] = makeTemplate(e)
+		}
+		return t
+	case *jsonvalue.Object:
+		t := starTemplate{dict: true, keys: make([]starlark.Value, len(x.Keys)), elems: make([]starTemplate, len(x.Keys))}
+		for i, k := range x.Keys {
+			t.keys[i] = starlark.String(k)
+			t.elems[i] = makeTemplate(x.Vals[i])
+		}
+		return t
+	}
+	return starTemplate{leaf: toStar(v)}
+}
+
+// build makes a fresh, mutable Starlark value from the template.
+func (t *starTemplate) build() starlark.Value {
+	if t.leaf != nil {
+		return t.leaf
+	}
+	if t.dict {
+		d := starlark.NewDict(len(t.keys))
+		for i, k := range t.keys {
+			_ = d.SetKey(k, t.elems[i].build())
+		}
+		return d
+	}
+	elems := make([]starlark.Value, len(t.elems))
+	for i := range t.elems {
+		elems[i] = t.elems[i].build()
+	}
+	return starlark.NewList(elems)
+}
+
+// rowStar is a fresh Starlark copy of row (table, key) as world.get answers it. A base row — immutable and shared
+// by every session — is converted once per runtime and copied from its template after; any other row (a
+// session's own, one made up) is converted each time.
+func (rt *Runtime) rowStar(table, key string, row *jsonvalue.Object) starlark.Value {
+	bt := rt.tables[table]
+	if bt == nil || bt.rows[key] != row {
+		return toStar(row)
+	}
+	if t, ok := bt.stars.Load(key); ok {
+		return t.(*starTemplate).build()
+	}
+	t := makeTemplate(row)
+	bt.stars.Store(key, &t)
+	return t.build()
+}
