@@ -307,9 +307,12 @@ func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callabl
 	if str, ok := v.(starlark.String); ok && !t.def.StringsAsJSON {
 		return &answer{content: string(str), env: env}, "" // a text answer, as it is
 	}
-	content, err := renderStar(v, s.rt.style) // Render(fromStar(v)), without the model value in between
+	content, err := renderStar(v, s.rt.style, int(t.answerSize.Load())) // Render(fromStar(v)), without the model value in between
 	if err != nil {
 		return nil, "handler answer: " + err.Error()
+	}
+	if n := int64(len(content)); n > t.answerSize.Load() && n <= maxAnswerHint {
+		t.answerSize.Store(n)
 	}
 	return &answer{content: content, env: env}, ""
 }

@@ -12,8 +12,11 @@ import (
 
 // renderStar writes a handler's answer as JSON text in style st straight from its Starlark value: the same text,
 // and the same error, as Render(fromStar(v, st), st), without building the model value in between.
-func renderStar(v starlark.Value, st Style) (string, error) {
+// sizeHint is the buffer it starts with (the tool's longest answer so far, say), so most answers are written
+// without regrowing it.
+func renderStar(v starlark.Value, st Style, sizeHint int) (string, error) {
 	var b strings.Builder
+	b.Grow(sizeHint)
 	if err := renderStarTo(&b, v, st, 0); err != nil {
 		return "", err
 	}

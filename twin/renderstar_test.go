@@ -2,6 +2,7 @@ package twin
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -53,7 +54,7 @@ func TestRenderStarMatchesFromStarThenRender(t *testing.T) {
 			} else {
 				want = Render(m, st)
 			}
-			got, err := renderStar(v, st)
+			got, err := renderStar(v, st, i%3*16)
 			gotErr := ""
 			if err != nil {
 				gotErr, got = err.Error(), ""
@@ -162,4 +163,55 @@ func TestStyledStringRuns(t *testing.T) {
 			}
 		}
 	}
+}
+
+// deepcopy answers what converting to the model and back did, error and all.
+func TestDeepCopyMatchesRoundTrip(t *testing.T) {
+	exprs := []string{
+		`None`, `True`, `-7`, `123456789012345678901234567890`, `1200.0`, `0.1 + 0.2`, `1e-05`, `-0.0`,
+		`float("inf")`, `"é 😀"`, `[]`, `()`, `[1, ("a", (2,)), {"k": set([3, 1])}]`,
+		`{"b": 1, "a": [1, 2.5], "c": {"z": None}}`, `{1: "int key", "1": "string key", (1, "x"): 2, None: 0}`,
+		`set()`, `[len]`, `{"ok": 1, "bad": (1, len)}`,
+	}
+	for _, e := range exprs {
+		v := evalStar(t, e)
+		var want starlark.Value
+		var wantErr string
+		if m, err := fromStar(v, StylePython); err != nil {
+			wantErr = err.Error()
+		} else {
+			want = toStar(m)
+		}
+		got, err := deepCopyStar(v, 0)
+		if wantErr != "" || err != nil {
+			if err == nil || err.Error() != wantErr {
+				t.Errorf("%s: deepCopyStar error %v, want %q", e, err, wantErr)
+			}
+			continue
+		}
+		if got.String() != want.String() || got.Type() != want.Type() {
+			t.Errorf("%s: deepCopyStar %s (%s), want %s (%s)", e, got, got.Type(), want, want.Type())
+		}
+		if d, ok := got.(*starlark.Dict); ok && v.(*starlark.Dict).Len() > 0 {
+			if err := d.SetKey(starlark.String("new"), starlark.None); err != nil {
+				t.Fatal(err)
+			}
+			if _, found, _ := v.(*starlark.Dict).Get(starlark.String("new")); found {
+				t.Errorf("%s: the copy shares its dict with the original", e)
+			}
+		}
+	}
+	nan := starlark.Float(math.NaN())
+	if got, err := deepCopyStar(nan, 0); err != nil || got.String() != toStar(mustFromStar(t, nan)).String() {
+		t.Errorf("NaN: deepCopyStar %v, %v", got, err)
+	}
+}
+
+func mustFromStar(t *testing.T, v starlark.Value) any {
+	t.Helper()
+	m, err := fromStar(v, StylePython)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

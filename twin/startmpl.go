@@ -1,6 +1,9 @@
 package twin
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/doppel-dev/doppel/jsonvalue"
 	"go.starlark.net/starlark"
 )
@@ -69,4 +72,66 @@ func (rt *Runtime) rowStar(table, key string, row *jsonvalue.Object) starlark.Va
 	t := makeTemplate(row)
 	bt.stars.Store(key, &t)
 	return t.build()
+}
+
+// deepCopyStar is deepcopy(x): the value toStar(fromStar(x)) converts to — dicts and lists made afresh (tuples and
+// sets become lists, a dict's non-string keys their text), immutable leaves shared — with fromStar's errors, without
+// the model value in between.
+func deepCopyStar(v starlark.Value, depth int) (starlark.Value, error) {
+	if depth > jsonvalue.MaxDepth {
+		return nil, errors.New("value nested too deeply")
+	}
+	switch x := v.(type) {
+	case starlark.NoneType, starlark.Bool, starlark.String, starlark.Int, starlark.Float:
+		return x, nil
+	case *starlark.List:
+		elems := make([]starlark.Value, x.Len())
+		for i := range elems {
+			e, err := deepCopyStar(x.Index(i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			elems[i] = e
+		}
+		return starlark.NewList(elems), nil
+	case starlark.Tuple:
+		elems := make([]starlark.Value, len(x))
+		for i := range x {
+			e, err := deepCopyStar(x[i], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			elems[i] = e
+		}
+		return starlark.NewList(elems), nil
+	case *starlark.Dict:
+		items := x.Items()
+		d := starlark.NewDict(len(items))
+		for _, it := range items {
+			k := it[0]
+			if _, ok := k.(starlark.String); !ok {
+				k = starlark.String(k.String())
+			}
+			e, err := deepCopyStar(it[1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			_ = d.SetKey(k, e)
+		}
+		return d, nil
+	case *starlark.Set:
+		var elems []starlark.Value
+		iter := x.Iterate()
+		defer iter.Done()
+		var e starlark.Value
+		for iter.Next(&e) {
+			c, err := deepCopyStar(e, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			elems = append(elems, c)
+		}
+		return starlark.NewList(elems), nil
+	}
+	return nil, fmt.Errorf("a %s cannot be part of an answer or a row", v.Type())
 }
