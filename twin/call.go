@@ -45,7 +45,7 @@ func (s *Session) Call(ctx context.Context, tool string, args json.RawMessage) (
 	if s.closed {
 		return Result{}, ErrClosed
 	}
-	if p := t.argsProblem(args); p != "" {
+	if p := t.argsProblem(args, ao); p != "" {
 		return s.argsError(t, p), nil
 	}
 	return s.call(ctx, t, ao, nil)
