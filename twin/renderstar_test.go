@@ -1,6 +1,8 @@
 package twin
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -214,4 +216,35 @@ func mustFromStar(t *testing.T, v starlark.Value) any {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// Rows read through their templates stay private to each read: a handler that changes the row it read (its
+// balance, its nested history list) and stores it changes neither the base row nor the stored row's next read.
+func TestRowTemplatesKeepReadsPrivate(t *testing.T) {
+	rt := newBank(t, RuntimeOptions{})
+	ctx := context.Background()
+	a := open(t, rt, SessionSpec{})
+	for i := 1; i <= 3; i++ {
+		res, err := a.Call(ctx, "deposit", json.RawMessage(`{"id": "acc_01", "amount": 1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf(`"balance": %d,`, 100+i); !strings.Contains(res.Content, want) ||
+			strings.Count(res.Content, `"kind": "deposit"`) != i {
+			t.Fatalf("deposit %d answered %s, want %s and %d history entries", i, res.Content, want, i)
+		}
+		if i == 3 {
+			if row, _ := a.Row("accounts", "acc_01"); !strings.Contains(string(row), `"balance":103`) {
+				t.Fatalf("stored row %s, want balance 103", row)
+			}
+		}
+	}
+	b := open(t, rt, SessionSpec{})
+	got, err := b.Call(ctx, "get_account", json.RawMessage(`{"id": "acc_01"}`))
+	if err != nil || !strings.Contains(got.Content, `"balance": 100,`) || strings.Contains(got.Content, "deposit") {
+		t.Fatalf("another session read %s (%v), want the base row", got.Content, err)
+	}
+	if b.StateHash() != rt.BaseHash() {
+		t.Fatal("a read changed another session's world")
+	}
 }

@@ -286,7 +286,7 @@ func bWorldGet(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if !ok {
 		return starlark.None, nil
 	}
-	return e.sess.rt.rowStar(table, k, r), nil
+	return e.sess.rowStar(table, k, r), nil
 }
 
 func bWorldPut(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
