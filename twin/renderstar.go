@@ -71,19 +71,10 @@ func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) err
 		b.WriteByte(']')
 	case *starlark.Dict:
 		b.WriteByte('{')
-		for i, it := range x.Items() {
-			if i > 0 {
-				b.WriteString(st.ItemSep)
-			}
-			if s, ok := it[0].(starlark.String); ok {
-				writeStyledString(b, string(s), st)
-			} else {
-				writeStyledString(b, it[0].String(), st)
-			}
-			b.WriteString(st.KeySep)
-			if err := renderStarTo(b, it[1], st, depth+1); err != nil {
-				return err
-			}
+		w := dictRender{b: b, st: st, depth: depth}
+		x.Entries()(w.entry) // in order, without Items' copy of the entries
+		if w.err != nil {
+			return w.err
 		}
 		b.WriteByte('}')
 	case *starlark.Set:
@@ -104,4 +95,28 @@ func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) err
 		return fmt.Errorf("a %s cannot be part of an answer or a row", v.Type())
 	}
 	return nil
+}
+
+// dictRender writes a dict's entries, as renderStarTo writes an object, stopping at the first error.
+type dictRender struct {
+	b     *strings.Builder
+	st    Style
+	depth int
+	n     int
+	err   error
+}
+
+func (w *dictRender) entry(k, v starlark.Value) bool {
+	if w.n > 0 {
+		w.b.WriteString(w.st.ItemSep)
+	}
+	w.n++
+	if s, ok := k.(starlark.String); ok {
+		writeStyledString(w.b, string(s), w.st)
+	} else {
+		writeStyledString(w.b, k.String(), w.st)
+	}
+	w.b.WriteString(w.st.KeySep)
+	w.err = renderStarTo(w.b, v, w.st, w.depth+1)
+	return w.err == nil
 }

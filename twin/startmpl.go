@@ -120,20 +120,12 @@ func deepCopyStar(v starlark.Value, depth int) (starlark.Value, error) {
 		}
 		return starlark.NewList(elems), nil
 	case *starlark.Dict:
-		items := x.Items()
-		d := starlark.NewDict(len(items))
-		for _, it := range items {
-			k := it[0]
-			if _, ok := k.(starlark.String); !ok {
-				k = starlark.String(k.String())
-			}
-			e, err := deepCopyStar(it[1], depth+1)
-			if err != nil {
-				return nil, err
-			}
-			_ = d.SetKey(k, e)
+		c := dictCopy{d: starlark.NewDict(x.Len()), depth: depth}
+		x.Entries()(c.entry) // in order, without Items' copy of the entries
+		if c.err != nil {
+			return nil, c.err
 		}
-		return d, nil
+		return c.d, nil
 	case *starlark.Set:
 		var elems []starlark.Value
 		iter := x.Iterate()
@@ -149,4 +141,23 @@ func deepCopyStar(v starlark.Value, depth int) (starlark.Value, error) {
 		return starlark.NewList(elems), nil
 	}
 	return nil, fmt.Errorf("a %s cannot be part of an answer or a row", v.Type())
+}
+
+// dictCopy copies a dict's entries, as deepCopyStar copies a dict, stopping at the first error.
+type dictCopy struct {
+	d     *starlark.Dict
+	depth int
+	err   error
+}
+
+func (c *dictCopy) entry(k, v starlark.Value) bool {
+	if _, ok := k.(starlark.String); !ok {
+		k = starlark.String(k.String())
+	}
+	var e starlark.Value
+	if e, c.err = deepCopyStar(v, c.depth+1); c.err != nil {
+		return false
+	}
+	_ = c.d.SetKey(k, e)
+	return true
 }
