@@ -113,6 +113,41 @@ func BenchmarkCall(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-µs/call")
 }
 
+// BenchmarkCallLongSessions replays the retail traces' calls over 64 sessions kept open throughout, as
+// `doppel bench` does (each session's overlay grows with its writes), and reports the CPU time per call.
+func BenchmarkCallLongSessions(b *testing.B) {
+	bundle, calls := retail(b)
+	rt, err := twin.NewRuntime(bundle, twin.RuntimeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var flat []trace.Call
+	for _, cs := range calls {
+		flat = append(flat, cs...)
+	}
+	sessions := make([]*twin.Session, 64)
+	next := make([]int, len(sessions))
+	for i := range sessions {
+		if sessions[i], _, err = rt.Open(twin.SessionSpec{}); err != nil {
+			b.Fatal(err)
+		}
+		next[i] = i * len(flat) / len(sessions)
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		si := i % len(sessions)
+		c := flat[next[si]%len(flat)]
+		next[si]++
+		if _, err := sessions[si].Call(ctx, c.Tool, json.RawMessage(c.RawArgs)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/call")
+}
+
 // BenchmarkOpen opens sessions on the retail bundle: unseeded, and seeded with
 // plain instructions (new rows, a PRNG per seed, the world hash computed).
 func BenchmarkOpen(b *testing.B) {

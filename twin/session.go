@@ -55,11 +55,9 @@ type Session struct {
 	// opening is the overlay as the open left it (the seed rows): the world a diff compares with by default.
 	opening overlay
 	hashes  map[string]*tableHash // per changed table: what the next hash must redo (hash.go)
-	// stars holds the Starlark templates of overlay rows world.get read, until the row is replaced (startmpl.go).
-	stars  map[*jsonvalue.Object]*starTemplate
-	hash   string
-	dirty  bool // hash is stale
-	closed bool
+	hash    string
+	dirty   bool // hash is stale
+	closed  bool
 }
 
 // Open makes a session: the base world plus the rows its seed instructions (or scenario) make.
@@ -136,7 +134,6 @@ func (s *Session) StateHash() string {
 func (s *Session) clearOverlay() {
 	s.over = map[string]map[string]*jsonvalue.Object{}
 	s.hashes = nil
-	s.stars = nil
 	s.dirty = true
 }
 
@@ -161,7 +158,6 @@ func (s *Session) Close() {
 	s.closed = true
 	s.over = nil
 	s.hashes = nil
-	s.stars = nil
 }
 
 // OverlayRows counts the rows the session holds beyond the base world.
@@ -347,10 +343,7 @@ func (s *Session) put(table, key string, row *jsonvalue.Object) {
 		t = map[string]*jsonvalue.Object{}
 		s.over[table] = t
 	}
-	old, had := t[key]
-	if old != nil {
-		delete(s.stars, old)
-	}
+	_, had := t[key]
 	t[key] = row
 	s.touch(table, key, !had)
 }

@@ -58,34 +58,20 @@ func (t *starTemplate) build() starlark.Value {
 	return starlark.NewList(elems)
 }
 
-// rowStar is a fresh Starlark copy of row (table, key) as world.get answers it. Rows are never changed in place
-// (a write puts a new row), so a row's template serves every later read of it: a base row's — shared by every
-// session — is kept per runtime, a row the session holds in its overlay per session until the session replaces
-// it; any other row (this call's own writes, a row made up) is converted each time.
+// rowStar is a fresh Starlark copy of row (table, key) as world.get answers it. A base row — immutable and shared
+// by every session — is converted once per runtime and copied from its template after; any other row (a
+// session's own, one made up) is converted each time: measured over long-lived sessions, keeping templates of
+// a session's own rows cost more (a template made for a row read once, more heap for the GC to mark) than it saved.
 func (s *Session) rowStar(table, key string, row *jsonvalue.Object) starlark.Value {
 	bt := s.rt.tables[table]
-	if bt == nil {
+	if bt == nil || bt.rows[key] != row {
 		return toStar(row)
 	}
-	if bt.rows[key] == row {
-		if t, ok := bt.stars.Load(key); ok {
-			return t.(*starTemplate).build()
-		}
-		t := makeTemplate(row)
-		bt.stars.Store(key, &t)
-		return t.build()
-	}
-	if s.over[table][key] != row {
-		return toStar(row)
-	}
-	if t, ok := s.stars[row]; ok {
-		return t.build()
+	if t, ok := bt.stars.Load(key); ok {
+		return t.(*starTemplate).build()
 	}
 	t := makeTemplate(row)
-	if s.stars == nil {
-		s.stars = map[*jsonvalue.Object]*starTemplate{}
-	}
-	s.stars[row] = &t
+	bt.stars.Store(key, &t)
 	return t.build()
 }
 
