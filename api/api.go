@@ -279,6 +279,20 @@ func loggerFrom(ctx context.Context) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// accessLog writes a request's line, as InfoContext would with the same attributes, but without looking up the
+// caller's program counter, which no handler of ours prints (none sets AddSource).
+func (s *server) accessLog(r *http.Request, id string, status int, start time.Time) {
+	h := s.logger.Handler()
+	if !h.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
+	now := time.Now()
+	rec := slog.NewRecord(now, slog.LevelInfo, "request", 0)
+	rec.AddAttrs(slog.String("request_id", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", status), slog.Duration("dur", now.Sub(start)))
+	_ = h.Handle(r.Context(), rec)
+}
+
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger, start: start, transport: transportOf(r.URL.Path)}
@@ -311,8 +325,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeEnvelope(sw, http.StatusInternalServerError, e)
 			}
 		}
-		s.logger.InfoContext(r.Context(), "request", slog.String("request_id", ri.id), slog.String("method", r.Method),
-			slog.String("path", r.URL.Path), slog.Int("status", sw.status()), slog.Duration("dur", time.Since(start)))
+		s.accessLog(r, ri.id, sw.status(), start)
 	}()
 	if e := checkURL(r); e != nil {
 		e.RequestID = ri.id

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +105,13 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 			t.Errorf("GET %s: X-Request-Id %q (want a fresh req_ id)", p, rid)
 		}
 		seen[rid] = true
+		// Each request has its access-log line: id, method, path, status and duration, in that order.
+		status := strconv.Itoa(w.Code)
+		line := regexp.MustCompile(`(?m)^time=\S+ level=INFO msg=request request_id=` + rid + ` method=GET path=` +
+			regexp.QuoteMeta(p) + ` status=` + status + ` dur=\S+$`)
+		if !line.MatchString(f.log.String()) {
+			t.Errorf("GET %s: no access-log line for %s (status %s) in:\n%s", p, rid, status, f.log.String())
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,8 +61,18 @@ func retail(b testing.TB) (*twin.Bundle, [][]trace.Call) {
 	return retailBundle, retailCalls
 }
 
+// cpuTime is this process's CPU time (user and system, all threads: the GC's background work included).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkCall replays the retail traces' calls, each trace in a fresh session,
-// and reports per-call latency percentiles (in-process, no transport).
+// and reports per-call latency percentiles (in-process, no transport) and the CPU
+// time per call (which, unlike ns/op, other work on a shared machine hardly moves).
 func BenchmarkCall(b *testing.B) {
 	bundle, calls := retail(b)
 	rt, err := twin.NewRuntime(bundle, twin.RuntimeOptions{})
@@ -71,6 +82,7 @@ func BenchmarkCall(b *testing.B) {
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	var s *twin.Session
 	ti, ci := 0, 0
 	for i := 0; i < b.N; i++ {
@@ -94,9 +106,46 @@ func BenchmarkCall(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(latency.Percentile(latency.Sorted(lat), 50).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(latency.Percentile(latency.Sorted(lat), 99).Microseconds()), "p99-µs")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu-µs/call")
+}
+
+// BenchmarkCallLongSessions replays the retail traces' calls over 64 sessions kept open throughout, as
+// `doppel bench` does (each session's overlay grows with its writes), and reports the CPU time per call.
+func BenchmarkCallLongSessions(b *testing.B) {
+	bundle, calls := retail(b)
+	rt, err := twin.NewRuntime(bundle, twin.RuntimeOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var flat []trace.Call
+	for _, cs := range calls {
+		flat = append(flat, cs...)
+	}
+	sessions := make([]*twin.Session, 64)
+	next := make([]int, len(sessions))
+	for i := range sessions {
+		if sessions[i], _, err = rt.Open(twin.SessionSpec{}); err != nil {
+			b.Fatal(err)
+		}
+		next[i] = i * len(flat) / len(sessions)
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		si := i % len(sessions)
+		c := flat[next[si]%len(flat)]
+		next[si]++
+		if _, err := sessions[si].Call(ctx, c.Tool, json.RawMessage(c.RawArgs)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/call")
 }
 
 // BenchmarkOpen opens sessions on the retail bundle: unseeded, and seeded with

@@ -45,7 +45,7 @@ func (s *Session) Call(ctx context.Context, tool string, args json.RawMessage) (
 	if s.closed {
 		return Result{}, ErrClosed
 	}
-	if p := t.argsProblem(args); p != "" {
+	if p := t.argsProblem(args, ao); p != "" {
 		return s.argsError(t, p), nil
 	}
 	return s.call(ctx, t, ao, nil)
@@ -304,11 +304,17 @@ func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callabl
 	case *errorAnswer:
 		return &answer{content: x.text, isErr: true}, ""
 	}
-	val, err := fromStar(v, s.rt.style)
+	if str, ok := v.(starlark.String); ok && !t.def.StringsAsJSON {
+		return &answer{content: string(str), env: env}, "" // a text answer, as it is
+	}
+	content, err := renderStar(v, s.rt.style, int(t.answerSize.Load())) // Render(fromStar(v)), without the model value in between
 	if err != nil {
 		return nil, "handler answer: " + err.Error()
 	}
-	return &answer{content: s.rt.renderAnswer(t.def, val), env: env}, ""
+	if n := int64(len(content)); n > t.answerSize.Load() && n <= maxAnswerHint {
+		t.answerSize.Store(n)
+	}
+	return &answer{content: content, env: env}, ""
 }
 
 func firstLine(s string) string {
@@ -316,11 +322,4 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
-}
-
-func (rt *Runtime) renderAnswer(def *Tool, v any) string {
-	if s, ok := v.(string); ok && !def.StringsAsJSON {
-		return s
-	}
-	return Render(v, rt.style)
 }

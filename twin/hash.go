@@ -118,6 +118,9 @@ type tableHash struct {
 	digests []digest         // nil until first hashed: then a copy of the base's, updated per dirty bucket
 	dirty   map[int]bool
 	digest  digest
+	// members holds the canonical member bytes of overlay rows hashed before and not touched since, so
+	// re-hashing a bucket re-encodes only the rows that changed.
+	members map[string][]byte
 }
 
 // touch records that the session's overlay of table now holds key (added is true when it did not before).
@@ -134,6 +137,7 @@ func (s *Session) touch(table, key string, added bool) {
 		th = &tableHash{keys: map[int][]string{}, dirty: map[int]bool{}}
 		s.hashes[table] = th
 	}
+	delete(th.members, key)
 	b := bucketOf(key, bt.nb)
 	if added {
 		th.keys[b] = append(th.keys[b], key)
@@ -163,7 +167,7 @@ func (s *Session) currentHash() string {
 			}
 			sort.Ints(dirty)
 			for _, b := range dirty {
-				th.digests[b] = s.bucketDigest(t, s.over[name], b, th.keys[b])
+				th.digests[b] = s.bucketDigest(t, s.over[name], b, th)
 			}
 			clear(th.dirty)
 			th.digest = tableDigest(th.digests)
@@ -175,10 +179,10 @@ func (s *Session) currentHash() string {
 }
 
 // bucketDigest hashes bucket b of a table as the session sees it: the base rows merged with the overlay's keys.
-func (s *Session) bucketDigest(t *baseTable, over map[string]*jsonvalue.Object, b int, okeys []string) digest {
+func (s *Session) bucketDigest(t *baseTable, over map[string]*jsonvalue.Object, b int, th *tableHash) digest {
+	okeys := th.keys[b]
 	sort.Strings(okeys)
 	h := sha256.New()
-	var scratch bytes.Buffer
 	first := true
 	sep := func() {
 		if !first {
@@ -199,11 +203,19 @@ func (s *Session) bucketDigest(t *baseTable, over map[string]*jsonvalue.Object, 
 		}
 		if row := over[k]; row != nil {
 			sep()
-			scratch.Reset()
-			jsonvalue.AppendString(&scratch, k)
-			scratch.WriteByte(':')
-			jsonvalue.AppendCanonical(&scratch, row)
-			h.Write(scratch.Bytes())
+			m, ok := th.members[k]
+			if !ok {
+				var buf bytes.Buffer
+				jsonvalue.AppendString(&buf, k)
+				buf.WriteByte(':')
+				jsonvalue.AppendCanonical(&buf, row)
+				m = buf.Bytes()
+				if th.members == nil {
+					th.members = map[string][]byte{}
+				}
+				th.members[k] = m
+			}
+			h.Write(m)
 		}
 	}
 	for ; bi < len(base); bi++ {

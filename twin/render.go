@@ -94,6 +94,13 @@ func writeStyledString(b *strings.Builder, s string, st Style) {
 	}
 	b.WriteByte('"')
 	for i := 0; i < len(s); {
+		if j := plainRun(s, i, st); j > i { // bytes written as they are, at once
+			b.WriteString(s[i:j])
+			i = j
+			if i == len(s) {
+				break
+			}
+		}
 		c := s[i]
 		if c < utf8.RuneSelf {
 			switch {
@@ -139,6 +146,17 @@ func writeStyledString(b *strings.Builder, s string, st Style) {
 		i += size
 	}
 	b.WriteByte('"')
+}
+
+// plainRun is the end of the run of ASCII bytes from s[i] that style st writes unescaped.
+func plainRun(s string, i int, st Style) int {
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || (st.HTML && (c == '<' || c == '>' || c == '&')) {
+			return i
+		}
+	}
+	return i
 }
 
 // FormatFloat spells a computed float the way the style's language prints it.

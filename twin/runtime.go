@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/doppel-dev/doppel/jsonvalue"
@@ -75,7 +76,11 @@ type rtTool struct {
 	all      []*rec
 	// schema is the input schema, checked before the rung ladder (nil: none).
 	schema *jsonvalue.Schema
+	// answerSize is the longest answer its handlers rendered so far (up to maxAnswerHint), the buffer the next starts with.
+	answerSize atomic.Int64
 }
+
+const maxAnswerHint = 1 << 20
 
 type rec struct {
 	args   any

@@ -286,7 +286,7 @@ func bWorldGet(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if !ok {
 		return starlark.None, nil
 	}
-	return toStar(r), nil
+	return e.sess.rowStar(table, k, r), nil
 }
 
 func bWorldPut(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -526,12 +526,8 @@ func bDeepCopy(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwa
 	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x); err != nil {
 		return nil, err
 	}
-	v, err := fromStar(x, StylePython)
-	if err != nil {
-		return nil, err
-	}
-	// Floats survive the trip: PyFloat round-trips exactly.
-	return toStar(v), nil
+	// toStar(fromStar(x)) without the model value in between (floats survive that trip: PyFloat round-trips).
+	return deepCopyStar(x, 0)
 }
 
 func bFsum(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {

@@ -43,6 +43,8 @@ type baseTable struct {
 	// formats caches, per field path, the formats (valueFormat) of the string values the table's rows hold.
 	formatsMu sync.Mutex
 	formats   map[string]map[string]bool
+	// stars caches, per key of a row world.get read, the row's Starlark template (startmpl.go).
+	stars sync.Map
 }
 
 type subHit struct {

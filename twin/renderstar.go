@@ -1,0 +1,122 @@
+package twin
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
+	"go.starlark.net/starlark"
+)
+
+// renderStar writes a handler's answer as JSON text in style st straight from its Starlark value: the same text,
+// and the same error, as Render(fromStar(v, st), st), without building the model value in between.
+// sizeHint is the buffer it starts with (the tool's longest answer so far, say), so most answers are written
+// without regrowing it.
+func renderStar(v starlark.Value, st Style, sizeHint int) (string, error) {
+	var b strings.Builder
+	b.Grow(sizeHint)
+	if err := renderStarTo(&b, v, st, 0); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) error {
+	if depth > jsonvalue.MaxDepth {
+		return errors.New("value nested too deeply")
+	}
+	switch x := v.(type) {
+	case starlark.NoneType:
+		b.WriteString("null")
+	case starlark.Bool:
+		if x {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case starlark.String:
+		writeStyledString(b, string(x), st)
+	case starlark.Int:
+		if i, ok := x.Int64(); ok {
+			var buf [20]byte
+			b.Write(strconv.AppendInt(buf[:0], i, 10))
+		} else {
+			b.WriteString(x.String())
+		}
+	case starlark.Float:
+		b.WriteString(st.FormatFloat(float64(x)))
+	case *starlark.List:
+		b.WriteByte('[')
+		for i := 0; i < x.Len(); i++ {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if err := renderStarTo(b, x.Index(i), st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case starlark.Tuple:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if err := renderStarTo(b, e, st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case *starlark.Dict:
+		b.WriteByte('{')
+		w := dictRender{b: b, st: st, depth: depth}
+		x.Entries()(w.entry) // in order, without Items' copy of the entries
+		if w.err != nil {
+			return w.err
+		}
+		b.WriteByte('}')
+	case *starlark.Set:
+		b.WriteByte('[')
+		iter := x.Iterate()
+		defer iter.Done()
+		var e starlark.Value
+		for i := 0; iter.Next(&e); i++ {
+			if i > 0 {
+				b.WriteString(st.ItemSep)
+			}
+			if err := renderStarTo(b, e, st, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	default:
+		return fmt.Errorf("a %s cannot be part of an answer or a row", v.Type())
+	}
+	return nil
+}
+
+// dictRender writes a dict's entries, as renderStarTo writes an object, stopping at the first error.
+type dictRender struct {
+	b     *strings.Builder
+	st    Style
+	depth int
+	n     int
+	err   error
+}
+
+func (w *dictRender) entry(k, v starlark.Value) bool {
+	if w.n > 0 {
+		w.b.WriteString(w.st.ItemSep)
+	}
+	w.n++
+	if s, ok := k.(starlark.String); ok {
+		writeStyledString(w.b, string(s), w.st)
+	} else {
+		writeStyledString(w.b, k.String(), w.st)
+	}
+	w.b.WriteString(w.st.KeySep)
+	w.err = renderStarTo(w.b, v, w.st, w.depth+1)
+	return w.err == nil
+}
