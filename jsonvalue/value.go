@@ -228,6 +228,9 @@ func (p *parser) value(depth int) (any, error) {
 	return nil, p.errf("unexpected character %q", p.s[p.i])
 }
 
+// bigObject is the size from which the parser indexes an object's keys.
+const bigObject = 32
+
 func (p *parser) object(depth int) (any, error) {
 	p.i++ // {
 	p.ws()
@@ -236,6 +239,7 @@ func (p *parser) object(depth int) (any, error) {
 		return NewObject(0), nil
 	}
 	mark := len(p.keys)
+	var index map[string]int // key → position, once the object has bigObject keys
 	for {
 		p.ws()
 		if p.i >= len(p.s) || p.s[p.i] != '"' {
@@ -256,9 +260,27 @@ func (p *parser) object(depth int) (any, error) {
 			return nil, err
 		}
 		// A repeated key keeps its first position and its last value, as Python's json does.
-		if i := slices.Index(p.keys[mark:], k.(string)); i >= 0 {
+		// Large objects (maps keyed by ids) look their keys up in a map, not by a scan per key.
+		if n := len(p.keys) - mark; index == nil && n >= bigObject {
+			index = make(map[string]int, 2*n)
+			for i, key := range p.keys[mark:] {
+				index[key] = i
+			}
+		}
+		i := -1
+		if index != nil {
+			if j, ok := index[k.(string)]; ok {
+				i = j
+			}
+		} else {
+			i = slices.Index(p.keys[mark:], k.(string))
+		}
+		if i >= 0 {
 			p.vals[mark+i] = v
 		} else {
+			if index != nil {
+				index[k.(string)] = len(p.keys) - mark
+			}
 			p.keys = append(p.keys, k.(string))
 			p.vals = append(p.vals, v)
 		}

@@ -2,6 +2,8 @@ package jsonvalue
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -113,4 +115,36 @@ func TestParseNestedExact(t *testing.T) {
 		}
 	}
 	walk(v)
+}
+
+// Objects past bigObject keys look their keys up by index: a key repeated before and after that
+// size still keeps its first place and last value, and nested objects keep their own keys apart.
+func TestParseBigObjectRepeatedKeys(t *testing.T) {
+	for _, n := range []int{bigObject - 1, bigObject, bigObject + 1, 3 * bigObject} {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			fmt.Fprintf(&b, `"k%d": %d, `, i, i)
+		}
+		fmt.Fprintf(&b, `"k0": "last", "k%d": {"k0": 1, "k0": 2}, "k1": "again"}`, n-1)
+		v, err := ParseString(b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := v.(*Object)
+		if o.Len() != n {
+			t.Fatalf("n=%d: %d keys, want %d", n, o.Len(), n)
+		}
+		for i, k := range o.Keys {
+			if k != fmt.Sprintf("k%d", i) {
+				t.Fatalf("n=%d: key %d is %q", n, i, k)
+			}
+		}
+		first, _ := o.Get("k0")
+		second, _ := o.Get("k1")
+		last, _ := o.Get(fmt.Sprintf("k%d", n-1))
+		if first != "last" || second != "again" || string(Canonical(last)) != `{"k0":2}` {
+			t.Fatalf("n=%d: k0=%v k1=%v last=%s", n, first, second, Canonical(last))
+		}
+	}
 }
