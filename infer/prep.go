@@ -194,7 +194,7 @@ func prepareTrace(t *trace.Trace) *ptrace {
 			warn("call_without_tool_name", fmt.Sprintf("%s call %d", t.ID, c.Index))
 			continue
 		}
-		if v, err := jsonvalue.ParseString(c.RawArgs); err == nil {
+		if v, err := jsonvalue.ParseStringShared(c.RawArgs); err == nil {
 			if o, ok := v.(*jsonvalue.Object); ok {
 				pc.args = o
 			}
@@ -211,7 +211,7 @@ func prepareTrace(t *trace.Trace) *ptrace {
 		} else {
 			pc.isErr = twin.IsErrorText(c.Result)
 			if jsonvalue.LooksJSON(c.Result) {
-				if v, err := jsonvalue.ParseString(c.Result); err == nil {
+				if v, err := jsonvalue.ParseStringShared(c.Result); err == nil {
 					pc.val, pc.isJSON = v, true
 					if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
 						pc.isErr = true

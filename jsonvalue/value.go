@@ -119,6 +119,10 @@ var ErrInvalid = errors.New("invalid JSON")
 // It also accepts NaN, Infinity and -Infinity, which Python's json module writes.
 func Parse(data []byte) (any, error) {
 	p := parser{s: data}
+	return p.document()
+}
+
+func (p *parser) document() (any, error) {
 	p.ws()
 	v, err := p.value(0)
 	if err != nil {
@@ -133,6 +137,15 @@ func Parse(data []byte) (any, error) {
 
 // ParseString is Parse over a string.
 func ParseString(s string) (any, error) { return Parse([]byte(s)) }
+
+// ParseStringShared is ParseString whose strings (keys and values without escapes) are slices of s,
+// not copies: for a caller that keeps s anyway (a build holds every recorded answer's text beside its
+// parsed value), so the parsed value costs no second copy of its text. A small piece kept alone keeps
+// all of s alive.
+func ParseStringShared(s string) (any, error) {
+	p := parser{s: []byte(s), src: s, shared: true}
+	return p.document()
+}
 
 // LooksJSON reports whether s could be a JSON document worth parsing (object, array, string, number, literal).
 func LooksJSON(s string) bool {
@@ -157,6 +170,9 @@ type parser struct {
 	// up to half of every slice unused, and parsed values may be held by the hundred thousand).
 	keys []string
 	vals []any
+	// src is s as a string when shared is set (ParseStringShared): strings are sliced from it.
+	src    string
+	shared bool
 }
 
 // MaxDepth bounds the nesting of arrays and objects Parse accepts.
@@ -376,6 +392,9 @@ func (p *parser) number() (any, error) {
 			return nil, p.errf("bad exponent")
 		}
 	}
+	if p.shared {
+		return Number(p.src[start:p.i]), nil
+	}
 	return Number(p.s[start:p.i]), nil
 }
 
@@ -389,6 +408,9 @@ func (p *parser) str() (any, error) {
 			s := p.s[start:p.i]
 			p.i++
 			if utf8.Valid(s) {
+				if p.shared {
+					return p.src[start : p.i-1], nil
+				}
 				return string(s), nil
 			}
 			return strings.ToValidUTF8(string(s), "\uFFFD"), nil

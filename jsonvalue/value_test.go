@@ -148,3 +148,39 @@ func TestParseBigObjectRepeatedKeys(t *testing.T) {
 		}
 	}
 }
+
+// ParseStringShared reads every document as ParseString does (same keys, order, spelling and
+// errors) while allocating no copy of unescaped strings and numbers.
+func TestParseStringSharedSameAsParseString(t *testing.T) {
+	docs := []string{
+		`{"b": 1, "a": [1.0, 2e3, -0, "x\u00e9\ud83d\ude00"], "c": {"z": null, "y": true}}`,
+		`{"k": "plain", "k": "again", "esc": "tab\there", "bad": "` + "\xff\xfe" + `", "n": -12.50e+3}`,
+		`"just a string"`, `42`, `[NaN, Infinity, -Infinity]`, `{}`, `[]`,
+		`{"unterminated": "x`, `{"a": 1} trailing`, `[1, 2,]`,
+	}
+	for _, d := range docs {
+		want, werr := ParseString(d)
+		got, gerr := ParseStringShared(d)
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Fatalf("%q: err %v, ParseString's %v", d, gerr, werr)
+		}
+		if werr == nil && (string(Canonical(got)) != string(Canonical(want)) || !Identical(got, want)) {
+			t.Fatalf("%q: %s, ParseString gave %s", d, Canonical(got), Canonical(want))
+		}
+		if o, ok := want.(*Object); ok && fmt.Sprint(o.Keys) != fmt.Sprint(got.(*Object).Keys) {
+			t.Fatalf("%q: keys %v, want %v", d, got.(*Object).Keys, o.Keys)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range 200 {
+		fmt.Fprintf(&b, `{"name": "value %d", "price": %d.5},`, i, i)
+	}
+	b.WriteString(`{}]`)
+	doc := b.String()
+	plain := testing.AllocsPerRun(5, func() { _, _ = ParseString(doc) })
+	shared := testing.AllocsPerRun(5, func() { _, _ = ParseStringShared(doc) })
+	if shared >= plain-500 {
+		t.Fatalf("ParseStringShared made %.0f allocations, ParseString %.0f: its 600 strings and numbers were copied", shared, plain)
+	}
+}
