@@ -41,7 +41,9 @@ func (n Number) Float64() float64 {
 	return f
 }
 
-// Object is a JSON object that keeps its key order.
+// Object is a JSON object that keeps its key order. Objects of one shape may share their Keys
+// slice (a build shares them across every recorded answer): change Keys only through Set and
+// Delete (which copy before they write), never in place.
 type Object struct {
 	Keys []string
 	Vals []any
