@@ -301,11 +301,11 @@ var ErrBadBundle = errors.New("bad bundle")
 // Marshal answers the bundle's canonical bytes: JSON with every object's keys
 // sorted and no insignificant whitespace. The same bundle always gives the same bytes.
 func (b *Bundle) Marshal() ([]byte, error) {
-	var buf bytes.Buffer
-	if err := b.WriteCanonical(&buf); err != nil {
+	var blocks blockWriter
+	if err := b.WriteCanonical(&blocks); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return blocks.bytes(), nil
 }
 
 // Hash is the bundle's content address: "sha256:" + hex of its canonical bytes.

@@ -159,3 +159,38 @@ func (b *Bundle) WriteCanonical(w io.Writer) error {
 	}
 	return nil
 }
+
+// blockSize is the size of the blocks blockWriter fills.
+const blockSize = 1 << 20
+
+// blockWriter keeps what is written in blocks and joins them once at the end: a bytes.Buffer grown
+// to hundreds of MB by doubling clears and copies each size on the way.
+type blockWriter struct {
+	blocks [][]byte
+	n      int
+}
+
+func (w *blockWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	w.n += n
+	for len(p) > 0 {
+		if len(w.blocks) == 0 || len(w.blocks[len(w.blocks)-1]) == cap(w.blocks[len(w.blocks)-1]) {
+			w.blocks = append(w.blocks, make([]byte, 0, max(blockSize, len(p))))
+		}
+		last := &w.blocks[len(w.blocks)-1]
+		k := min(len(p), cap(*last)-len(*last))
+		*last = append(*last, p[:k]...)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// bytes joins the blocks, letting each go once copied.
+func (w *blockWriter) bytes() []byte {
+	out := make([]byte, 0, w.n)
+	for i, b := range w.blocks {
+		out = append(out, b...)
+		w.blocks[i] = nil
+	}
+	return out
+}

@@ -99,3 +99,19 @@ func TestWriteCanonicalWriterError(t *testing.T) {
 		t.Fatalf("err = %v, want the writer's error", err)
 	}
 }
+
+// blockWriter joins writes of every size, across and beyond its block size, back into the bytes written.
+func TestBlockWriter(t *testing.T) {
+	var w blockWriter
+	var want []byte
+	for i, n := range []int{0, 1, 100, blockSize - 101, 1, blockSize + 7, 3, 2 * blockSize, 5} {
+		p := bytes.Repeat([]byte{byte('a' + i)}, n)
+		if got, err := w.Write(p); err != nil || got != n {
+			t.Fatalf("Write(%d bytes) = %d, %v", n, got, err)
+		}
+		want = append(want, p...)
+	}
+	if got := w.bytes(); !bytes.Equal(got, want) {
+		t.Fatalf("joined %d bytes differ from the %d written", len(got), len(want))
+	}
+}
