@@ -300,7 +300,21 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	}
 	fits := map[string]*toolFit{}
 	ctx := context.Background()
+	// need is how many calls each tool is fit on; once every tool has had its share the rest of the
+	// traces would only be replayed into the world, so fit stops.
+	need := map[string]int{}
 	for _, t := range m.traces {
+		for _, c := range t.calls {
+			if m.tools[c.tool].source != "" && c.answer && c.args != nil && need[c.tool] < maxFitCalls {
+				need[c.tool]++
+			}
+		}
+	}
+	pending := len(need)
+	for _, t := range m.traces {
+		if pending == 0 {
+			break
+		}
 		// Closed world: an id the recorded world did not hold was not found, whatever its format.
 		s, _, err := rt.Open(twin.SessionSpec{World: twin.WorldClosed})
 		if err != nil {
@@ -317,6 +331,9 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 				}
 				if f.tried+f.declined < maxFitCalls {
 					m.fitCall(ctx, s, v, t, c, f)
+					if f.tried+f.declined == need[c.tool] {
+						pending--
+					}
 				}
 			}
 			// Teacher forcing: the world now holds what the recording showed.
