@@ -280,8 +280,13 @@ type toolFit struct {
 
 const maxMisses = 5
 
-// fit runs each synthesized handler on every recorded call, on the world as the
-// trace showed it just before that call, and scores exact agreement.
+// maxFitCalls bounds the recorded calls fit runs one tool's handler on: the first ones in trace-id
+// order (a deterministic sample; the report's fit_calls says how many). Past a few thousand calls the
+// score hardly moves, while running every call of a 100,000-trace build costs half a minute.
+const maxFitCalls = 5000
+
+// fit runs each synthesized handler on the recorded calls (at most maxFitCalls a tool), on the world
+// as the trace showed it just before that call, and scores exact agreement.
 func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	probe := *b
 	probe.Tools = append([]twin.Tool(nil), b.Tools...)
@@ -295,7 +300,21 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	}
 	fits := map[string]*toolFit{}
 	ctx := context.Background()
+	// need is how many calls each tool is fit on; once every tool has had its share the rest of the
+	// traces would only be replayed into the world, so fit stops.
+	need := map[string]int{}
 	for _, t := range m.traces {
+		for _, c := range t.calls {
+			if m.tools[c.tool].source != "" && c.answer && c.args != nil && need[c.tool] < maxFitCalls {
+				need[c.tool]++
+			}
+		}
+	}
+	pending := len(need)
+	for _, t := range m.traces {
+		if pending == 0 {
+			break
+		}
 		// Closed world: an id the recorded world did not hold was not found, whatever its format.
 		s, _, err := rt.Open(twin.SessionSpec{World: twin.WorldClosed})
 		if err != nil {
@@ -310,22 +329,10 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 					f = &toolFit{}
 					fits[c.tool] = f
 				}
-				// The target row as the trace knew it, whatever earlier checks did to it.
-				if tn, k, ok := m.target(c); ok {
-					if r, ok := v.get(tn, k); ok {
-						s.PutRow(tn, k, r)
-					}
-				}
-				content, isErr, ok, _ := s.Try(ctx, c.tool, c.args, twin.RungTwin)
-				switch {
-				case !ok:
-					f.declined++
-				default:
-					f.tried++
-					if isErr == c.isErr && twin.AnswersAgree(content, c.text) {
-						f.agreed++
-					} else if len(f.misses) < maxMisses {
-						f.misses = append(f.misses, Miss{Trace: t.id, Call: c.idx, Args: c.canon, Want: c.text, Got: content})
+				if f.tried+f.declined < maxFitCalls {
+					m.fitCall(ctx, s, v, t, c, f)
+					if f.tried+f.declined == need[c.tool] {
+						pending--
 					}
 				}
 			}
@@ -337,6 +344,28 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		}
 	}
 	return fits, nil
+}
+
+// fitCall runs c's handler in s, on the target row as the trace knew it, and scores the answer into f.
+func (m *model) fitCall(ctx context.Context, s *twin.Session, v *view, t *ptrace, c *call, f *toolFit) {
+	// The target row as the trace knew it, whatever earlier checks did to it.
+	if tn, k, ok := m.target(c); ok {
+		if r, ok := v.get(tn, k); ok {
+			s.PutRow(tn, k, r)
+		}
+	}
+	content, isErr, ok, _ := s.Try(ctx, c.tool, c.args, twin.RungTwin)
+	switch {
+	case !ok:
+		f.declined++
+	default:
+		f.tried++
+		if isErr == c.isErr && twin.AnswersAgree(content, c.text) {
+			f.agreed++
+		} else if len(f.misses) < maxMisses {
+			f.misses = append(f.misses, Miss{Trace: t.id, Call: c.idx, Args: c.canon, Want: c.text, Got: content})
+		}
+	}
 }
 
 // decide sets each tool's binding and starting rung and writes the report.

@@ -424,6 +424,24 @@ func guardKind(p pexpr) int {
 	return 4
 }
 
+// maxNotIn and maxLoopVals are the most distinct values a condition on a field may list (more
+// would only memorize ids).
+const (
+	maxNotIn    = 4
+	maxLoopVals = 2
+)
+
+// containsIdentical reports whether xs holds a value identical to v (xs stays short: at most one
+// past the limits above).
+func containsIdentical(xs []any, v any) bool {
+	for _, x := range xs {
+		if jsonvalue.Identical(x, v) {
+			return true
+		}
+	}
+	return false
+}
+
 // guardCandidates lists preconditions worth trying, built from one refused call and the successes.
 func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 	var out []pexpr
@@ -448,18 +466,17 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 					good = false
 					break
 				}
-				dup := false
-				for _, x := range vals {
-					if jsonvalue.Identical(x, sv) {
-						dup = true
-					}
-				}
-				if !dup {
+				if !containsIdentical(vals, sv) {
 					vals = append(vals, sv)
+				}
+				if len(vals) > maxNotIn {
+					// Too many distinct values for a condition: stop looking (the test below fails the same way).
+					good = false
+					break
 				}
 			}
 			// A condition on values that vary call by call (ids) would only memorize.
-			if good && len(vals) > 0 && len(vals) <= 4 && (len(vals) == 1 || 2*len(vals) <= len(succ)) {
+			if good && len(vals) > 0 && len(vals) <= maxNotIn && (len(vals) == 1 || 2*len(vals) <= len(succ)) {
 				out = append(out, fieldNotIn{path: p, vals: vals})
 			}
 		}
@@ -504,14 +521,9 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 						if _, seen := fieldVals[f]; !seen {
 							fieldOrder = append(fieldOrder, f)
 						}
-						dup := false
-						for _, x := range fieldVals[f] {
-							if jsonvalue.Identical(x, o.Vals[fi]) {
-								dup = true
-							}
-						}
-						if !dup {
-							fieldVals[f] = append(fieldVals[f], o.Vals[fi])
+						// More than maxLoopVals distinct values rule the field out: one past it is enough to know.
+						if fv := fieldVals[f]; len(fv) <= maxLoopVals && !containsIdentical(fv, o.Vals[fi]) {
+							fieldVals[f] = append(fv, o.Vals[fi])
 						}
 					}
 				}
@@ -520,7 +532,7 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 				continue
 			}
 			for _, f := range fieldOrder {
-				if vals := fieldVals[f]; len(vals) <= 2 && len(vals)*2 <= len(succ)+1 {
+				if vals := fieldVals[f]; len(vals) <= maxLoopVals && len(vals)*2 <= len(succ)+1 {
 					out = append(out, loopSub{list: l, table: tn, name: name, field: f, vals: vals})
 				}
 			}

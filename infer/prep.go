@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sort"
@@ -75,6 +76,8 @@ type Prepared struct {
 	seen   map[string]bool
 	dups   []string // ids given again after their first trace
 	keys   map[string]string
+	shapes map[string][]string // key lists by their keys joined, shared by every object of that shape
+	sig    []byte              // scratch for a shape's key
 	agent  agentLearner
 	sorted bool
 }
@@ -106,8 +109,17 @@ func (p *Prepared) Add(traces []trace.Trace) {
 // would only grow the table.
 const maxInterned = 1 << 14
 
+// maxShapes bounds the distinct key lists intern shares, and maxShapeKeys the length of one (longer
+// objects are keyed by ids and rarely repeat).
+const (
+	maxShapes    = 1 << 14
+	maxShapeKeys = 64
+)
+
 // intern makes the object keys in v share one string per distinct key across the set: the same few
-// dozen names recur in every call, and the copies the parser made can go.
+// dozen names recur in every call, and the copies the parser made can go. Objects with the same keys
+// in the same order (every order, every user) share one Keys slice too (Object's Set and Delete copy
+// before they write).
 func (p *Prepared) intern(v any) {
 	switch x := v.(type) {
 	case *jsonvalue.Object:
@@ -125,10 +137,33 @@ func (p *Prepared) intern(v any) {
 			}
 			p.intern(x.Vals[i])
 		}
+		p.shareKeys(x)
 	case []any:
 		for _, e := range x {
 			p.intern(e)
 		}
+	}
+}
+
+// shareKeys makes x use the set's Keys slice for its shape, or records x's as that shape's.
+func (p *Prepared) shareKeys(x *jsonvalue.Object) {
+	if len(x.Keys) == 0 || len(x.Keys) > maxShapeKeys {
+		return
+	}
+	if p.shapes == nil {
+		p.shapes = map[string][]string{}
+	}
+	p.sig = p.sig[:0]
+	for _, k := range x.Keys {
+		// Length-prefixed, so no two key lists spell the same signature.
+		p.sig = binary.AppendUvarint(p.sig, uint64(len(k)))
+		p.sig = append(p.sig, k...)
+	}
+	if ks, ok := p.shapes[string(p.sig)]; ok {
+		x.Keys = ks
+	} else if len(p.shapes) < maxShapes {
+		x.Keys = x.Keys[:len(x.Keys):len(x.Keys)] // so an append never writes where a sharer could see
+		p.shapes[string(p.sig)] = x.Keys
 	}
 }
 
@@ -194,7 +229,7 @@ func prepareTrace(t *trace.Trace) *ptrace {
 			warn("call_without_tool_name", fmt.Sprintf("%s call %d", t.ID, c.Index))
 			continue
 		}
-		if v, err := jsonvalue.ParseString(c.RawArgs); err == nil {
+		if v, err := jsonvalue.ParseStringShared(c.RawArgs); err == nil {
 			if o, ok := v.(*jsonvalue.Object); ok {
 				pc.args = o
 			}
@@ -211,7 +246,7 @@ func prepareTrace(t *trace.Trace) *ptrace {
 		} else {
 			pc.isErr = twin.IsErrorText(c.Result)
 			if jsonvalue.LooksJSON(c.Result) {
-				if v, err := jsonvalue.ParseString(c.Result); err == nil {
+				if v, err := jsonvalue.ParseStringShared(c.Result); err == nil {
 					pc.val, pc.isJSON = v, true
 					if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
 						pc.isErr = true

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -88,4 +89,39 @@ func marshalJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// Objects of one shape share a Keys slice once prepared, objects whose key lists differ (even when
+// their keys joined would read the same) do not, and changing one shared object leaves the others be.
+func TestPreparedSharesKeyLists(t *testing.T) {
+	tr := fakeTrace("task-1/share",
+		[3]string{"get_order", `{"order_id": "#W1"}`, `{"order_id": "#W1", "status": "pending"}`},
+		[3]string{"get_order", `{"order_id": "#W2"}`, `{"order_id": "#W2", "status": "delivered"}`},
+		[3]string{"odd", `{"a\u0000": 1}`, `{"a": 1, "": 2}`},
+		[3]string{"odd", `{"a": 1, "": 2}`, `{"b": 3}`},
+	)
+	var p Prepared
+	p.Add([]trace.Trace{tr})
+	cs := p.pts[0].calls
+	a1, a2 := cs[0].val.(*jsonvalue.Object), cs[1].val.(*jsonvalue.Object)
+	if &a1.Keys[0] != &a2.Keys[0] {
+		t.Fatal("two answers of one shape keep separate key lists")
+	}
+	if &cs[0].args.Keys[0] != &cs[1].args.Keys[0] {
+		t.Fatal("two argument objects of one shape keep separate key lists")
+	}
+	if odd := cs[2].args; odd.Len() != 1 || odd.Keys[0] != "a\x00" {
+		t.Fatalf("keys [a\\x00] read as %q", odd.Keys)
+	}
+	if odd := cs[3].args; odd.Len() != 2 || odd.Keys[0] != "a" || odd.Keys[1] != "" {
+		t.Fatalf("keys [a, \"\"] read as %q", odd.Keys)
+	}
+	a1.Delete("status")
+	a1.Set("note", "x")
+	if got := string(jsonvalue.Canonical(a2)); got != `{"order_id":"#W2","status":"delivered"}` {
+		t.Fatalf("changing one object changed another of its shape: %s", got)
+	}
+	if got := string(jsonvalue.Canonical(a1)); got != `{"note":"x","order_id":"#W1"}` {
+		t.Fatalf("changed object reads %s", got)
+	}
 }

@@ -139,7 +139,9 @@ func (s *shape) schemaNamed(name string) *jsonvalue.Object {
 		props := jsonvalue.NewObject(len(s.order))
 		var req []any
 		for _, k := range s.order {
-			props.Set(k, s.props[k].schemaNamed(k))
+			// s.order holds each key once: append, not Set (which searches the keys so far).
+			props.Keys = append(props.Keys, k)
+			props.Vals = append(props.Vals, s.props[k].schemaNamed(k))
 			if s.present[k] == s.types["object"] {
 				req = append(req, k)
 			}

@@ -23,7 +23,7 @@ func (m *model) detectStyle() {
 				}
 				switch c.val.(type) {
 				case *jsonvalue.Object, []any:
-					if twin.Render(c.val, st) == c.text {
+					if twin.RendersAs(c.val, st, c.text) {
 						n++
 					}
 				case jsonvalue.Number:

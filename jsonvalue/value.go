@@ -41,7 +41,9 @@ func (n Number) Float64() float64 {
 	return f
 }
 
-// Object is a JSON object that keeps its key order.
+// Object is a JSON object that keeps its key order. Objects of one shape may share their Keys
+// slice (a build shares them across every recorded answer): change Keys only through Set and
+// Delete (which copy before they write), never in place.
 type Object struct {
 	Keys []string
 	Vals []any
@@ -119,6 +121,10 @@ var ErrInvalid = errors.New("invalid JSON")
 // It also accepts NaN, Infinity and -Infinity, which Python's json module writes.
 func Parse(data []byte) (any, error) {
 	p := parser{s: data}
+	return p.document()
+}
+
+func (p *parser) document() (any, error) {
 	p.ws()
 	v, err := p.value(0)
 	if err != nil {
@@ -133,6 +139,15 @@ func Parse(data []byte) (any, error) {
 
 // ParseString is Parse over a string.
 func ParseString(s string) (any, error) { return Parse([]byte(s)) }
+
+// ParseStringShared is ParseString whose strings (keys and values without escapes) are slices of s,
+// not copies: for a caller that keeps s anyway (a build holds every recorded answer's text beside its
+// parsed value), so the parsed value costs no second copy of its text. A small piece kept alone keeps
+// all of s alive.
+func ParseStringShared(s string) (any, error) {
+	p := parser{s: []byte(s), src: s, shared: true}
+	return p.document()
+}
 
 // LooksJSON reports whether s could be a JSON document worth parsing (object, array, string, number, literal).
 func LooksJSON(s string) bool {
@@ -157,6 +172,9 @@ type parser struct {
 	// up to half of every slice unused, and parsed values may be held by the hundred thousand).
 	keys []string
 	vals []any
+	// src is s as a string when shared is set (ParseStringShared): strings are sliced from it.
+	src    string
+	shared bool
 }
 
 // MaxDepth bounds the nesting of arrays and objects Parse accepts.
@@ -228,6 +246,9 @@ func (p *parser) value(depth int) (any, error) {
 	return nil, p.errf("unexpected character %q", p.s[p.i])
 }
 
+// bigObject is the size from which the parser indexes an object's keys.
+const bigObject = 32
+
 func (p *parser) object(depth int) (any, error) {
 	p.i++ // {
 	p.ws()
@@ -236,6 +257,7 @@ func (p *parser) object(depth int) (any, error) {
 		return NewObject(0), nil
 	}
 	mark := len(p.keys)
+	var index map[string]int // key → position, once the object has bigObject keys
 	for {
 		p.ws()
 		if p.i >= len(p.s) || p.s[p.i] != '"' {
@@ -256,9 +278,27 @@ func (p *parser) object(depth int) (any, error) {
 			return nil, err
 		}
 		// A repeated key keeps its first position and its last value, as Python's json does.
-		if i := slices.Index(p.keys[mark:], k.(string)); i >= 0 {
+		// Large objects (maps keyed by ids) look their keys up in a map, not by a scan per key.
+		if n := len(p.keys) - mark; index == nil && n >= bigObject {
+			index = make(map[string]int, 2*n)
+			for i, key := range p.keys[mark:] {
+				index[key] = i
+			}
+		}
+		i := -1
+		if index != nil {
+			if j, ok := index[k.(string)]; ok {
+				i = j
+			}
+		} else {
+			i = slices.Index(p.keys[mark:], k.(string))
+		}
+		if i >= 0 {
 			p.vals[mark+i] = v
 		} else {
+			if index != nil {
+				index[k.(string)] = len(p.keys) - mark
+			}
 			p.keys = append(p.keys, k.(string))
 			p.vals = append(p.vals, v)
 		}
@@ -354,6 +394,9 @@ func (p *parser) number() (any, error) {
 			return nil, p.errf("bad exponent")
 		}
 	}
+	if p.shared {
+		return Number(p.src[start:p.i]), nil
+	}
 	return Number(p.s[start:p.i]), nil
 }
 
@@ -367,6 +410,9 @@ func (p *parser) str() (any, error) {
 			s := p.s[start:p.i]
 			p.i++
 			if utf8.Valid(s) {
+				if p.shared {
+					return p.src[start : p.i-1], nil
+				}
 				return string(s), nil
 			}
 			return strings.ToValidUTF8(string(s), "\uFFFD"), nil

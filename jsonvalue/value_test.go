@@ -2,6 +2,8 @@ package jsonvalue
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -113,4 +115,72 @@ func TestParseNestedExact(t *testing.T) {
 		}
 	}
 	walk(v)
+}
+
+// Objects past bigObject keys look their keys up by index: a key repeated before and after that
+// size still keeps its first place and last value, and nested objects keep their own keys apart.
+func TestParseBigObjectRepeatedKeys(t *testing.T) {
+	for _, n := range []int{bigObject - 1, bigObject, bigObject + 1, 3 * bigObject} {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			fmt.Fprintf(&b, `"k%d": %d, `, i, i)
+		}
+		fmt.Fprintf(&b, `"k0": "last", "k%d": {"k0": 1, "k0": 2}, "k1": "again"}`, n-1)
+		v, err := ParseString(b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := v.(*Object)
+		if o.Len() != n {
+			t.Fatalf("n=%d: %d keys, want %d", n, o.Len(), n)
+		}
+		for i, k := range o.Keys {
+			if k != fmt.Sprintf("k%d", i) {
+				t.Fatalf("n=%d: key %d is %q", n, i, k)
+			}
+		}
+		first, _ := o.Get("k0")
+		second, _ := o.Get("k1")
+		last, _ := o.Get(fmt.Sprintf("k%d", n-1))
+		if first != "last" || second != "again" || string(Canonical(last)) != `{"k0":2}` {
+			t.Fatalf("n=%d: k0=%v k1=%v last=%s", n, first, second, Canonical(last))
+		}
+	}
+}
+
+// ParseStringShared reads every document as ParseString does (same keys, order, spelling and
+// errors) while allocating no copy of unescaped strings and numbers.
+func TestParseStringSharedSameAsParseString(t *testing.T) {
+	docs := []string{
+		`{"b": 1, "a": [1.0, 2e3, -0, "x\u00e9\ud83d\ude00"], "c": {"z": null, "y": true}}`,
+		`{"k": "plain", "k": "again", "esc": "tab\there", "bad": "` + "\xff\xfe" + `", "n": -12.50e+3}`,
+		`"just a string"`, `42`, `[NaN, Infinity, -Infinity]`, `{}`, `[]`,
+		`{"unterminated": "x`, `{"a": 1} trailing`, `[1, 2,]`,
+	}
+	for _, d := range docs {
+		want, werr := ParseString(d)
+		got, gerr := ParseStringShared(d)
+		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
+			t.Fatalf("%q: err %v, ParseString's %v", d, gerr, werr)
+		}
+		if werr == nil && (string(Canonical(got)) != string(Canonical(want)) || !Identical(got, want)) {
+			t.Fatalf("%q: %s, ParseString gave %s", d, Canonical(got), Canonical(want))
+		}
+		if o, ok := want.(*Object); ok && fmt.Sprint(o.Keys) != fmt.Sprint(got.(*Object).Keys) {
+			t.Fatalf("%q: keys %v, want %v", d, got.(*Object).Keys, o.Keys)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range 200 {
+		fmt.Fprintf(&b, `{"name": "value %d", "price": %d.5},`, i, i)
+	}
+	b.WriteString(`{}]`)
+	doc := b.String()
+	plain := testing.AllocsPerRun(5, func() { _, _ = ParseString(doc) })
+	shared := testing.AllocsPerRun(5, func() { _, _ = ParseStringShared(doc) })
+	if shared >= plain-500 {
+		t.Fatalf("ParseStringShared made %.0f allocations, ParseString %.0f: its 600 strings and numbers were copied", shared, plain)
+	}
 }

@@ -8,9 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-
-	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 // FormatVersion is the bundle format this package writes and reads.
@@ -304,30 +301,20 @@ var ErrBadBundle = errors.New("bad bundle")
 // Marshal answers the bundle's canonical bytes: JSON with every object's keys
 // sorted and no insignificant whitespace. The same bundle always gives the same bytes.
 func (b *Bundle) Marshal() ([]byte, error) {
-	c := *b
-	c.Format = FormatVersion
-	c.Tools = append([]Tool(nil), b.Tools...)
-	sort.SliceStable(c.Tools, func(i, j int) bool { return c.Tools[i].Name < c.Tools[j].Name })
-	c.Tables = append([]Table(nil), b.Tables...)
-	sort.SliceStable(c.Tables, func(i, j int) bool { return c.Tables[i].Name < c.Tables[j].Name })
-	raw, err := json.Marshal(&c)
-	if err != nil {
-		return nil, fmt.Errorf("marshal bundle: %w", err)
+	var blocks blockWriter
+	if err := b.WriteCanonical(&blocks); err != nil {
+		return nil, err
 	}
-	v, err := jsonvalue.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("marshal bundle: %w", err)
-	}
-	return jsonvalue.Canonical(v), nil
+	return blocks.bytes(), nil
 }
 
 // Hash is the bundle's content address: "sha256:" + hex of its canonical bytes.
 func (b *Bundle) Hash() string {
-	data, err := b.Marshal()
-	if err != nil {
+	h := sha256.New()
+	if err := b.WriteCanonical(h); err != nil {
 		return ""
 	}
-	return HashBytes(data)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
 }
 
 // HashBytes is "sha256:" + hex SHA-256 of data.

@@ -1,0 +1,196 @@
+package twin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"unicode/utf8"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
+)
+
+// The canonical bundle bytes are the canonical JSON of the bundle's encoding/json form. A large bundle
+// (hundreds of MB) is written a piece at a time: each long list (recordings, answers, tables and their
+// rows) element by element, so no parsed copy of the whole bundle is ever held.
+
+// flushAt is how much canonical output is buffered before it is written on.
+const flushAt = 64 << 10
+
+// canonWriter buffers canonical output and passes it on in chunks, keeping the first error.
+type canonWriter struct {
+	w   io.Writer
+	buf bytes.Buffer
+	err error
+}
+
+func (cw *canonWriter) flush(force bool) {
+	if cw.err != nil || (!force && cw.buf.Len() < flushAt) {
+		return
+	}
+	if _, err := cw.w.Write(cw.buf.Bytes()); err != nil {
+		cw.err = err
+	}
+	cw.buf.Reset()
+}
+
+// value writes the canonical JSON of v's encoding/json form.
+func (cw *canonWriter) value(v any) error {
+	if s, ok := v.(string); ok && utf8.ValidString(s) {
+		// encoding/json and the parser give a valid string back unchanged.
+		jsonvalue.AppendString(&cw.buf, s)
+		return nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	p, err := jsonvalue.Parse(raw)
+	if err != nil {
+		return err
+	}
+	jsonvalue.AppendCanonical(&cw.buf, p)
+	cw.flush(false)
+	return cw.err
+}
+
+// longList is a list field written element by element.
+type longList struct {
+	n  int
+	at func(i int) error // writes element i
+}
+
+// object writes the canonical JSON of a struct whose long list fields head holds as placeholders
+// (empty when the list is empty, one zero element otherwise, so encoding/json decides whether the key
+// appears and spells an empty list as it would); lists writes those fields' elements by json key.
+func (cw *canonWriter) object(head any, lists map[string]longList) error {
+	raw, err := json.Marshal(head)
+	if err != nil {
+		return err
+	}
+	p, err := jsonvalue.Parse(raw)
+	if err != nil {
+		return err
+	}
+	o, ok := p.(*jsonvalue.Object)
+	if !ok {
+		return fmt.Errorf("encoded as %T, not an object", p)
+	}
+	idx := make([]int, len(o.Keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return o.Keys[idx[i]] < o.Keys[idx[j]] })
+	cw.buf.WriteByte('{')
+	for n, i := range idx {
+		if n > 0 {
+			cw.buf.WriteByte(',')
+		}
+		jsonvalue.AppendString(&cw.buf, o.Keys[i])
+		cw.buf.WriteByte(':')
+		l, long := lists[o.Keys[i]]
+		if !long || l.n == 0 {
+			jsonvalue.AppendCanonical(&cw.buf, o.Vals[i])
+			continue
+		}
+		cw.buf.WriteByte('[')
+		for e := range l.n {
+			if e > 0 {
+				cw.buf.WriteByte(',')
+			}
+			if err := l.at(e); err != nil {
+				return fmt.Errorf("%s[%d]: %w", o.Keys[i], e, err)
+			}
+			cw.flush(false)
+			if cw.err != nil {
+				return cw.err
+			}
+		}
+		cw.buf.WriteByte(']')
+	}
+	cw.buf.WriteByte('}')
+	cw.flush(false)
+	return cw.err
+}
+
+// placeholder is what a head holds in place of a long list: the list itself when empty (nil or not),
+// else one zero element.
+func placeholder[T any](xs []T) []T {
+	if len(xs) == 0 {
+		return xs
+	}
+	return make([]T, 1)
+}
+
+func list[T any](cw *canonWriter, xs []T) longList {
+	return longList{n: len(xs), at: func(i int) error { return cw.value(&xs[i]) }}
+}
+
+func (cw *canonWriter) table(t *Table) error {
+	head := *t
+	head.Rows, head.Facts = placeholder(t.Rows), placeholder(t.Facts)
+	return cw.object(&head, map[string]longList{"rows": list(cw, t.Rows), "facts": list(cw, t.Facts)})
+}
+
+// WriteCanonical writes the bundle's canonical bytes, exactly what Marshal answers, to w a piece at a time.
+func (b *Bundle) WriteCanonical(w io.Writer) error {
+	c := *b
+	c.Format = FormatVersion
+	c.Tools = append([]Tool(nil), b.Tools...)
+	sort.SliceStable(c.Tools, func(i, j int) bool { return c.Tools[i].Name < c.Tools[j].Name })
+	c.Tables = append([]Table(nil), b.Tables...)
+	sort.SliceStable(c.Tables, func(i, j int) bool { return c.Tables[i].Name < c.Tables[j].Name })
+	cw := &canonWriter{w: w}
+	head := c
+	head.Tools, head.Tables = placeholder(c.Tools), placeholder(c.Tables)
+	head.Recordings, head.Answers = placeholder(c.Recordings), placeholder(c.Answers)
+	err := cw.object(&head, map[string]longList{
+		"tools":      list(cw, c.Tools),
+		"tables":     {n: len(c.Tables), at: func(i int) error { return cw.table(&c.Tables[i]) }},
+		"recordings": list(cw, c.Recordings),
+		"answers":    {n: len(c.Answers), at: func(i int) error { return cw.value(c.Answers[i]) }},
+	})
+	if err != nil {
+		return fmt.Errorf("marshal bundle: %w", err)
+	}
+	if cw.flush(true); cw.err != nil {
+		return fmt.Errorf("marshal bundle: %w", cw.err)
+	}
+	return nil
+}
+
+// blockSize is the size of the blocks blockWriter fills.
+const blockSize = 1 << 20
+
+// blockWriter keeps what is written in blocks and joins them once at the end: a bytes.Buffer grown
+// to hundreds of MB by doubling clears and copies each size on the way.
+type blockWriter struct {
+	blocks [][]byte
+	n      int
+}
+
+func (w *blockWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	w.n += n
+	for len(p) > 0 {
+		if len(w.blocks) == 0 || len(w.blocks[len(w.blocks)-1]) == cap(w.blocks[len(w.blocks)-1]) {
+			w.blocks = append(w.blocks, make([]byte, 0, max(blockSize, len(p))))
+		}
+		last := &w.blocks[len(w.blocks)-1]
+		k := min(len(p), cap(*last)-len(*last))
+		*last = append(*last, p[:k]...)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// bytes joins the blocks, letting each go once copied.
+func (w *blockWriter) bytes() []byte {
+	out := make([]byte, 0, w.n)
+	for i, b := range w.blocks {
+		out = append(out, b...)
+		w.blocks[i] = nil
+	}
+	return out
+}
