@@ -66,14 +66,7 @@ func TestBuildActivitiesResume(t *testing.T) {
 	storeBatch(t, db, blobs, env, data, ids)
 	logs := &logLines{}
 	b := &Builds{DB: db, Blobs: blobs, Log: slog.New(logs)}
-	buildID, err := b.QueueBuild(ctx, env.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := b.PlanBuild(ctx, env.ID, buildID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := planBuild(t, b, env)
 	var s testsuite.WorkflowTestSuite
 	run := func(progress any, fn any, args ...any) io.Reader {
 		t.Helper()
@@ -121,7 +114,7 @@ func TestBuildActivitiesResume(t *testing.T) {
 	}
 	var cp SelfCheckpoint
 	for _, part := range [][]infer.FoldResult{folds[:2], folds[2:]} {
-		k, err := b.putJSON(ctx, "checkpoints/selfcheck/"+buildID+"/", part)
+		k, err := b.putJSON(ctx, "checkpoints/selfcheck/"+plan.BuildID+"/", part)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,14 +45,7 @@ func TestInferBundleFromBatches(t *testing.T) {
 	storeBatch(t, db, blobs, env, data, ids(second))
 
 	b := &Builds{DB: db, Blobs: blobs}
-	buildID, err := b.QueueBuild(ctx, env.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := b.PlanBuild(ctx, env.ID, buildID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := planBuild(t, b, env)
 	var s testsuite.WorkflowTestSuite
 	aenv := s.NewTestActivityEnvironment()
 	aenv.RegisterActivity(b)

@@ -33,25 +33,18 @@ func TestBuildErrorsNameNoPaths(t *testing.T) {
 	})
 
 	b := &Builds{DB: db, Blobs: blobs}
-	buildID, err := b.QueueBuild(ctx, env.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := b.PlanBuild(ctx, env.ID, buildID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := planBuild(t, b, env)
 	var s testsuite.WorkflowTestSuite
 	aenv := s.NewTestActivityEnvironment()
 	aenv.RegisterActivity(b)
-	_, err = aenv.ExecuteActivity(b.InferBundle, plan)
+	_, err := aenv.ExecuteActivity(b.InferBundle, plan)
 	if err == nil {
 		t.Fatal("a build over a damaged batch succeeded")
 	}
-	if err := b.FailBuild(ctx, env.ID, buildID, err.Error()); err != nil {
+	if err := b.FailBuild(ctx, env.ID, plan.BuildID, err.Error()); err != nil {
 		t.Fatal(err)
 	}
-	row, err := store.GetBuildByID(ctx, db, buildID)
+	row, err := store.GetBuildByID(ctx, db, plan.BuildID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +75,21 @@ func buildFixture(t *testing.T, root, project string) (*bun.DB, *blob.Local, *sc
 		t.Fatal(err)
 	}
 	return db, blobs, env
+}
+
+// planBuild queues a build of env and plans it, as the build workflow's first activities do.
+func planBuild(t *testing.T, b *Builds, env *schema.Environment) BuildPlan {
+	t.Helper()
+	ctx := context.Background()
+	buildID, err := b.QueueBuild(ctx, env.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := b.PlanBuild(ctx, env.ID, buildID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
 
 // storeBatch stores data as a trace batch of env holding the traces ids, as collect does, and returns its blob key.
