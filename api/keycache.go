@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -16,9 +15,6 @@ import (
 // again: the longest another API process goes on accepting a key revoked (or a workspace changed) elsewhere.
 const DefaultKeyCacheTTL = 5 * time.Second
 
-// keyCacheMax bounds the cache's entries; past it the cache starts over rather than track recency.
-const keyCacheMax = 100_000
-
 // keyCache remembers what a workspace key or MCP token resolved to (the key row and its workspace), so a
 // request authenticated with one does not read the database each time: REST and tRPC routes that take a
 // workspace key, session routes called with one, and every request to the MCP server. Only live keys are
@@ -30,14 +26,12 @@ type keyCache struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu sync.RWMutex
-	m  map[string]keyEntry // by credential hash
+	entries cred.Cache[keyEntry]
 }
 
 type keyEntry struct {
 	key *schema.APIKey
 	ws  *schema.Workspace
-	exp time.Time
 }
 
 func newKeyCache(db *bun.DB, ttl time.Duration) *keyCache {
@@ -49,22 +43,14 @@ func newKeyCache(db *bun.DB, ttl time.Duration) *keyCache {
 func (c *keyCache) resolve(ctx context.Context, token string) (*schema.APIKey, *schema.Workspace, error) {
 	h := cred.Hash(token)
 	now := c.now()
-	c.mu.RLock()
-	e, ok := c.m[h]
-	c.mu.RUnlock()
-	if ok && now.Before(e.exp) && (e.key.ExpiresAt == nil || now.Before(*e.key.ExpiresAt)) {
+	if e, ok := c.entries.Get(h, now); ok && (e.key.ExpiresAt == nil || now.Before(*e.key.ExpiresAt)) {
 		return copyKey(e.key, e.ws)
 	}
 	key, ws, err := store.ResolveKey(ctx, c.db, token)
 	if err != nil {
 		return nil, nil, err
 	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= keyCacheMax {
-		c.m = map[string]keyEntry{}
-	}
-	c.m[h] = keyEntry{key: key, ws: ws, exp: now.Add(c.ttl)}
-	c.mu.Unlock()
+	c.entries.Put(h, keyEntry{key: key, ws: ws}, now.Add(c.ttl))
 	return copyKey(key, ws)
 }
 
@@ -73,9 +59,7 @@ func (c *keyCache) forget() {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	c.m = nil
-	c.mu.Unlock()
+	c.entries.Clear()
 }
 
 // copyKey returns copies, so a caller changing its principal cannot change the cached values.

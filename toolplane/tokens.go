@@ -20,18 +20,18 @@ type Tokens struct {
 	db  *bun.DB
 	ttl time.Duration
 
-	mu   sync.RWMutex
+	entries cred.Cache[tokenEntry]
+
+	mu   sync.Mutex
 	byID map[string]string // session id → token hash
-	m    map[string]tokenEntry
 }
 
 // NewTokens is a token cache over db trusting each resolution for ttl (default 5s).
 func NewTokens(db *bun.DB, ttl time.Duration) *Tokens { return &Tokens{db: db, ttl: ttl} }
 
 type tokenEntry struct {
-	s   *schema.Session
-	ws  *schema.Workspace
-	exp time.Time
+	s  *schema.Session
+	ws *schema.Workspace
 }
 
 // Resolve returns the session and workspace of an ms_ token, whatever the session's status (callers decide what an
@@ -39,10 +39,7 @@ type tokenEntry struct {
 func (c *Tokens) Resolve(ctx context.Context, token string) (*schema.Session, *schema.Workspace, error) {
 	h := cred.Hash(token)
 	now := time.Now()
-	c.mu.RLock()
-	e, ok := c.m[h]
-	c.mu.RUnlock()
-	if ok && now.Before(e.exp) {
+	if e, ok := c.entries.Get(h, now); ok {
 		return e.s, e.ws, nil
 	}
 	s, err := store.SessionByToken(ctx, c.db, token)
@@ -58,12 +55,14 @@ func (c *Tokens) Resolve(ctx context.Context, token string) (*schema.Session, *s
 		ttl = 5 * time.Second
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) > 100_000 { // bound memory: start over rather than track recency
-		c.m, c.byID = map[string]tokenEntry{}, map[string]string{}
+	if c.byID == nil || len(c.byID) >= cred.CacheMax {
+		// Start over, as the cache does, and with it: an entry byID no longer names could not be forgotten.
+		c.byID = map[string]string{}
+		c.entries.Clear()
 	}
-	c.m[h] = tokenEntry{s: s, ws: ws, exp: now.Add(ttl)}
 	c.byID[s.ID] = h
 	c.mu.Unlock()
+	c.entries.Put(h, tokenEntry{s: s, ws: ws}, now.Add(ttl))
 	return s, ws, nil
 }
 
@@ -73,9 +72,10 @@ func (c *Tokens) Forget(sessionID string) {
 		return
 	}
 	c.mu.Lock()
-	if h, ok := c.byID[sessionID]; ok {
-		delete(c.m, h)
-		delete(c.byID, sessionID)
-	}
+	h, ok := c.byID[sessionID]
+	delete(c.byID, sessionID)
 	c.mu.Unlock()
+	if ok {
+		c.entries.Delete(h)
+	}
 }
