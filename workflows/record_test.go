@@ -26,19 +26,8 @@ import (
 // TestRecordTwinHistory records a twin workflow's history (boot on a wake, idle stop, stop signal) on a real
 // Temporal server with stand-in activities, into RECORD_OUT. Skipped unless RECORD_OUT is set.
 func TestRecordTwinHistory(t *testing.T) {
-	out := os.Getenv("RECORD_OUT")
-	if out == "" {
-		t.Skip("RECORD_OUT not set")
-	}
+	out, c, queue, w := recorder(t, "RECORD_OUT", "record-twin-")
 	ctx := context.Background()
-	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	queue := "record-twin-" + time.Now().Format("150405.000000")
-	w := worker.New(c, queue, worker.Options{})
-	Register(w)
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
 		return twinstate.Handle{Driver: "process", ID: "twin-1", EnvID: in.EnvID, BuildID: in.Build.BuildID, Addr: "http://127.0.0.1:1"}, nil
 	}, activity.RegisterOptions{Name: "StartTwin"})
@@ -84,19 +73,8 @@ func TestRecordTwinHistory(t *testing.T) {
 // suspect, the inspection finds it gone, it is restarted, and the stop signal ends the workflow; into
 // RECORD_OUT_SUSPECT. Skipped unless it is set.
 func TestRecordTwinSuspectHistory(t *testing.T) {
-	out := os.Getenv("RECORD_OUT_SUSPECT")
-	if out == "" {
-		t.Skip("RECORD_OUT_SUSPECT not set")
-	}
+	out, c, queue, w := recorder(t, "RECORD_OUT_SUSPECT", "record-suspect-")
 	ctx := context.Background()
-	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	queue := "record-suspect-" + time.Now().Format("150405.000000")
-	w := worker.New(c, queue, worker.Options{})
-	Register(w)
 	var starts atomic.Int32
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
 		n := starts.Add(1)
@@ -141,19 +119,8 @@ func TestRecordTwinSuspectHistory(t *testing.T) {
 // TestRecordWebhookDeliveryHistory records a delivery whose first attempt (the local activity) fails and whose
 // retry succeeds, into RECORD_OUT_WEBHOOK. Skipped unless it is set.
 func TestRecordWebhookDeliveryHistory(t *testing.T) {
-	out := os.Getenv("RECORD_OUT_WEBHOOK")
-	if out == "" {
-		t.Skip("RECORD_OUT_WEBHOOK not set")
-	}
+	out, c, queue, w := recorder(t, "RECORD_OUT_WEBHOOK", "record-hook-")
 	ctx := context.Background()
-	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	queue := "record-hook-" + time.Now().Format("150405.000000")
-	w := worker.New(c, queue, worker.Options{})
-	Register(w)
 	attempts := 0
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.DeliverInput) error {
 		attempts++
@@ -176,6 +143,26 @@ func TestRecordWebhookDeliveryHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeHistory(t, c, id, out)
+}
+
+// recorder is a recording's setup: the output file outVar names (the test is skipped when it is unset), a client
+// of the Temporal server at DOPPEL_TEST_TEMPORAL, and a worker with every workflow registered on a fresh task queue
+// named from prefix. The client closes with the test.
+func recorder(t *testing.T, outVar, prefix string) (out string, c client.Client, queue string, w worker.Worker) {
+	t.Helper()
+	out = os.Getenv(outVar)
+	if out == "" {
+		t.Skip(outVar + " not set")
+	}
+	c, err := client.Dial(client.Options{HostPort: os.Getenv("DOPPEL_TEST_TEMPORAL")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	queue = prefix + time.Now().Format("150405.000000")
+	w = worker.New(c, queue, worker.Options{})
+	Register(w)
+	return out, c, queue, w
 }
 
 func writeHistory(t *testing.T, c client.Client, id, out string) {
