@@ -2,12 +2,10 @@ package activities
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -137,21 +136,12 @@ func TestBuildActivitiesResume(t *testing.T) {
 
 func airlineTraces(t *testing.T, n int) []trace.Trace {
 	t.Helper()
-	f, err := os.Open("../infer/testdata/tau-airline-dev.json.gz")
+	traces, err := taudata.Traces("..", "airline")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
+	if len(traces) < n {
+		t.Fatalf("%d traces in the airline sample, want %d", len(traces), n)
 	}
-	var b trace.Batch
-	if err := json.NewDecoder(zr).Decode(&b); err != nil {
-		t.Fatal(err)
-	}
-	if len(b.Traces) < n {
-		t.Fatalf("%d traces in the airline sample, want %d", len(b.Traces), n)
-	}
-	return b.Traces[:n]
+	return traces[:n]
 }

@@ -1,16 +1,14 @@
 package agent_test
 
 import (
-	"compress/gzip"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/doppel-dev/doppel/agent"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -18,20 +16,11 @@ import (
 // readTraces reads the tau-retail dev traces from infer's testdata (gzip copies of shared/data).
 func readTraces(t testing.TB) []trace.Trace {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "infer", "testdata", "tau-retail-dev.json.gz"))
+	traces, err := taudata.Traces("..", "retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b trace.Batch
-	if err := json.NewDecoder(zr).Decode(&b); err != nil {
-		t.Fatal(err)
-	}
-	return b.Traces
+	return traces
 }
 
 var (

@@ -1,12 +1,8 @@
 package twin_test
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"io"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -15,6 +11,7 @@ import (
 
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/internal/latency"
+	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -30,28 +27,13 @@ var (
 func retail(b testing.TB) (*twin.Bundle, [][]trace.Call) {
 	b.Helper()
 	retailOnce.Do(func() {
-		f, err := os.Open(filepath.Join("..", "infer", "testdata", "tau-retail-dev.json.gz"))
+		traces, err := taudata.Traces("..", "retail")
 		if err != nil {
 			retailErr = err
 			return
 		}
-		defer f.Close()
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			retailErr = err
-			return
-		}
-		data, err := io.ReadAll(zr)
-		if err != nil {
-			retailErr = err
-			return
-		}
-		var batch trace.Batch
-		if retailErr = json.Unmarshal(data, &batch); retailErr != nil {
-			return
-		}
-		retailBundle, _, retailErr = infer.Build(batch.Traces, infer.Options{})
-		for _, t := range batch.Traces {
+		retailBundle, _, retailErr = infer.Build(traces, infer.Options{})
+		for _, t := range traces {
 			retailCalls = append(retailCalls, trace.Calls(t))
 		}
 	})

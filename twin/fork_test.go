@@ -1,18 +1,15 @@
 package twin_test
 
 import (
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -38,31 +35,18 @@ func domain(t testing.TB, name string) (*twin.Runtime, [][]trace.Call) {
 		d = &domainData{}
 		domains[name] = d
 		d.err = func() error {
-			f, err := os.Open(filepath.Join("..", "infer", "testdata", "tau-"+name+"-dev.json.gz"))
+			traces, err := taudata.Traces("..", name)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			zr, err := gzip.NewReader(f)
-			if err != nil {
-				return err
-			}
-			data, err := io.ReadAll(zr)
-			if err != nil {
-				return err
-			}
-			var batch trace.Batch
-			if err := json.Unmarshal(data, &batch); err != nil {
-				return err
-			}
-			b, _, err := infer.Build(batch.Traces, infer.Options{})
+			b, _, err := infer.Build(traces, infer.Options{})
 			if err != nil {
 				return err
 			}
 			if d.rt, err = twin.NewRuntime(b, twin.RuntimeOptions{}); err != nil {
 				return err
 			}
-			for _, tr := range batch.Traces {
+			for _, tr := range traces {
 				d.calls = append(d.calls, trace.Calls(tr))
 			}
 			return nil
