@@ -20,6 +20,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/webhook"
 )
 
@@ -47,9 +49,9 @@ type Config struct {
 	Console      Console  `koanf:"console"`
 	Usage        Usage    `koanf:"usage"`
 	// Plans are the plans by name (plans.<name>.task_minutes, …), from the configuration file.
-	Plans    map[string]Plan `koanf:"plans"`
-	Webhooks Webhooks        `koanf:"webhooks"`
-	Uploads  Uploads         `koanf:"uploads"`
+	Plans    map[string]usage.Plan `koanf:"plans"`
+	Webhooks Webhooks              `koanf:"webhooks"`
+	Uploads  Uploads               `koanf:"uploads"`
 }
 
 // Admin configures the admin credential of the admin verbs (workspaces, plans, access).
@@ -70,18 +72,6 @@ type Usage struct {
 	DefaultPlan string        `koanf:"default_plan"`
 	Refresh     time.Duration `koanf:"refresh"`
 	Enforce     bool          `koanf:"enforce"`
-}
-
-// Plan is an allowance per meter (0: no limit), whether a card on file lifts the period limits, and the
-// entitlements of workspaces an admin creates on it without naming any.
-type Plan struct {
-	TaskMinutes  int64    `koanf:"task_minutes"`
-	ToolCalls    int64    `koanf:"tool_calls"`
-	Queries      int64    `koanf:"queries"`
-	ModelTokens  int64    `koanf:"model_tokens"`
-	OpenSessions int64    `koanf:"open_sessions"`
-	CardLifts    bool     `koanf:"card_lifts"`
-	Entitlements []string `koanf:"entitlements"`
 }
 
 // Webhooks configures webhook delivery.
@@ -620,7 +610,7 @@ func (c *Config) Validate() error {
 			bad(key, "limits must not be negative (0: no limit)")
 		}
 		for _, e := range p.Entitlements {
-			if e != "mcp" && e != "query" {
+			if e != schema.EntitlementMCP && e != schema.EntitlementQuery {
 				bad(key+".entitlements", "must hold only mcp and query (got %q)", e)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -58,11 +59,7 @@ type stack struct {
 // usageSource is the process's usage reader, over the configured plans and period.
 func (s *stack) usageSource() *metering.Source {
 	if s.meters == nil {
-		plans := metering.Plans{ByName: map[string]metering.Plan{}, Default: s.cfg.Usage.DefaultPlan}
-		for name, p := range s.cfg.Plans {
-			plans.ByName[name] = metering.Plan{TaskMinutes: p.TaskMinutes, ToolCalls: p.ToolCalls, Queries: p.Queries, ModelTokens: p.ModelTokens,
-				OpenSessions: p.OpenSessions, CardLifts: p.CardLifts, Entitlements: p.Entitlements}
-		}
+		plans := metering.Plans{ByName: maps.Clone(s.cfg.Plans), Default: s.cfg.Usage.DefaultPlan}
 		s.meters = &metering.Source{DB: s.db, Plans: plans, Period: s.cfg.Usage.Period, EnvBytesCap: s.cfg.Collect.MaxEnvBytes,
 			Idle: s.cfg.Session.Idle}
 	}
