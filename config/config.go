@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -406,11 +408,19 @@ func planKey(name string) bool {
 		return false
 	}
 	_, field, ok := strings.Cut(rest, ".")
-	switch field {
-	case "task_minutes", "tool_calls", "queries", "open_sessions", "card_lifts", "entitlements":
-		return ok
+	return ok && slices.Contains(planFields(), field)
+}
+
+// planFields are usage.Plan's koanf names, read from the struct so that a field added there is a key here too.
+func planFields() []string {
+	t := reflect.TypeFor[usage.Plan]()
+	fields := make([]string, 0, t.NumField())
+	for f := range t.Fields() {
+		if name := f.Tag.Get("koanf"); name != "" {
+			fields = append(fields, name)
+		}
 	}
-	return false
+	return fields
 }
 
 // Lookup returns the value of the variable name in environ (os.Environ's form), "" when it is not set.
@@ -606,7 +616,7 @@ func (c *Config) Validate() error {
 	}
 	for name, p := range c.Plans {
 		key := "plans." + name
-		if p.TaskMinutes < 0 || p.ToolCalls < 0 || p.Queries < 0 || p.OpenSessions < 0 {
+		if p.TaskMinutes < 0 || p.ToolCalls < 0 || p.Queries < 0 || p.ModelTokens < 0 || p.OpenSessions < 0 {
 			bad(key, "limits must not be negative (0: no limit)")
 		}
 		for _, e := range p.Entitlements {

@@ -117,7 +117,7 @@ func TestBadDuration(t *testing.T) {
 
 func TestPlansFromFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "doppel.yaml")
-	yaml := "usage:\n  default_plan: free\nplans:\n  free: {task_minutes: 600, open_sessions: 5, card_lifts: true, entitlements: [query]}\n  team:\n    task_minutes: 60000\n"
+	yaml := "usage:\n  default_plan: free\nplans:\n  free: {task_minutes: 600, open_sessions: 5, card_lifts: true, entitlements: [query]}\n  team:\n    task_minutes: 60000\n    model_tokens: 2000000\n    queries: 50\n    tool_calls: 9\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -127,15 +127,19 @@ func TestPlansFromFile(t *testing.T) {
 	}
 	free, team := c.Plans["free"], c.Plans["team"]
 	if c.Usage.DefaultPlan != "free" || free.TaskMinutes != 600 || free.OpenSessions != 5 || !free.CardLifts ||
-		len(free.Entitlements) != 1 || free.Entitlements[0] != "query" || team.TaskMinutes != 60000 || team.CardLifts {
+		len(free.Entitlements) != 1 || free.Entitlements[0] != "query" || team.TaskMinutes != 60000 || team.CardLifts ||
+		team.ModelTokens != 2000000 || team.Queries != 50 || team.ToolCalls != 9 {
 		t.Fatalf("plans = %+v, default %q", c.Plans, c.Usage.DefaultPlan)
 	}
-	// A plan field that does not exist, a default plan that is not configured, a short admin key: each named.
+	// A plan field that does not exist, a negative limit, a default plan that is not configured, a short admin key: each
+	// named.
 	for bad, key := range map[string]string{
 		"plans:\n  free:\n    task_minuts: 1\n":              `"plans.free.task_minuts"`,
 		"usage:\n  default_plan: gold\n":                     "usage.default_plan",
 		"admin:\n  key: short\n":                             "admin.key",
 		"plans:\n  free:\n    entitlements: [mcp, coffee]\n": "plans.free.entitlements",
+		"plans:\n  free:\n    model_tokens: -1\n":            "plans.free: limits must not be negative",
+		"plans:\n  free:\n    queries: -1\n":                 "plans.free: limits must not be negative",
 	} {
 		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
