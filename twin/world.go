@@ -133,24 +133,12 @@ func subObjects(row *jsonvalue.Object, path string) []*jsonvalue.Object {
 }
 
 func newBaseTable(def *Table) (*baseTable, error) {
-	t := &baseTable{def: def, rows: make(map[string]*jsonvalue.Object, len(def.Rows)), indexes: map[string]map[string][]string{},
-		subs: map[string]map[string]subHit{}, subDefs: map[string]SubIndex{}}
-	for i, r := range def.Rows {
-		v, err := jsonvalue.ParseString(r.JSON)
-		if err != nil {
-			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: %w", ErrBadBundle, def.Name, i, err)
-		}
-		o, ok := v.(*jsonvalue.Object)
-		if !ok {
-			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: not an object", ErrBadBundle, def.Name, i)
-		}
-		if _, dup := t.rows[r.Key]; dup {
-			return nil, fmt.Errorf("%w: tables[%s].rows[%d]: duplicate key %q", ErrBadBundle, def.Name, i, r.Key)
-		}
-		t.rows[r.Key] = o
-		t.keys = append(t.keys, r.Key)
+	t := &baseTable{def: def, indexes: map[string]map[string][]string{}, subs: map[string]map[string]subHit{},
+		subDefs: map[string]SubIndex{}}
+	var err error
+	if t.rows, t.keys, err = parseRows(def.Name, "rows", def.Rows); err != nil {
+		return nil, err
 	}
-	sort.Strings(t.keys)
 	var body bytes.Buffer
 	t.off = make([]int, len(t.keys)+1)
 	for i, k := range t.keys {
@@ -168,20 +156,10 @@ func newBaseTable(def *Table) (*baseTable, error) {
 	for _, ix := range def.Indexes {
 		t.addIndex(ix.Path, ix.Fold)
 	}
-	t.facts, t.mapFields = map[string]*jsonvalue.Object{}, map[string]bool{}
-	for i, r := range def.Facts {
-		v, err := jsonvalue.ParseString(r.JSON)
-		o, ok := v.(*jsonvalue.Object)
-		if err != nil || !ok {
-			return nil, fmt.Errorf("%w: tables[%s].facts[%d]: not an object", ErrBadBundle, def.Name, i)
-		}
-		if _, dup := t.facts[r.Key]; dup {
-			return nil, fmt.Errorf("%w: tables[%s].facts[%d]: duplicate key %q", ErrBadBundle, def.Name, i, r.Key)
-		}
-		t.facts[r.Key] = o
-		t.factKeys = append(t.factKeys, r.Key)
+	t.mapFields = map[string]bool{}
+	if t.facts, t.factKeys, err = parseRows(def.Name, "facts", def.Facts); err != nil {
+		return nil, err
 	}
-	sort.Strings(t.factKeys)
 	t.absent = map[string]bool{}
 	for _, k := range def.Absent {
 		t.absent[k] = true
@@ -220,6 +198,30 @@ func newBaseTable(def *Table) (*baseTable, error) {
 		t.subs[sd.Name] = m
 	}
 	return t, nil
+}
+
+// parseRows parses a table's rows (or its facts: field names which, for errors) into objects by key, and the keys
+// sorted.
+func parseRows(table, field string, rows []Row) (map[string]*jsonvalue.Object, []string, error) {
+	byKey := make(map[string]*jsonvalue.Object, len(rows))
+	keys := make([]string, 0, len(rows))
+	for i, r := range rows {
+		v, err := jsonvalue.ParseString(r.JSON)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: %w", ErrBadBundle, table, field, i, err)
+		}
+		o, ok := v.(*jsonvalue.Object)
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: not an object", ErrBadBundle, table, field, i)
+		}
+		if _, dup := byKey[r.Key]; dup {
+			return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: duplicate key %q", ErrBadBundle, table, field, i, r.Key)
+		}
+		byKey[r.Key] = o
+		keys = append(keys, r.Key)
+	}
+	sort.Strings(keys)
+	return byKey, keys, nil
 }
 
 func (t *baseTable) addIndex(path string, fold bool) map[string][]string {
