@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"reflect"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -32,7 +29,6 @@ const (
 	DefaultCollectBlobPrefix      = "batches"
 	collectBodyReadTimeout        = time.Minute
 	collectPath                   = "/api/collect"
-	maxRateBuckets                = 10000
 	scheduleTimeout               = 10 * time.Second
 )
 
@@ -164,7 +160,7 @@ func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
 	opts = opts.withDefaults()
 	c := &collect{opts: opts, deps: d}
 	if opts.RatePerSecond > 0 {
-		c.limiter = &rateLimiter{rate: opts.RatePerSecond, burst: float64(opts.RateBurst), now: opts.Now, buckets: map[string]*bucket{}}
+		c.limiter = newKeyedLimiter(opts.RatePerSecond, opts.RateBurst, opts.Now)
 	}
 	huma.Register(a, huma.Operation{
 		OperationID: "collect",
@@ -238,7 +234,7 @@ func document(a huma.API) {
 type collect struct {
 	opts    CollectOptions
 	deps    *Deps
-	limiter *rateLimiter
+	limiter *keyedLimiter
 }
 
 // gate runs before the body is read: the rate limit, then the workspace key. A key that cannot be
@@ -266,17 +262,7 @@ func (c *collect) gate(ctx huma.Context, next func(huma.Context)) {
 }
 
 func (c *collect) address(ctx huma.Context) string {
-	if c.opts.TrustForwardedFor {
-		if xff := ctx.Header("X-Forwarded-For"); xff != "" {
-			first, _, _ := strings.Cut(xff, ",")
-			return strings.TrimSpace(first)
-		}
-	}
-	host, _, err := net.SplitHostPort(ctx.RemoteAddr())
-	if err != nil {
-		return ctx.RemoteAddr()
-	}
-	return host
+	return clientAddress(ctx.RemoteAddr(), ctx.Header("X-Forwarded-For"), c.opts.TrustForwardedFor)
 }
 
 func (c *collect) logger(ctx context.Context) *slog.Logger {
@@ -469,51 +455,4 @@ func (c *collect) unavailable(ctx context.Context, what string, err error) error
 	}
 	c.logger(ctx).WarnContext(ctx, "collect: "+what+" failed", slog.String("request_id", RequestID(ctx)), slog.Any("error", err))
 	return Unavailable("the %s is not answering; nothing was stored, retry", what)
-}
-
-// rateLimiter is a token bucket per client address.
-type rateLimiter struct {
-	mu      sync.Mutex
-	rate    float64
-	burst   float64
-	now     func() time.Time
-	buckets map[string]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// allow takes a token for addr, or answers how long until one is there.
-func (l *rateLimiter) allow(addr string) (bool, time.Duration) {
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buckets[addr]
-	if b == nil {
-		if len(l.buckets) >= maxRateBuckets {
-			l.prune(now)
-		}
-		b = &bucket{tokens: l.burst, last: now}
-		l.buckets[addr] = b
-	}
-	if el := now.Sub(b.last).Seconds(); el > 0 {
-		b.tokens = math.Min(l.burst, b.tokens+el*l.rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
-}
-
-// prune drops the buckets that have refilled: forgetting them changes nothing.
-func (l *rateLimiter) prune(now time.Time) {
-	for addr, b := range l.buckets {
-		if b.tokens+now.Sub(b.last).Seconds()*l.rate >= l.burst {
-			delete(l.buckets, addr)
-		}
-	}
 }

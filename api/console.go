@@ -4,9 +4,12 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,6 +83,15 @@ func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) 
 			WriteError(w, r, Errorf(http.StatusForbidden, "cross-origin sign-in refused: %v", err))
 			return
 		}
+		addr := clientAddress(r.RemoteAddr, r.Header.Get("X-Forwarded-For"), web.TrustForwardedFor)
+		failures := web.signInFailures()
+		if failures != nil {
+			if wait := failures.wait(addr); wait > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+				WriteError(w, r, RateLimited(fmt.Sprintf("too many failed sign-ins from this address; retry after %s", wait.Round(time.Second))))
+				return
+			}
+		}
 		var in struct {
 			Key string `json:"key"`
 		}
@@ -103,6 +115,10 @@ func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) 
 		}
 		p, err := auth.Workspace(r.Context(), "Bearer "+in.Key)
 		if err != nil {
+			var env *Envelope
+			if failures != nil && errors.As(err, &env) && env.status == http.StatusUnauthorized {
+				failures.allow(addr) // a key that does not resolve spends one of the address's failed sign-ins
+			}
 			WriteError(w, r, err)
 			return
 		}

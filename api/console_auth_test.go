@@ -346,3 +346,40 @@ func urlJSON(v any) string {
 }
 
 func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// TestConsoleSignInLimitsFailuresPerAddress: past DefaultFailedSignInBurst keys that do not resolve, an address is
+// refused with 429 and Retry-After before any key is looked up (its right key too, until a token refills); another
+// address signs in as before.
+func TestConsoleSignInLimitsFailuresPerAddress(t *testing.T) {
+	f := newFixture(t, schema.DriverSQLite, nil)
+	from := func(addr, key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/console/signin", strings.NewReader(`{"key":`+strconvQuote(key)+`}`))
+		r.Header.Set("Content-Type", "application/json")
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		return w
+	}
+	wrong := "mk_live_" + strings.Repeat("b", 40)
+	for i := range api.DefaultFailedSignInBurst {
+		if w := from("198.51.100.7:4000", wrong); w.Code != http.StatusUnauthorized {
+			t.Fatalf("failed sign-in %d: %d %s, want 401", i+1, w.Code, w.Body)
+		}
+	}
+	for _, key := range []string{wrong, f.key} {
+		w := from("198.51.100.7:4001", key)
+		envelope(t, w, http.StatusTooManyRequests, "rateLimited")
+		if ra := w.Header().Get("Retry-After"); ra == "" || ra == "0" {
+			t.Errorf("429 without a Retry-After: %q", ra)
+		}
+	}
+	if w := from("203.0.113.9:4000", f.key); w.Code != http.StatusOK {
+		t.Fatalf("another address's sign-in: %d %s", w.Code, w.Body)
+	}
+	// Good sign-ins spend nothing.
+	for range api.DefaultFailedSignInBurst + 2 {
+		if w := from("203.0.113.10:4000", f.key); w.Code != http.StatusOK {
+			t.Fatalf("repeated good sign-in: %d %s", w.Code, w.Body)
+		}
+	}
+}

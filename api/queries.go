@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"golang.org/x/time/rate"
 
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -33,8 +32,8 @@ type QueryRoutes struct {
 	RatePerSecond float64
 	Burst         int
 
-	mu       sync.Mutex
-	limiters map[string]*rate.Limiter
+	once    sync.Once
+	limiter *keyedLimiter
 }
 
 // allow takes a token from the workspace's bucket, or answers how long until one is free.
@@ -42,9 +41,7 @@ func (qr *QueryRoutes) allow(workspaceID string) (bool, time.Duration) {
 	if qr.RatePerSecond < 0 {
 		return true, 0
 	}
-	qr.mu.Lock()
-	lim := qr.limiters[workspaceID]
-	if lim == nil {
+	qr.once.Do(func() {
 		r, b := qr.RatePerSecond, qr.Burst
 		if r == 0 {
 			r = DefaultQueryRatePerSecond
@@ -52,19 +49,9 @@ func (qr *QueryRoutes) allow(workspaceID string) (bool, time.Duration) {
 		if b <= 0 {
 			b = DefaultQueryBurst
 		}
-		if qr.limiters == nil {
-			qr.limiters = map[string]*rate.Limiter{}
-		}
-		lim = rate.NewLimiter(rate.Limit(r), b)
-		qr.limiters[workspaceID] = lim
-	}
-	qr.mu.Unlock()
-	res := lim.Reserve()
-	if d := res.Delay(); d > 0 {
-		res.Cancel() // not taken: a refused request costs no token
-		return false, d
-	}
-	return true, 0
+		qr.limiter = newKeyedLimiter(r, b, nil)
+	})
+	return qr.limiter.allow(workspaceID)
 }
 
 // QueryBody is the body of POST /v1/envs/{slug}/query, in either naming variant.

@@ -56,9 +56,44 @@ type WebSessions struct {
 	TTL time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// FailedSignInsPerMinute and FailedSignInBurst budget each client address's sign-ins with a key that does not
+	// resolve (defaults DefaultFailedSignInsPerMinute and DefaultFailedSignInBurst); past it, sign-in answers 429
+	// with Retry-After, before the key is looked up. A negative FailedSignInsPerMinute turns the limit off.
+	FailedSignInsPerMinute float64
+	FailedSignInBurst      int
+	// TrustForwardedFor takes the client address from X-Forwarded-For's first entry (set it only behind a proxy
+	// that writes that header); by default the connection's address counts.
+	TrustForwardedFor bool
 
-	mu  sync.Mutex
-	key []byte
+	mu       sync.Mutex
+	key      []byte
+	failOnce sync.Once
+	failures *keyedLimiter
+}
+
+// Defaults of the failed sign-in budget per client address: a person mistyping a key is not slowed, a script
+// guessing keys is held to 10 a minute.
+const (
+	DefaultFailedSignInsPerMinute = 10
+	DefaultFailedSignInBurst      = 10
+)
+
+// signInFailures is the failed sign-in limiter, or nil when it is off.
+func (w *WebSessions) signInFailures() *keyedLimiter {
+	w.failOnce.Do(func() {
+		perMin, burst := w.FailedSignInsPerMinute, w.FailedSignInBurst
+		if perMin < 0 {
+			return
+		}
+		if perMin == 0 {
+			perMin = DefaultFailedSignInsPerMinute
+		}
+		if burst <= 0 {
+			burst = DefaultFailedSignInBurst
+		}
+		w.failures = newKeyedLimiter(perMin/60, burst, w.Now)
+	})
+	return w.failures
 }
 
 func (w *WebSessions) now() time.Time {
