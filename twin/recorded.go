@@ -107,6 +107,11 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	if len(t.all) == 0 {
 		return nil, "no recordings of this tool"
 	}
+	if t.listing != nil {
+		if rows := t.listing.answer(args); rows != nil {
+			return &answer{content: Render(rows, s.rt.style)}, ""
+		}
+	}
 	flat := flatten(args)
 	if t.def.Kind == KindWrite {
 		if r := refusalByKind(t.all, flat); r != nil {

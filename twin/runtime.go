@@ -76,6 +76,8 @@ type rtTool struct {
 	all      []*rec
 	// schema is the input schema, checked before the rung ladder (nil: none).
 	schema *jsonvalue.Schema
+	// listing answers a search from the rows recorded answers list (nil: not learned; see listing.go).
+	listing *listing
 	// answerSize is the longest answer its handlers rendered so far (up to maxAnswerHint), the buffer the next starts with.
 	answerSize atomic.Int64
 }
@@ -161,6 +163,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
 	}
+	rt.learnListings()
 	rt.baseHash = rt.baseWorldHash()
 	return rt, nil
 }
