@@ -118,6 +118,9 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 			content := substitute(r.answer, r.flat, flat, s.rt.style)
 			return &answer{content: content, isErr: true}, ""
 		}
+		if content, ok := t.precondRefusal(args, s.rt.style); ok {
+			return &answer{content: content, isErr: true}, ""
+		}
 	}
 	var best *rec
 	bestD := -1

@@ -78,6 +78,8 @@ type rtTool struct {
 	schema *jsonvalue.Schema
 	// listing answers a search from the rows recorded answers list (nil: not learned; see listing.go).
 	listing *listing
+	// preconds are a write's relations on those rows, learned from its recorded refusals (see precond.go).
+	preconds []*precond
 	// answerSize is the longest answer its handlers rendered so far (up to maxAnswerHint), the buffer the next starts with.
 	answerSize atomic.Int64
 }
@@ -164,6 +166,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		t.all = append(t.all, x)
 	}
 	rt.learnListings()
+	rt.learnPreconds()
 	rt.baseHash = rt.baseWorldHash()
 	return rt, nil
 }
