@@ -79,7 +79,7 @@ func flatObjects(v any) ([]*jsonvalue.Object, bool) {
 }
 
 // learnListing answers a query tool's listing, or nil when its recordings do not support one.
-func learnListing(t *rtTool, st Style) *listing {
+func learnListing(t *rtTool, parse func(string) (any, bool), st Style) *listing {
 	if t.def.Kind != KindQuery {
 		return nil
 	}
@@ -92,8 +92,8 @@ func learnListing(t *rtTool, st Style) *listing {
 		if !ok {
 			return nil
 		}
-		v, err := jsonvalue.ParseString(r.answer)
-		if err != nil {
+		v, ok := parse(r.answer)
+		if !ok {
 			continue
 		}
 		elems, ok := flatObjects(v)
@@ -261,13 +261,34 @@ func (l *listing) add(e *jsonvalue.Object, dimVal func(string) (string, bool), s
 	l.rows[id] = row
 }
 
+// learnRows learns the listings, then the write preconditions on their rows. It runs once per runtime, on the
+// first call a recording with the very arguments does not answer (NewRuntime stays as fast as before).
+func (rt *Runtime) learnRows() {
+	rt.learnListings()
+	rt.learnPreconds()
+}
+
 // learnListings learns each query tool's listing and fills its rows from every query tool's recorded answers, in
-// recording order (a later answer's row wins).
+// recording order (a later answer's row wins). Each distinct answer is parsed once.
 func (rt *Runtime) learnListings() {
+	cache := map[string]any{}
+	parse := func(text string) (any, bool) {
+		if v, ok := cache[text]; ok {
+			return v, v != nil
+		}
+		var v any
+		if jsonvalue.LooksJSON(text) {
+			if x, err := jsonvalue.ParseString(text); err == nil {
+				v = x
+			}
+		}
+		cache[text] = v
+		return v, v != nil
+	}
 	var ls []*rtTool
 	for _, name := range rt.toolNames {
 		t := rt.tools[name]
-		if t.listing = learnListing(t, rt.style); t.listing != nil {
+		if t.listing = learnListing(t, parse, rt.style); t.listing != nil {
 			ls = append(ls, t)
 		}
 	}
@@ -280,12 +301,8 @@ func (rt *Runtime) learnListings() {
 		if from == nil || from.def.Kind != KindQuery || r.Error {
 			continue
 		}
-		text := rt.b.Answers[r.Answer]
-		if !jsonvalue.LooksJSON(text) {
-			continue
-		}
-		v, err := jsonvalue.ParseString(text)
-		if err != nil {
+		v, ok := parse(rt.b.Answers[r.Answer])
+		if !ok {
 			continue
 		}
 		elems, ok := listElements(v)

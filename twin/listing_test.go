@@ -37,10 +37,7 @@ func timetableBundle() *Bundle {
 }
 
 func TestListingAnswersSearchesFromRows(t *testing.T) {
-	rt, err := NewRuntime(timetableBundle(), RuntimeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := rowsRuntime(t, timetableBundle())
 	if l := rt.tools["find_buses"].listing; l == nil || l.key != "bus" || l.match["from"] != "from" || l.match["to"] != "to" || len(l.dims) != 1 || l.dims[0] != "day" {
 		t.Fatalf("find_buses listing = %+v, want key bus, from/to matched, day a dimension", l)
 	}
@@ -101,7 +98,7 @@ func TestLearnListingNeedsConsistentAnswers(t *testing.T) {
 				v := mustArgs(t, args)
 				tool.all = append(tool.all, &rec{args: v, flat: flatten(v), answer: a})
 			}
-			if got := learnListing(tool, StylePython) != nil; got != tt.ok {
+			if got := learnListing(tool, parseText, StylePython) != nil; got != tt.ok {
 				t.Errorf("learned = %v, want %v", got, tt.ok)
 			}
 		})
@@ -115,4 +112,20 @@ func mustArgs(t *testing.T, s string) any {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// rowsRuntime is a runtime whose listings and preconditions are learned (as the first inferred call does).
+func rowsRuntime(t *testing.T, b *Bundle) *Runtime {
+	t.Helper()
+	rt, err := NewRuntime(b, RuntimeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.rowsOnce.Do(rt.learnRows)
+	return rt
+}
+
+func parseText(s string) (any, bool) {
+	v, err := jsonvalue.ParseString(s)
+	return v, err == nil
 }

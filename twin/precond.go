@@ -285,7 +285,7 @@ func argShapes(all []*rec) (scalars, lists []string, nums map[string][]string) {
 	return sortedSet(sc), sortedSet(ls), nums
 }
 
-// rowFields answers the fields of a listing's rows that are objects.
+// objectFields answers the fields of a listing's rows that are objects.
 func (l *listing) objectFields() []string {
 	var out []string
 	for _, f := range l.fields {
@@ -305,8 +305,14 @@ func learnPreconds(t *rtTool, ls []*listing) []*precond {
 	var cands []*precond
 	for _, list := range lists {
 		for _, l := range ls {
+			if !namesRows(t.all, list, l) {
+				continue
+			}
 			for _, field := range l.objectFields() {
 				for _, sel := range scalars {
+					if !selects(t.all, sel, l, field) {
+						continue
+					}
 					for _, count := range lists {
 						cands = append(cands, &precond{kind: precondPerRow, list: list, l: l, field: field, sel: sel, count: count})
 						for _, paid := range lists {
@@ -336,6 +342,57 @@ func learnPreconds(t *rtTool, ls []*listing) []*precond {
 		}
 	}
 	return out
+}
+
+// namesRows reports whether a list argument's elements carry a listing's key and dimensions (in the first
+// recording where it is not empty).
+func namesRows(all []*rec, list string, l *listing) bool {
+	for _, r := range all {
+		a, ok := r.args.(*jsonvalue.Object)
+		if !ok {
+			continue
+		}
+		elems, ok := listArg(a, list)
+		if !ok || len(elems) == 0 {
+			continue
+		}
+		o, ok := elems[0].(*jsonvalue.Object)
+		if !ok {
+			return false
+		}
+		for _, f := range append([]string{l.key}, l.dims...) {
+			if _, ok := o.Get(f); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// selects reports whether a scalar argument's value (in the first recording that gives it) is a member of the
+// row field's object (in the first row).
+func selects(all []*rec, sel string, l *listing, field string) bool {
+	if len(l.order) == 0 {
+		return false
+	}
+	fv, _ := l.rows[l.order[0]].Get(field)
+	fo, ok := fv.(*jsonvalue.Object)
+	if !ok {
+		return false
+	}
+	for _, r := range all {
+		a, ok := r.args.(*jsonvalue.Object)
+		if !ok {
+			continue
+		}
+		if v, ok := a.Get(sel); ok {
+			s, _ := v.(string)
+			_, has := fo.Get(s)
+			return has
+		}
+	}
+	return false
 }
 
 // fit checks a relation against the recordings; it answers how many refusals witness it (0: not held).

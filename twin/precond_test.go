@@ -53,10 +53,7 @@ func ticketBundle() *Bundle {
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func TestPrecondsOnListedRows(t *testing.T) {
-	rt, err := NewRuntime(ticketBundle(), RuntimeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := rowsRuntime(t, ticketBundle())
 	ps := rt.tools["buy_tickets"].preconds
 	if len(ps) != 2 || ps[0].field != "seats" || ps[0].count != "riders" || ps[1].field != "fares" || ps[1].count != "riders" || ps[1].paid != "payments" || ps[1].paidField != "amount" {
 		for _, p := range ps {
@@ -110,10 +107,7 @@ func TestPrecondsNeedAgreeingRecordings(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := ticketBundle()
 			tt.change(b)
-			rt, err := NewRuntime(b, RuntimeOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			rt := rowsRuntime(t, b)
 			if got := len(rt.tools["buy_tickets"].preconds); got != tt.want {
 				t.Errorf("%d relations learned, want %d", got, tt.want)
 			}

@@ -107,6 +107,7 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	if len(t.all) == 0 {
 		return nil, "no recordings of this tool"
 	}
+	s.rt.rowsOnce.Do(s.rt.learnRows)
 	if t.listing != nil {
 		if rows := t.listing.answer(args); rows != nil {
 			return &answer{content: Render(rows, s.rt.style)}, ""

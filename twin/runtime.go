@@ -65,6 +65,8 @@ type Runtime struct {
 	simOrder []string
 
 	idxMu sync.Mutex // guards lazily added base indexes
+
+	rowsOnce sync.Once // learns the listings and preconditions (learnRows) on first need
 }
 
 type rtTool struct {
@@ -165,8 +167,6 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
 	}
-	rt.learnListings()
-	rt.learnPreconds()
 	rt.baseHash = rt.baseWorldHash()
 	return rt, nil
 }
