@@ -107,10 +107,19 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	if len(t.all) == 0 {
 		return nil, "no recordings of this tool"
 	}
+	s.rt.rowsOnce.Do(s.rt.learnRows)
+	if t.listing != nil {
+		if rows := t.listing.answer(args); rows != nil {
+			return &answer{content: Render(rows, s.rt.style)}, ""
+		}
+	}
 	flat := flatten(args)
 	if t.def.Kind == KindWrite {
 		if r := refusalByKind(t.all, flat); r != nil {
 			content := substitute(r.answer, r.flat, flat, s.rt.style)
+			return &answer{content: content, isErr: true}, ""
+		}
+		if content, ok := t.precondRefusal(args, s.rt.style); ok {
 			return &answer{content: content, isErr: true}, ""
 		}
 	}

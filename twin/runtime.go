@@ -65,6 +65,8 @@ type Runtime struct {
 	simOrder []string
 
 	idxMu sync.Mutex // guards lazily added base indexes
+
+	rowsOnce sync.Once // learns the listings and preconditions (learnRows) on first need
 }
 
 type rtTool struct {
@@ -76,6 +78,10 @@ type rtTool struct {
 	all      []*rec
 	// schema is the input schema, checked before the rung ladder (nil: none).
 	schema *jsonvalue.Schema
+	// listing answers a search from the rows recorded answers list (nil: not learned; see listing.go).
+	listing *listing
+	// preconds are a write's relations on those rows, learned from its recorded refusals (see precond.go).
+	preconds []*precond
 	// answerSize is the longest answer its handlers rendered so far (up to maxAnswerHint), the buffer the next starts with.
 	answerSize atomic.Int64
 }
