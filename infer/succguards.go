@@ -85,7 +85,7 @@ func (m *model) successGuards(table string, succ []wex, have []guard) []guard {
 			vals[i] = v
 		}
 		name, _ := p[len(p)-1].(string)
-		text := m.errorPrefix() + strings.ReplaceAll(name, "_", " ") + " must be " + strings.Join(seen, " or ")
+		text := m.errorText(strings.ReplaceAll(name, "_", " ") + " must be " + strings.Join(seen, " or "))
 		out = append(out, guard{pred: fieldNotIn{path: p, vals: vals}, text: []part{{lit: text}}})
 	}
 	return out
@@ -139,25 +139,37 @@ func rowState(row *jsonvalue.Object, p []any) (string, bool) {
 	return s, ok
 }
 
-// errorPrefix is what every recorded error text begins with, up to and including its first ": " ("Error: "),
-// or "" when they share none.
-func (m *model) errorPrefix() string {
-	prefix, seen := "", false
+// errorText writes a refusal's message in the format of the recorded error answers: {"error": msg} when they are
+// JSON objects of one same key, their common prefix up to and including its first ": " ("Error: ") when they
+// are text sharing one, else "Error: " (what an error answer is recognized by).
+func (m *model) errorText(msg string) string {
+	prefix, key := "", ""
+	seen, text, obj := false, true, true
 	for _, t := range m.traces {
 		for _, c := range t.calls {
 			if !c.isErr {
 				continue
 			}
-			i := strings.Index(c.text, ": ")
-			if i < 0 {
-				return ""
+			if o, ok := c.val.(*jsonvalue.Object); ok && c.isJSON && o.Len() == 1 && (!seen || key == o.Keys[0]) {
+				key, text = o.Keys[0], false
+			} else {
+				obj = false
 			}
-			if p := c.text[:i+2]; !seen {
-				prefix, seen = p, true
-			} else if p != prefix {
-				return ""
+			if i := strings.Index(c.text, ": "); i < 0 || c.isJSON || seen && c.text[:i+2] != prefix {
+				text = false
+			} else {
+				prefix = c.text[:i+2]
 			}
+			seen = true
 		}
 	}
-	return prefix
+	switch {
+	case seen && obj:
+		o := jsonvalue.NewObject(1)
+		o.Set(key, msg)
+		return string(jsonvalue.Canonical(o))
+	case seen && text:
+		return prefix + msg
+	}
+	return "Error: " + msg
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -91,6 +92,38 @@ func TestSuccessGuards(t *testing.T) {
 			}
 			if open.Error || !strings.Contains(open.Content, `"closed"`) {
 				t.Errorf("close of an open ticket: %s, want it closed", open.Content)
+			}
+		})
+	}
+}
+
+func TestErrorText(t *testing.T) {
+	errCall := func(text string) *call {
+		c := &call{text: text, isErr: true, answer: true}
+		if v, err := jsonvalue.ParseString(text); err == nil && jsonvalue.LooksJSON(text) {
+			c.val, c.isJSON = v, true
+		}
+		return c
+	}
+	for _, tt := range []struct {
+		name   string
+		errors []string
+		want   string
+	}{
+		{"text errors sharing a prefix", []string{"Error: Order not found", "Error: Non-pending order cannot be cancelled"}, "Error: state must be open"},
+		{"another prefix", []string{"ERR: no such ticket", "ERR: ticket is held"}, "ERR: state must be open"},
+		{"JSON errors of one key", []string{`{"error": "not found"}`, `{"error": "held"}`}, `{"error":"state must be open"}`},
+		{"mixed formats", []string{`{"error": "not found"}`, "Error: held"}, "Error: state must be open"},
+		{"no recorded error", nil, "Error: state must be open"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pt := &ptrace{id: "t"}
+			for _, e := range tt.errors {
+				pt.calls = append(pt.calls, errCall(e))
+			}
+			m := &model{traces: []*ptrace{pt}}
+			if got := m.errorText("state must be open"); got != tt.want {
+				t.Errorf("errorText = %q, want %q", got, tt.want)
 			}
 		})
 	}
