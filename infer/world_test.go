@@ -85,6 +85,14 @@ func TestOpenWorldUserHasTheNameItsIDEmbeds(t *testing.T) {
 	if u := decodeObj(t, r.Content)["user_id"]; u != id {
 		t.Errorf("user_id = %v, want %s", u, id)
 	}
+	// Its email spells the same names (the model row's spelled another user's), and a search by it finds it.
+	email, _ := decodeObj(t, r.Content)["email"].(string)
+	if !strings.HasPrefix(email, "james.sanchez") {
+		t.Errorf("email = %q, want james.sanchez… (the names the id embeds)", email)
+	}
+	if found := mustCall(t, s, "find_user_id_by_email", `{"email":"`+email+`"}`); strings.Trim(found.Content, `"`) != id {
+		t.Errorf("find_user_id_by_email %s = %s, want %s", email, found.Content, id)
+	}
 	again := mustCall(t, s, "get_user_details", `{"user_id":"`+id+`"}`)
 	if again.Content != r.Content || again.Fidelity != twin.FidelityTwin || again.Changed {
 		t.Errorf("second read: %s (%s, changed %v), want the same row from the world, B_twin, unchanged", again.Content, again.Fidelity, again.Changed)

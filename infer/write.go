@@ -431,6 +431,9 @@ func (m *model) synthWrite(ti *toolInfo) {
 	if unexplained > 0 {
 		ti.notes = append(ti.notes, fmt.Sprintf("%d recorded error answer(s) not explained by a precondition", unexplained))
 	}
+	if learned {
+		guards = append(guards, m.successGuards(ti.table, succ, guards)...)
+	}
 	if !learned && len(guards) == 0 {
 		return
 	}

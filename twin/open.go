@@ -118,6 +118,7 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 			_ = setPath(row, kp.Path, v)
 		}
 	}
+	spellKeyWords(row, bt.def, key)
 	fact := bt.facts[key]
 	for _, r := range bt.def.Refs {
 		if _, ok := row.Get(r.Field); !ok {
@@ -178,6 +179,57 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 		}
 	}
 	return row, true
+}
+
+// spellKeyWords makes the row's KeyWords fields begin with the words its key embeds: the model row's email
+// ("ethan.garcia8085@example.com") spells another entity's names, the made-up one's is "fatima.taylor8085@…" for
+// "fatima_taylor_3452", so a search by it finds this entity. The runs of letters are replaced in order (a run in
+// title case gets the word in title case); the rest (digits, punctuation, the domain) stays the model's.
+func spellKeyWords(row *jsonvalue.Object, def *Table, key string) {
+	if len(def.KeyWords) == 0 || len(def.KeyParts) == 0 {
+		return
+	}
+	parts := strings.Split(key, keyPartSep)
+	words := make([]string, len(def.KeyParts))
+	for i, kp := range def.KeyParts {
+		if kp.Index >= len(parts) || parts[kp.Index] == "" || strings.IndexFunc(parts[kp.Index], func(r rune) bool { return !unicode.IsLetter(r) }) >= 0 {
+			return // the key's part is no word: nothing to spell
+		}
+		words[i] = strings.ToLower(parts[kp.Index])
+	}
+	for _, f := range def.KeyWords {
+		if v, ok := row.Get(f); ok {
+			if sv, ok := v.(string); ok && len(LetterWords(sv)) > len(words) {
+				row.Set(f, replaceLetterRuns(sv, words))
+			}
+		}
+	}
+}
+
+// replaceLetterRuns replaces the first len(words) runs of letters in s by words, in order.
+func replaceLetterRuns(s string, words []string) string {
+	var b strings.Builder
+	n := 0
+	rs := []rune(s)
+	for i := 0; i < len(rs); {
+		if !unicode.IsLetter(rs[i]) || n >= len(words) {
+			b.WriteRune(rs[i])
+			i++
+			continue
+		}
+		j := i
+		for j < len(rs) && unicode.IsLetter(rs[j]) {
+			j++
+		}
+		w := words[n]
+		if unicode.IsUpper(rs[i]) {
+			w = titleWord(w)
+		}
+		b.WriteString(w)
+		n++
+		i = j
+	}
+	return b.String()
 }
 
 // freshMapKeys redraws the member keys of the row's maps of entities (a user's payment methods, a product's

@@ -44,3 +44,26 @@ func TestKnownFormat(t *testing.T) {
 		}
 	}
 }
+
+func TestSpellKeyWords(t *testing.T) {
+	def := &Table{
+		KeyParts: []KeyPart{{Index: 0, Path: "name.first_name", Title: true}, {Index: 1, Path: "name.last_name", Title: true}},
+		KeyWords: []string{"email", "handle"},
+	}
+	for _, tt := range []struct{ name, key, field, in, want string }{
+		{"email spells the id's names", "fatima_taylor_3452", "email", "ethan.garcia8085@example.com", "fatima.taylor8085@example.com"},
+		{"title case kept", "fatima_taylor_3452", "handle", "Ethan-Garcia@Home", "Fatima-Taylor@Home"},
+		{"a value of too few words stays", "fatima_taylor_3452", "email", "ethan8085", "ethan8085"},
+		{"a key part that is no word spells nothing", "fatima_7x_3452", "email", "ethan.garcia8085@example.com", "ethan.garcia8085@example.com"},
+		{"a field not in KeyWords stays", "fatima_taylor_3452", "note", "ethan.garcia was here", "ethan.garcia was here"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			row := jsonvalue.NewObject(1)
+			row.Set(tt.field, tt.in)
+			spellKeyWords(row, def, tt.key)
+			if got, _ := row.Get(tt.field); got != tt.want {
+				t.Errorf("%s = %v, want %q", tt.field, got, tt.want)
+			}
+		})
+	}
+}
