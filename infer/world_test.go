@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -494,4 +496,90 @@ func TestRefusalByIDKindOnMadeUpReservation(t *testing.T) {
 	if r := mustCall(t, s, "update_reservation_flights", fmt.Sprintf(call, "credit_card_1234567")); r.Content == "Error: certificate cannot be used to update reservation" {
 		t.Errorf("update paid by credit card refused as a certificate: %+v", r)
 	}
+}
+
+// A made-up entity's foreign keys agree both ways, in one session: a made-up user lists orders of its own, each
+// of which, read, names that user; a made-up order's user, read, lists it, and so do that user's other orders; an
+// order a held row lists (a user the session wrote) is that user's when first read, not a new owner's.
+func TestMaterializedForeignKeysAgree(t *testing.T) {
+	rt := retailRuntime(t, Config{})
+	ordersOf := func(s *twin.Session, user string) []string {
+		t.Helper()
+		u := decodeObj(t, mustCall(t, s, "get_user_details", `{"user_id":"`+user+`"}`).Content)
+		var out []string
+		for _, o := range u["orders"].([]any) {
+			out = append(out, o.(string))
+		}
+		return out
+	}
+	ownerOf := func(s *twin.Session, order string) string {
+		t.Helper()
+		r := mustCall(t, s, "get_order_details", `{"order_id":"`+order+`"}`)
+		if r.Error {
+			t.Fatalf("order %s: %s", order, r.Content)
+		}
+		u, _ := decodeObj(t, r.Content)["user_id"].(string)
+		return u
+	}
+	cases := []struct {
+		name  string
+		first func(s *twin.Session) string // answers the user whose orders are checked
+	}{
+		{"made-up user, then its orders", func(s *twin.Session) string { return "james_sanchez_3954" }},
+		{"made-up order, then its user", func(s *twin.Session) string {
+			u := ownerOf(s, "#W0000031")
+			if !slices.Contains(ordersOf(s, u), "#W0000031") {
+				t.Errorf("made-up order #W0000031 names %s, whose orders do not list it", u)
+			}
+			return u
+		}},
+		{"an order a held user lists", func(s *twin.Session) string {
+			const user = "yusuf_rossi_9620"
+			row, ok := s.Row("users", user)
+			if !ok {
+				t.Fatalf("%s is not in the base world", user)
+			}
+			var u map[string]any
+			if err := json.Unmarshal(row, &u); err != nil {
+				t.Fatal(err)
+			}
+			u["orders"] = append(u["orders"].([]any), "#W0000042")
+			o, err := jsonvalue.ParseString(mustJSON(t, u))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.PutRow("users", user, o.(*jsonvalue.Object))
+			return user
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, _, err := rt.Open(twin.SessionSpec{Seed: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			user := c.first(s)
+			orders := ordersOf(s, user)
+			if len(orders) == 0 {
+				t.Fatalf("%s lists no orders", user)
+			}
+			for _, o := range orders {
+				if got := ownerOf(s, o); got != user {
+					t.Errorf("%s lists %s, which names user %s", user, o, got)
+				}
+			}
+			if again := ordersOf(s, user); !slices.Equal(again, orders) {
+				t.Errorf("%s lists %v after its orders were read, %v before", user, again, orders)
+			}
+		})
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

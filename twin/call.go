@@ -243,6 +243,12 @@ func (s *Session) commit(t *rtTool, args *jsonvalue.Object, a *answer) bool {
 		s.put(t.def.Table, a.applyKey, a.apply)
 		changed = true
 	}
+	if t.def.Kind == KindWrite && !a.isErr {
+		s.rt.rowsOnce.Do(s.rt.learnRows)
+		if s.applyEffects(t, args) {
+			changed = true
+		}
+	}
 	return changed
 }
 

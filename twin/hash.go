@@ -174,6 +174,7 @@ func (s *Session) currentHash() string {
 		}
 		return th.digest
 	})
+	s.hash = s.withListed(s.hash)
 	s.dirty = false
 	return s.hash
 }

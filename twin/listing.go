@@ -20,6 +20,7 @@ import (
 
 // listing is what a query tool's recordings teach about answering it from rows.
 type listing struct {
+	name   string            // the query tool's name
 	key    string            // the element field naming a row
 	fields []string          // an element's fields, as recorded
 	match  map[string]string // argument → the element field it equals
@@ -27,6 +28,9 @@ type listing struct {
 	sorted bool              // every recorded answer lists its rows in key order
 	rows   map[string]*jsonvalue.Object
 	order  []string // row ids, in the order first seen
+	// seen is every recorded sighting of a row, per trace in recording order: what a write's effect on the
+	// rows is learned from (listed.go).
+	seen map[string][]sighting
 }
 
 // minListingAnswers is how many non-empty recorded answers a query needs before it is answered from rows.
@@ -235,7 +239,7 @@ func (l *listing) rowID(key string, dims []string) string {
 
 // add merges one element as a row: its key from the element, its dimensions from dimVal (by argument name).
 // A later element replaces an earlier one of the same row.
-func (l *listing) add(e *jsonvalue.Object, dimVal func(string) (string, bool), st Style) {
+func (l *listing) add(e *jsonvalue.Object, dimVal func(string) (string, bool), st Style, at sighting) {
 	kv, ok := e.Get(l.key)
 	if !ok {
 		return
@@ -259,6 +263,11 @@ func (l *listing) add(e *jsonvalue.Object, dimVal func(string) (string, bool), s
 		l.order = append(l.order, id)
 	}
 	l.rows[id] = row
+	at.id, at.row = id, row
+	if l.seen == nil {
+		l.seen = map[string][]sighting{}
+	}
+	l.seen[at.trace] = append(l.seen[at.trace], at)
 }
 
 // learnRows learns the listings, then the write preconditions on their rows. It runs once per runtime, on the
@@ -289,6 +298,7 @@ func (rt *Runtime) learnListings() {
 	for _, name := range rt.toolNames {
 		t := rt.tools[name]
 		if t.listing = learnListing(t, parse, rt.style); t.listing != nil {
+			t.listing.name = name
 			ls = append(ls, t)
 		}
 	}
@@ -312,14 +322,14 @@ func (rt *Runtime) learnListings() {
 		args, _ := jsonvalue.ParseString(r.Args)
 		ao, _ := args.(*jsonvalue.Object)
 		for _, t := range ls {
-			t.listing.addAll(elems, ao, from == t, rt.style)
+			t.listing.addAll(elems, ao, from == t, rt.style, sighting{trace: r.Trace, call: r.Call})
 		}
 	}
 }
 
 // addAll merges the rows one recorded answer lists: the tool's own answers take their dimensions from the
 // call's arguments, other tools' elements from their fields named as the dimensions.
-func (l *listing) addAll(elems []*jsonvalue.Object, args *jsonvalue.Object, own bool, st Style) {
+func (l *listing) addAll(elems []*jsonvalue.Object, args *jsonvalue.Object, own bool, st Style, at sighting) {
 	for _, e := range elems {
 		dimVal := func(d string) (string, bool) {
 			var x any
@@ -332,13 +342,27 @@ func (l *listing) addAll(elems []*jsonvalue.Object, args *jsonvalue.Object, own 
 			s, isStr := x.(string)
 			return s, ok && isStr
 		}
-		l.add(e, dimVal, st)
+		l.add(e, dimVal, st, at)
 	}
 }
 
-// answer lists the rows a search's arguments select, or nil when the arguments are not the learned ones or
-// no row matches.
-func (l *listing) answer(args *jsonvalue.Object) []any {
+// answer lists the rows a search's arguments select, as view shows them (a session's world), or nil when the
+// arguments are not the learned ones or no row matches.
+func (l *listing) answer(args *jsonvalue.Object, view rowView) []any {
+	ids := l.selected(args, view)
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i], _ = view(id)
+	}
+	return out
+}
+
+// selected answers the ids of the rows a search's arguments select, in the order it lists them; nil when the
+// arguments are not the learned ones.
+func (l *listing) selected(args *jsonvalue.Object, view rowView) []string {
 	want := map[string]any{}
 	dimVals := make([]string, len(l.dims))
 	for i, k := range args.Keys {
@@ -365,7 +389,7 @@ func (l *listing) answer(args *jsonvalue.Object) []any {
 		if !strings.HasSuffix(id, suffix) || strings.Count(id, "\x00") != len(l.dims) {
 			continue
 		}
-		row := l.rows[id]
+		row, _ := view(id)
 		okRow := true
 		for f, v := range want {
 			rv, _ := row.Get(f)
@@ -378,15 +402,8 @@ func (l *listing) answer(args *jsonvalue.Object) []any {
 			ids = append(ids, id)
 		}
 	}
-	if len(ids) == 0 {
-		return nil
-	}
 	if l.sorted {
 		sort.Strings(ids)
 	}
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = l.rows[id]
-	}
-	return out
+	return ids
 }

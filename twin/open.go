@@ -72,7 +72,7 @@ func (e *callEnv) lookupOrMaterialize(table, key string) (*jsonvalue.Object, boo
 	if _, deleted := e.sess.over[table][key]; deleted {
 		return nil, false // the session deleted it: gone, not unknown
 	}
-	return e.materialize(table, key, nil, "")
+	return e.materialize(table, key, nil, tableKey{})
 }
 
 // canMaterialize tells whether (table, key) may be made up: a fact names it, or the world is open and the key
@@ -88,11 +88,12 @@ func (s *Session) canMaterialize(bt *baseTable, key string) bool {
 }
 
 // materialize makes up row (table, key): a base row picked by the PRNG of (seed, table, key) as the model of
-// its values, with the key, the name parts the key embeds, the build's facts about it and sets applied; lists
-// of other tables' keys start empty, and a single key of another table (an order's user) names an entity made
-// up with it that owns this one (back names the table and key of an entity that asked for this one, which is
-// then the owner instead). The rows are kept in the call's env and committed with it, whatever it answers.
-func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back string) (*jsonvalue.Object, bool) {
+// its values, with the key, the name parts the key embeds, the build's facts about it and sets applied. Its
+// lists of other tables' keys (a user's orders) name ids of its own (freshRefLists); a single key of another
+// table (an order's user) names the row whose list names this key when the world holds one, else an entity
+// made up with it that owns this one (back is the entity that asked for this one, which then owns it: refs.go).
+// The rows are kept in the call's env and committed with it, whatever it answers.
+func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back tableKey) (*jsonvalue.Object, bool) {
 	s := e.sess
 	bt := s.rt.tables[table]
 	if !s.canMaterialize(bt, key) {
@@ -120,16 +121,20 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 	}
 	spellKeyWords(row, bt.def, key)
 	fact := bt.facts[key]
+	e.freshRefLists(row, table, key, fact, back)
 	for _, r := range bt.def.Refs {
-		if _, ok := row.Get(r.Field); !ok {
-			continue
-		}
 		if r.Many {
-			row.Set(r.Field, []any{})
 			continue
 		}
-		old, _ := row.Get(r.Field)
-		if os, ok := old.(string); ok {
+		old, ok := row.Get(r.Field)
+		if !ok {
+			continue
+		}
+		if owner, listed := e.ownerOf(table, key, r); listed {
+			row.Set(r.Field, owner)
+		} else if back.table == r.Table && back.key != "" {
+			row.Set(r.Field, back.key)
+		} else if os, ok := old.(string); ok {
 			row.Set(r.Field, freshLike(os, rng))
 		}
 	}
@@ -152,28 +157,22 @@ func (e *callEnv) materialize(table, key string, sets *jsonvalue.Object, back st
 			continue
 		}
 		v, ok := row.Get(r.Field)
-		ok2 := false
-		var ref string
-		if ref, ok2 = v.(string); !ok || !ok2 || ref == back {
+		ref, isStr := v.(string)
+		if !ok || !isStr {
 			continue
 		}
 		if _, exists := e.rowOf(r.Table, ref); exists {
 			continue
 		}
-		if _, exists := e.materialized(r.Table, ref); exists {
-			continue
-		}
-		owner, made := e.materialize(r.Table, ref, nil, key)
+		owner, made := e.materialize(r.Table, ref, nil, tk)
 		if !made {
 			continue
 		}
-		for _, rr := range s.rt.tables[r.Table].def.Refs {
-			if rr.Many && rr.Table == table {
-				if l, ok := owner.Get(rr.Field); ok {
-					list, _ := l.([]any)
-					if !containsValue(list, key) {
-						owner.Set(rr.Field, append(append([]any{}, list...), key))
-					}
+		if field, ok := s.backRef(r.Table, table); ok {
+			if l, ok := owner.Get(field); ok {
+				list, _ := l.([]any)
+				if !containsValue(list, key) {
+					owner.Set(field, append(append([]any{}, list...), key))
 				}
 			}
 		}
@@ -422,7 +421,7 @@ func (e *callEnv) materializeMatch(table string, cs []criterion) (string, bool) 
 		if !confirmed(k, bt.facts[k]) {
 			continue
 		}
-		if _, ok := e.materialize(table, k, sets, ""); ok {
+		if _, ok := e.materialize(table, k, sets, tableKey{}); ok {
 			return k, true
 		}
 	}
@@ -468,7 +467,7 @@ func (e *callEnv) materializeMatch(table string, cs []criterion) (string, bool) 
 		if _, deleted := s.over[table][k]; deleted {
 			continue
 		}
-		if _, ok := e.materialize(table, k, sets, ""); ok {
+		if _, ok := e.materialize(table, k, sets, tableKey{}); ok {
 			return k, true
 		}
 	}

@@ -61,28 +61,36 @@ func listArg(args *jsonvalue.Object, name string) ([]any, bool) {
 	return l, ok && isList
 }
 
-// rowOf answers the row a list element names.
-func (l *listing) rowOf(e any) (*jsonvalue.Object, bool) {
+// idOf answers the id (listing.rowID) of the row a list element names.
+func (l *listing) idOf(e any) (string, bool) {
 	o, ok := e.(*jsonvalue.Object)
 	if !ok {
-		return nil, false
+		return "", false
 	}
 	kv, ok := o.Get(l.key)
 	k, isStr := kv.(string)
 	if !ok || !isStr {
-		return nil, false
+		return "", false
 	}
 	dims := make([]string, len(l.dims))
 	for i, d := range l.dims {
 		v, ok := o.Get(d)
 		s, isStr := v.(string)
 		if !ok || !isStr {
-			return nil, false
+			return "", false
 		}
 		dims[i] = s
 	}
-	row, ok := l.rows[l.rowID(k, dims)]
-	return row, ok
+	return l.rowID(k, dims), true
+}
+
+// rowOf answers the row a list element names, as view shows it.
+func (l *listing) rowOf(e any, view rowView) (*jsonvalue.Object, bool) {
+	id, ok := l.idOf(e)
+	if !ok {
+		return nil, false
+	}
+	return view(id)
 }
 
 func numberOf(v any) (float64, bool) {
@@ -109,7 +117,8 @@ func (p *precond) member(row, args *jsonvalue.Object) (float64, bool) {
 	return numberOf(mv)
 }
 
-func (p *precond) eval(args *jsonvalue.Object) precondEval {
+// eval judges a call on the rows as view shows them.
+func (p *precond) eval(args *jsonvalue.Object, view rowView) precondEval {
 	var ev precondEval
 	elems, ok := listArg(args, p.list)
 	counted, ok2 := listArg(args, p.count)
@@ -118,7 +127,7 @@ func (p *precond) eval(args *jsonvalue.Object) precondEval {
 	}
 	n := float64(len(counted))
 	for _, e := range elems {
-		row, ok := p.l.rowOf(e)
+		row, ok := p.l.rowOf(e, view)
 		if !ok {
 			return precondEval{}
 		}
@@ -205,7 +214,7 @@ func replaceNumber(text, from, to string) string {
 
 // refusal renders the witness's refusal for a new call that violates the relation.
 func (p *precond) refusal(args *jsonvalue.Object, ev precondEval, st Style) string {
-	w := p.eval(p.wargs)
+	w := p.eval(p.wargs, p.l.recorded)
 	if p.kind == precondPerRow {
 		return substitute(p.witness.answer, flatten(w.at), flatten(ev.at), st)
 	}
@@ -232,6 +241,7 @@ func (rt *Runtime) learnPreconds() {
 	for _, name := range rt.toolNames {
 		if t := rt.tools[name]; t.def.Kind == KindWrite && len(t.all) > 0 {
 			t.preconds = learnPreconds(t, ls)
+			t.effects = learnEffects(t, ls)
 		}
 	}
 }
@@ -301,27 +311,13 @@ func (l *listing) objectFields() []string {
 }
 
 func learnPreconds(t *rtTool, ls []*listing) []*precond {
-	scalars, lists, nums := argShapes(t.all)
+	_, lists, nums := argShapes(t.all)
 	var cands []*precond
-	for _, list := range lists {
-		for _, l := range ls {
-			if !namesRows(t.all, list, l) {
-				continue
-			}
-			for _, field := range l.objectFields() {
-				for _, sel := range scalars {
-					if !selects(t.all, sel, l, field) {
-						continue
-					}
-					for _, count := range lists {
-						cands = append(cands, &precond{kind: precondPerRow, list: list, l: l, field: field, sel: sel, count: count})
-						for _, paid := range lists {
-							for _, pf := range nums[paid] {
-								cands = append(cands, &precond{kind: precondTotal, list: list, l: l, field: field, sel: sel, count: count, paid: paid, paidField: pf})
-							}
-						}
-					}
-				}
+	for _, p := range perRowCandidates(t.all, ls) {
+		cands = append(cands, p)
+		for _, paid := range lists {
+			for _, pf := range nums[paid] {
+				cands = append(cands, &precond{kind: precondTotal, list: p.list, l: p.l, field: p.field, sel: p.sel, count: p.count, paid: paid, paidField: pf})
 			}
 		}
 	}
@@ -342,6 +338,31 @@ func learnPreconds(t *rtTool, ls []*listing) []*precond {
 		}
 	}
 	return out
+}
+
+// perRowCandidates answers every per-row relation a write's arguments could hold with the listings' rows: a list
+// argument naming rows, a row field that is an object keyed by a scalar argument, a list argument counted.
+func perRowCandidates(all []*rec, ls []*listing) []*precond {
+	scalars, lists, _ := argShapes(all)
+	var cands []*precond
+	for _, list := range lists {
+		for _, l := range ls {
+			if !namesRows(all, list, l) {
+				continue
+			}
+			for _, field := range l.objectFields() {
+				for _, sel := range scalars {
+					if !selects(all, sel, l, field) {
+						continue
+					}
+					for _, count := range lists {
+						cands = append(cands, &precond{kind: precondPerRow, list: list, l: l, field: field, sel: sel, count: count})
+					}
+				}
+			}
+		}
+	}
+	return cands
 }
 
 // namesRows reports whether a list argument's elements carry a listing's key and dimensions (in the first
@@ -403,7 +424,7 @@ func (p *precond) fit(all []*rec) int {
 		if !ok {
 			continue
 		}
-		ev := p.eval(a)
+		ev := p.eval(a, p.l.recorded)
 		if !ev.known {
 			continue
 		}
@@ -425,10 +446,15 @@ func (p *precond) fit(all []*rec) int {
 	return wit
 }
 
-// precondRefusal answers the refusal of the first relation the call violates.
-func (t *rtTool) precondRefusal(args *jsonvalue.Object, st Style) (string, bool) {
+// precondRefusal answers the refusal of the first relation the call violates, on the rows as views shows them
+// (per listing: a session's world; nil: as recorded).
+func (t *rtTool) precondRefusal(args *jsonvalue.Object, st Style, views func(*listing) rowView) (string, bool) {
 	for _, p := range t.preconds {
-		if ev := p.eval(args); ev.known && ev.violated {
+		view := p.l.recorded
+		if views != nil {
+			view = views(p.l)
+		}
+		if ev := p.eval(args, view); ev.known && ev.violated {
 			return p.refusal(args, ev, st), true
 		}
 	}

@@ -82,7 +82,7 @@ func TestPrecondsOnListedRows(t *testing.T) {
 				t.Errorf("answer %q (error %v, rung %s), want refusal %q", res.Content, res.Error, res.Rung, tt.want)
 			}
 			args, _ := mustArgs(t, tt.args).(*jsonvalue.Object)
-			if got, refused := rt.tools["buy_tickets"].precondRefusal(args, StylePython); refused != (tt.want != "") || got != tt.want {
+			if got, refused := rt.tools["buy_tickets"].precondRefusal(args, StylePython, nil); refused != (tt.want != "") || got != tt.want {
 				t.Errorf("relations refuse %v with %q, want %q", refused, got, tt.want)
 			}
 		})

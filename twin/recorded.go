@@ -47,6 +47,9 @@ func (s *Session) replay(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	if len(recs) == 0 {
 		return nil, "no recording with these arguments"
 	}
+	if s.listedTouched(t, args) {
+		return nil, "the session's writes changed rows this search lists"
+	}
 	if a := s.replaySameState(t, args); a != nil {
 		return a, ""
 	}
@@ -109,7 +112,7 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	}
 	s.rt.rowsOnce.Do(s.rt.learnRows)
 	if t.listing != nil {
-		if rows := t.listing.answer(args); rows != nil {
+		if rows := t.listing.answer(args, s.listedView(t.listing)); rows != nil {
 			return &answer{content: Render(rows, s.rt.style)}, ""
 		}
 	}
@@ -119,7 +122,7 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 			content := substitute(r.answer, r.flat, flat, s.rt.style)
 			return &answer{content: content, isErr: true}, ""
 		}
-		if content, ok := t.precondRefusal(args, s.rt.style); ok {
+		if content, ok := t.precondRefusal(args, s.rt.style, s.listedView); ok {
 			return &answer{content: content, isErr: true}, ""
 		}
 	}

@@ -82,6 +82,9 @@ type rtTool struct {
 	listing *listing
 	// preconds are a write's relations on those rows, learned from its recorded refusals (see precond.go).
 	preconds []*precond
+	// effects are what a successful call of the write does to those rows, learned from rows seen before and
+	// after it in one trace (see listed.go).
+	effects []*rowEffect
 	// answerSize is the longest answer its handlers rendered so far (up to maxAnswerHint), the buffer the next starts with.
 	answerSize atomic.Int64
 }
@@ -94,6 +97,9 @@ type rec struct {
 	answer string
 	isErr  bool
 	state  string
+	// trace and call place the recording (for what a write did to rows seen before and after it: listed.go).
+	trace string
+	call  int
 }
 
 // NewRuntime loads a bundle: parses the base world, builds its indexes and
@@ -163,7 +169,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: recordings[%d].args: %w", ErrBadBundle, i, err)
 		}
-		x := &rec{args: args, flat: flatten(args), answer: b.Answers[r.Answer], isErr: r.Error, state: r.State}
+		x := &rec{args: args, flat: flatten(args), answer: b.Answers[r.Answer], isErr: r.Error, state: r.State, trace: r.Trace, call: r.Call}
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
 	}

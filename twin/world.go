@@ -43,6 +43,9 @@ type baseTable struct {
 	// formats caches, per field path, the formats (valueFormat) of the string values the table's rows hold.
 	formatsMu sync.Mutex
 	formats   map[string]map[string]bool
+	// backs caches, per list field of keys of another table, which base rows list each key (refs.go).
+	backsMu sync.Mutex
+	backs   map[string]map[string][]string
 	// stars caches, per key of a row world.get read, the row's Starlark template (startmpl.go).
 	stars sync.Map
 }
