@@ -1,12 +1,14 @@
 package infer
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +74,9 @@ func peakHeap(f func()) uint64 {
 		return sample[0].Value.Uint64()
 	}
 	var peak atomic.Uint64
+	// DOPPEL_BENCH_HEAPPROFILE names a file that gets the heap profile (in-use as of the last collection)
+	// each time the peak grows by a tenth: the profile of what is live near the peak.
+	profile, profiled := os.Getenv("DOPPEL_BENCH_HEAPPROFILE"), uint64(0)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -86,6 +91,10 @@ func peakHeap(f func()) uint64 {
 			case <-t.C:
 				if v := read(); v > peak.Load() {
 					peak.Store(v)
+					if profile != "" && v > profiled+profiled/10 {
+						profiled = v
+						writeHeapProfile(profile)
+					}
 				}
 			}
 		}
@@ -97,6 +106,16 @@ func peakHeap(f func()) uint64 {
 		peak.Store(v)
 	}
 	return peak.Load()
+}
+
+// writeHeapProfile writes the heap profile to name (errors ignored: it is a diagnostic).
+func writeHeapProfile(name string) {
+	f, err := os.Create(name)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.WriteHeapProfile(f)
 }
 
 func benchBuild(b *testing.B, n int) {
@@ -156,6 +175,14 @@ func BenchmarkBuildStream30k(b *testing.B) { benchBuildStream(b, 30000) }
 
 const streamBatch = 500
 
+// countingWriter counts and drops what is written to it.
+type countingWriter struct{ n int }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += len(p)
+	return len(p), nil
+}
+
 func benchBuildStream(b *testing.B, n int) {
 	base := append(loadTraces(b, "tau-retail-dev.json"), loadTraces(b, "tau-airline-dev.json")...)
 	dir := b.TempDir()
@@ -201,11 +228,16 @@ func benchBuildStream(b *testing.B, n int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			data, err := bundle.Marshal()
-			if err != nil {
+			// Written out as the build activity stores it: hashed, then streamed (blob.PutContentFrom).
+			h := sha256.New()
+			if err := bundle.WriteCanonical(h); err != nil {
 				b.Fatal(err)
 			}
-			size = len(data)
+			n := &countingWriter{}
+			if err := bundle.WriteCanonical(n); err != nil {
+				b.Fatal(err)
+			}
+			size = n.n
 		})
 		peak = max(peak, p)
 	}

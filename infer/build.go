@@ -97,8 +97,11 @@ func BuildFrom(p *Prepared, opts Options) (*twin.Bundle, *Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
 	}
-	pts, w := p.finish()
-	b, rep, err := buildPrepared(pts, &opts, w)
+	pts, w, err := p.finish()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, rep, err := buildPrepared(pts, &opts, w, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,13 +109,16 @@ func BuildFrom(p *Prepared, opts Options) (*twin.Bundle, *Report, error) {
 	return b, rep, nil
 }
 
-func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Report, error) {
+// buildPrepared builds from prepared traces. With release, it drops each call's parsed answer once the
+// build is done with it (see ptrace.release), so a large build's peak holds the world rather than every
+// answer's tree.
+func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*twin.Bundle, *Report, error) {
 	for name, src := range opts.Code {
 		if err := twin.CheckHandler(name, src); err != nil {
 			return nil, nil, fmt.Errorf("%w: code.%s: %w", ErrBadInput, name, err)
 		}
 	}
-	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}}
+	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}, release: release}
 	for _, t := range pts {
 		for _, c := range t.calls {
 			ti := m.tools[c.tool]
@@ -145,9 +151,22 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Re
 	m.synthesize()
 	m.learnFacts()
 	b := m.bundle()
+	if release {
+		// Only fit reads answers from here on, and only those of the traces it walks; nor does it
+		// need every sighting of a row.
+		m.sightings, m.subs = nil, nil
+		for _, t := range m.traces[min(len(m.traces), maxFitTraces):] {
+			t.release()
+		}
+	}
 	fits, err := m.fit(b)
 	if err != nil {
 		return nil, nil, err
+	}
+	if release {
+		for _, t := range m.traces {
+			t.release()
+		}
 	}
 	rep := m.decide(b, fits)
 	rep.Facts = m.factsReport()
@@ -285,6 +304,10 @@ const maxMisses = 5
 // score hardly moves, while running every call of a 100,000-trace build costs half a minute.
 const maxFitCalls = 5000
 
+// maxFitTraces bounds the traces fit walks, the first ones in trace-id order: a tool seen only now and
+// then would otherwise have fit replay every trace of a large build, and keep every answer parsed for it.
+const maxFitTraces = 10000
+
 // fit runs each synthesized handler on the recorded calls (at most maxFitCalls a tool), on the world
 // as the trace showed it just before that call, and scores exact agreement.
 func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
@@ -303,7 +326,8 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	// need is how many calls each tool is fit on; once every tool has had its share the rest of the
 	// traces would only be replayed into the world, so fit stops.
 	need := map[string]int{}
-	for _, t := range m.traces {
+	traces := m.traces[:min(len(m.traces), maxFitTraces)]
+	for _, t := range traces {
 		for _, c := range t.calls {
 			if m.tools[c.tool].source != "" && c.answer && c.args != nil && need[c.tool] < maxFitCalls {
 				need[c.tool]++
@@ -311,7 +335,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		}
 	}
 	pending := len(need)
-	for _, t := range m.traces {
+	for _, t := range traces {
 		if pending == 0 {
 			break
 		}
@@ -341,6 +365,9 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 				s.PutRow(tn, k, row)
 			}
 			v.observe(c)
+		}
+		if m.release {
+			t.release()
 		}
 	}
 	return fits, nil

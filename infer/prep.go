@@ -14,17 +14,19 @@ import (
 
 // call is one recorded tool call, parsed once.
 type call struct {
-	trace   int // index of its trace in the prepared set
-	idx     int
-	tool    string
-	args    *jsonvalue.Object // nil when the arguments are not a JSON object
-	canon   string            // canonical JSON of args ("" when args is nil)
-	answer  bool              // an answer was recorded
-	text    string
-	val     any // the answer parsed as JSON (valid only when isJSON)
-	isJSON  bool
-	isErr   bool
-	success bool // answered, not an error
+	trace  int // index of its trace in the prepared set
+	idx    int
+	tool   string
+	args   *jsonvalue.Object // nil when the arguments are not a JSON object
+	canon  string            // canonical JSON of args ("" when args is nil)
+	answer bool              // an answer was recorded
+	text   string
+	val    any // the answer parsed as JSON (valid only when isJSON; nil while released)
+	isJSON bool
+	// released: val was dropped by a build done with it; Prepared.finish parses text again.
+	released bool
+	isErr    bool
+	success  bool // answered, not an error
 }
 
 // ptrace is a prepared trace.
@@ -32,6 +34,16 @@ type ptrace struct {
 	id    string
 	calls []*call
 	warns []warnAt // its messy input, replayed in trace-id order when the set is complete
+}
+
+// release drops the parsed answers of t's calls (their text stays): Prepared.finish restores them for
+// a next use of the set.
+func (t *ptrace) release() {
+	for _, c := range t.calls {
+		if c.isJSON && !c.released {
+			c.val, c.released = nil, true
+		}
+	}
 }
 
 // warnAt is one warning a trace gave while it was prepared.
@@ -170,9 +182,9 @@ func (p *Prepared) shareKeys(x *jsonvalue.Object) {
 // Len is the number of distinct traces added.
 func (p *Prepared) Len() int { return len(p.pts) }
 
-// finish answers the prepared traces in id order and a fresh warnings of their messy input, in the
-// order a single pass over the traces sorted by id would have met it.
-func (p *Prepared) finish() ([]*ptrace, *warnings) {
+// finish answers the prepared traces in id order, their released answers parsed again, and a fresh
+// warnings of their messy input, in the order a single pass over the traces sorted by id would have met it.
+func (p *Prepared) finish() ([]*ptrace, *warnings, error) {
 	if !p.sorted {
 		// Ids are distinct here (duplicates were dropped in Add), so the order is total.
 		sort.Slice(p.pts, func(a, b int) bool { return p.pts[a].id < p.pts[b].id })
@@ -182,6 +194,19 @@ func (p *Prepared) finish() ([]*ptrace, *warnings) {
 			}
 		}
 		p.sorted = true
+	}
+	for _, pt := range p.pts {
+		for _, c := range pt.calls {
+			if c.released {
+				// The text parsed as JSON when the call was prepared, and parses the same again.
+				v, err := jsonvalue.ParseStringShared(c.text)
+				if err != nil {
+					return nil, nil, fmt.Errorf("infer: trace %s call %d: a prepared answer no longer parses: %w", pt.id, c.idx, err)
+				}
+				p.intern(v)
+				c.val, c.released = v, false
+			}
+		}
 	}
 	w := &warnings{}
 	dups := slices.Sorted(slices.Values(p.dups))
@@ -194,7 +219,7 @@ func (p *Prepared) finish() ([]*ptrace, *warnings) {
 			w.add(x.code, x.example)
 		}
 	}
-	return p.pts, w
+	return p.pts, w, nil
 }
 
 // prepareTrace parses one trace's calls; its messy input goes in the ptrace's warns.
