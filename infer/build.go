@@ -312,6 +312,14 @@ const maxFitTraces = 10000
 // as the trace showed it just before that call, and scores exact agreement.
 func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	probe := *b
+	// The twin rung reads only the recorded errors (the style of an argument error, the not-found answer of
+	// a closed world), so the probe indexes only those rather than every recording of a large build.
+	probe.Recordings = nil
+	for _, r := range b.Recordings {
+		if r.Error {
+			probe.Recordings = append(probe.Recordings, r)
+		}
+	}
 	probe.Tools = append([]twin.Tool(nil), b.Tools...)
 	for i := range probe.Tools {
 		probe.Tools[i].Binding, probe.Tools[i].Rung = twin.BindingSynthesized, twin.RungTwin
