@@ -151,14 +151,6 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*tw
 	m.synthesize()
 	m.learnFacts()
 	b := m.bundle()
-	if release {
-		// Only fit reads answers from here on, and only those of the traces it walks; nor does it
-		// need every sighting of a row.
-		m.sightings, m.subs = nil, nil
-		for _, t := range m.traces[min(len(m.traces), maxFitTraces):] {
-			t.release()
-		}
-	}
 	fits, err := m.fit(b)
 	if err != nil {
 		return nil, nil, err
@@ -247,6 +239,11 @@ func (m *model) bundle() *twin.Bundle {
 		}
 		b.Tables = append(b.Tables, t)
 	}
+	if m.release {
+		// Only recordings and fit read answers from here on, and neither needs every sighting of a row:
+		// dropping them lets recordings release the answers of the traces fit will not walk.
+		m.sightings, m.subs = nil, nil
+	}
 	m.recordings(b)
 	return b
 }
@@ -255,7 +252,7 @@ func (m *model) bundle() *twin.Bundle {
 // fingerprint of the target row's state before the call.
 func (m *model) recordings(b *twin.Bundle) {
 	answerIdx := map[string]int{}
-	for _, t := range m.traces {
+	for i, t := range m.traces {
 		v := m.newView()
 		for _, c := range t.calls {
 			if c.answer && c.args != nil {
@@ -274,6 +271,9 @@ func (m *model) recordings(b *twin.Bundle) {
 					State: state, Trace: t.id, Call: c.idx})
 			}
 			v.observe(c)
+		}
+		if m.release && i >= maxFitTraces {
+			t.release() // recordings are the last to read the answers of the traces fit will not walk
 		}
 	}
 	sort.SliceStable(b.Recordings, func(i, j int) bool {
@@ -306,7 +306,8 @@ const maxFitCalls = 5000
 
 // maxFitTraces bounds the traces fit walks, the first ones in trace-id order: a tool seen only now and
 // then would otherwise have fit replay every trace of a large build, and keep every answer parsed for it.
-const maxFitTraces = 10000
+// (A variable so tests can lower it.)
+var maxFitTraces = 10000
 
 // fit runs each synthesized handler on the recorded calls (at most maxFitCalls a tool), on the world
 // as the trace showed it just before that call, and scores exact agreement.

@@ -176,3 +176,39 @@ func TestPreparedSharesAnswers(t *testing.T) {
 		t.Fatal("a second build from the same Prepared differs from the first")
 	}
 }
+
+// Releasing answers as the build goes changes nothing it makes, past fit's trace horizon too.
+func TestBuildReleaseKeepsBuild(t *testing.T) {
+	defer func(n int) { maxFitTraces = n }(maxFitTraces)
+	for _, horizon := range []int{10, 100, 100000} {
+		maxFitTraces = horizon
+		p := prepared(streamInput(t))
+		pts, w, err := p.finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantRep, err := buildPrepared(pts, &Options{}, w, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotRep, err := BuildFrom(p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := 0
+		for _, pt := range pts {
+			for _, c := range pt.calls {
+				if c.released {
+					released++
+				}
+			}
+		}
+		if released == 0 {
+			t.Fatalf("horizon %d: the build released no answer", horizon)
+		}
+		got.Agent = nil
+		if a, b := marshalBuild(t, got.Marshal, gotRep), marshalBuild(t, want.Marshal, wantRep); a != b {
+			t.Fatalf("horizon %d: the build that released its answers differs from the one that kept them", horizon)
+		}
+	}
+}
