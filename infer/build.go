@@ -252,14 +252,26 @@ func (m *model) bundle() *twin.Bundle {
 // fingerprint of the target row's state before the call.
 func (m *model) recordings(b *twin.Bundle) {
 	answerIdx := map[string]int{}
+	// The fingerprints of the rows met: a row is the target of many calls and is not changed while they
+	// are indexed. Base rows' are kept throughout, a trace's own rows' only while it is indexed (so the
+	// answers recordings release can go).
+	basePrints, tracePrints := map[*jsonvalue.Object]string{}, map[*jsonvalue.Object]string{}
 	for i, t := range m.traces {
 		v := m.newView()
+		clear(tracePrints)
 		for _, c := range t.calls {
 			if c.answer && c.args != nil {
 				state := ""
 				if tn, k, ok := m.target(c); ok && m.tools[c.tool].kind != twin.KindLookup {
 					r, _ := v.get(tn, k)
-					state = twin.Fingerprint(r)
+					prints := tracePrints
+					if r == nil || m.base[tn][k] == r {
+						prints = basePrints
+					}
+					if state, ok = prints[r]; !ok {
+						state = twin.Fingerprint(r)
+						prints[r] = state
+					}
 				}
 				ai, ok := answerIdx[c.text]
 				if !ok {
