@@ -20,7 +20,6 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
-	"github.com/doppel-dev/doppel/twin"
 )
 
 // BlobStore is the part of the blob store builds use.
@@ -249,13 +248,13 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 	if err != nil {
 		return Inferred{}, badInput("inference: %v", err)
 	}
-	data, err := bundle.Marshal()
+	framework := in.framework
+	in = nil // the prepared traces can go before the bundle is written
+	// Streamed into the store (hashed first, then written through a pipe): the canonical bytes of a large
+	// bundle are never all in memory beside the bundle.
+	bundleKey, sum, err := blob.PutContentFrom(ctx, b.Blobs, "bundles/", bundle.WriteCanonical, "application/octet-stream")
 	if err != nil {
-		return Inferred{}, fmt.Errorf("marshal bundle: %w", err)
-	}
-	bundleKey, err := b.put(ctx, "bundles/", data, "application/octet-stream")
-	if err != nil {
-		return Inferred{}, err
+		return Inferred{}, fmt.Errorf("store bundle %s: %w", bundleKey, err)
 	}
 	reportKey, err := b.putJSON(ctx, "reports/build/", report)
 	if err != nil {
@@ -266,14 +265,14 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 		warnings += w.Count
 	}
 	done = Inferred{
-		BundleKey: bundleKey, BundleHash: twin.HashBytes(data), ReportKey: reportKey,
+		BundleKey: bundleKey, BundleHash: "sha256:" + sum, ReportKey: reportKey,
 		NTools: len(bundle.Tools), SchemaSource: report.SchemaSource, Warnings: warnings,
 		CoveredPct: report.CoveredPct, SimulatedPct: report.SimulatedPct, Headline: report.Headline,
 	}
 	if ag := bundle.Agent; ag != nil {
 		done.HasAgent, done.Framework, done.Language = ag.HasAgent(), ag.Framework, ag.Language
 	}
-	done.DetectedFramework = in.framework // known framework system prompts
+	done.DetectedFramework = framework // known framework system prompts
 	beat.set(done)
 	return done, nil
 }

@@ -82,6 +82,44 @@ func PutContent(ctx context.Context, s Putter, prefix string, data []byte, conte
 	return key, nil
 }
 
+// PutContentFrom is PutContent of the bytes write writes, without ever holding them: write runs twice, once
+// into a hash (the content address and the size) and once into the store's Put, streamed through a pipe. It
+// must write the same bytes both times. It answers the key and the hex SHA-256 of the bytes.
+func PutContentFrom(ctx context.Context, s Putter, prefix string, write func(io.Writer) error, contentType string) (key, sum string, err error) {
+	h := sha256.New()
+	n := &countWriter{w: h}
+	if err := write(n); err != nil {
+		return "", "", err
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	key = sum
+	if prefix = strings.TrimSuffix(prefix, "/"); prefix != "" {
+		key = prefix + "/" + sum
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pw.CloseWithError(write(pw))
+	}()
+	err = s.Put(ctx, key, pr, n.n, contentType)
+	pr.CloseWithError(io.ErrClosedPipe) // a Put that stopped early unblocks the writer
+	<-done
+	return key, sum, err
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // ValidateKey reports why key is not acceptable, wrapping ErrInvalidKey, or nil.
 // A key is 1..MaxKeyLen bytes of slash-separated segments; each segment is 1..MaxSegmentLen bytes, does not start
 // with a dot

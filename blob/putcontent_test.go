@@ -1,8 +1,11 @@
 package blob_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/doppel-dev/doppel/blob"
@@ -38,5 +41,52 @@ func TestPutContent(t *testing.T) {
 	info, err := s.Stat(ctx, key)
 	if err != nil || info.ContentType != "application/json" {
 		t.Errorf("stat = %+v, %v", info, err)
+	}
+}
+
+// PutContentFrom stores what its writer writes under the same content address PutContent gives those bytes;
+// a writer that fails stores nothing.
+func TestPutContentFrom(t *testing.T) {
+	ctx := context.Background()
+	s, err := blob.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte(`{"row":"abcdefgh"},`), 1<<16) // past any pipe or copy buffer
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{{"small", []byte(`{"tools": []}`)}, {"empty", nil}, {"large", big}} {
+		t.Run(tc.name, func(t *testing.T) {
+			write := func(w io.Writer) error {
+				for rest := tc.data; len(rest) > 0; rest = rest[min(len(rest), 1000):] {
+					if _, err := w.Write(rest[:min(len(rest), 1000)]); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			key, sum, err := blob.PutContentFrom(ctx, s, "bundles/", write, "application/octet-stream")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := blob.ContentKey("bundles", tc.data)
+			if key != want || !strings.HasSuffix(want, "/"+sum) {
+				t.Errorf("key, sum = %q, %q; want the content address %q", key, sum, want)
+			}
+			rc, err := s.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(rc)
+			rc.Close()
+			if !bytes.Equal(got, tc.data) {
+				t.Errorf("stored %d bytes, want %d", len(got), len(tc.data))
+			}
+		})
+	}
+	fail := errors.New("no bundle")
+	if _, _, err := blob.PutContentFrom(ctx, s, "bundles/", func(io.Writer) error { return fail }, "application/octet-stream"); !errors.Is(err, fail) {
+		t.Errorf("a failing writer: err = %v, want %v", err, fail)
 	}
 }

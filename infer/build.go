@@ -97,8 +97,11 @@ func BuildFrom(p *Prepared, opts Options) (*twin.Bundle, *Report, error) {
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
 	}
-	pts, w := p.finish()
-	b, rep, err := buildPrepared(pts, &opts, w)
+	pts, w, err := p.finish()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, rep, err := buildPrepared(pts, &opts, w, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,13 +109,16 @@ func BuildFrom(p *Prepared, opts Options) (*twin.Bundle, *Report, error) {
 	return b, rep, nil
 }
 
-func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Report, error) {
+// buildPrepared builds from prepared traces. With release, it drops each call's parsed answer once the
+// build is done with it (see ptrace.release), so a large build's peak holds the world rather than every
+// answer's tree.
+func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*twin.Bundle, *Report, error) {
 	for name, src := range opts.Code {
 		if err := twin.CheckHandler(name, src); err != nil {
 			return nil, nil, fmt.Errorf("%w: code.%s: %w", ErrBadInput, name, err)
 		}
 	}
-	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}}
+	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}, release: release}
 	for _, t := range pts {
 		for _, c := range t.calls {
 			ti := m.tools[c.tool]
@@ -148,6 +154,11 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings) (*twin.Bundle, *Re
 	fits, err := m.fit(b)
 	if err != nil {
 		return nil, nil, err
+	}
+	if release {
+		for _, t := range m.traces {
+			t.release()
+		}
 	}
 	rep := m.decide(b, fits)
 	rep.Facts = m.factsReport()
@@ -228,6 +239,11 @@ func (m *model) bundle() *twin.Bundle {
 		}
 		b.Tables = append(b.Tables, t)
 	}
+	if m.release {
+		// Only recordings and fit read answers from here on, and neither needs every sighting of a row:
+		// dropping them lets recordings release the answers of the traces fit will not walk.
+		m.sightings, m.subs = nil, nil
+	}
 	m.recordings(b)
 	return b
 }
@@ -236,14 +252,26 @@ func (m *model) bundle() *twin.Bundle {
 // fingerprint of the target row's state before the call.
 func (m *model) recordings(b *twin.Bundle) {
 	answerIdx := map[string]int{}
-	for _, t := range m.traces {
+	// The fingerprints of the rows met: a row is the target of many calls and is not changed while they
+	// are indexed. Base rows' are kept throughout, a trace's own rows' only while it is indexed (so the
+	// answers recordings release can go).
+	basePrints, tracePrints := map[*jsonvalue.Object]string{}, map[*jsonvalue.Object]string{}
+	for i, t := range m.traces {
 		v := m.newView()
+		clear(tracePrints)
 		for _, c := range t.calls {
 			if c.answer && c.args != nil {
 				state := ""
 				if tn, k, ok := m.target(c); ok && m.tools[c.tool].kind != twin.KindLookup {
 					r, _ := v.get(tn, k)
-					state = twin.Fingerprint(r)
+					prints := tracePrints
+					if r == nil || m.base[tn][k] == r {
+						prints = basePrints
+					}
+					if state, ok = prints[r]; !ok {
+						state = twin.Fingerprint(r)
+						prints[r] = state
+					}
 				}
 				ai, ok := answerIdx[c.text]
 				if !ok {
@@ -255,6 +283,9 @@ func (m *model) recordings(b *twin.Bundle) {
 					State: state, Trace: t.id, Call: c.idx})
 			}
 			v.observe(c)
+		}
+		if m.release && i >= maxFitTraces {
+			t.release() // recordings are the last to read the answers of the traces fit will not walk
 		}
 	}
 	sort.SliceStable(b.Recordings, func(i, j int) bool {
@@ -285,10 +316,23 @@ const maxMisses = 5
 // score hardly moves, while running every call of a 100,000-trace build costs half a minute.
 const maxFitCalls = 5000
 
+// maxFitTraces bounds the traces fit walks, the first ones in trace-id order: a tool seen only now and
+// then would otherwise have fit replay every trace of a large build, and keep every answer parsed for it.
+// (A variable so tests can lower it.)
+var maxFitTraces = 10000
+
 // fit runs each synthesized handler on the recorded calls (at most maxFitCalls a tool), on the world
 // as the trace showed it just before that call, and scores exact agreement.
 func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	probe := *b
+	// The twin rung reads only the recorded errors (the style of an argument error, the not-found answer of
+	// a closed world), so the probe indexes only those rather than every recording of a large build.
+	probe.Recordings = nil
+	for _, r := range b.Recordings {
+		if r.Error {
+			probe.Recordings = append(probe.Recordings, r)
+		}
+	}
 	probe.Tools = append([]twin.Tool(nil), b.Tools...)
 	for i := range probe.Tools {
 		probe.Tools[i].Binding, probe.Tools[i].Rung = twin.BindingSynthesized, twin.RungTwin
@@ -303,7 +347,8 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 	// need is how many calls each tool is fit on; once every tool has had its share the rest of the
 	// traces would only be replayed into the world, so fit stops.
 	need := map[string]int{}
-	for _, t := range m.traces {
+	traces := m.traces[:min(len(m.traces), maxFitTraces)]
+	for _, t := range traces {
 		for _, c := range t.calls {
 			if m.tools[c.tool].source != "" && c.answer && c.args != nil && need[c.tool] < maxFitCalls {
 				need[c.tool]++
@@ -311,7 +356,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		}
 	}
 	pending := len(need)
-	for _, t := range m.traces {
+	for _, t := range traces {
 		if pending == 0 {
 			break
 		}
@@ -341,6 +386,9 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 				s.PutRow(tn, k, row)
 			}
 			v.observe(c)
+		}
+		if m.release {
+			t.release()
 		}
 	}
 	return fits, nil

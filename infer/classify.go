@@ -28,6 +28,8 @@ type model struct {
 	// subs index nested objects by id (see subIndex).
 	subs    map[string]map[string]*jsonvalue.Object
 	subDefs map[string]twin.SubIndex
+	// release has the build drop answers' parsed trees once done with them (buildPrepared).
+	release bool
 }
 
 // toolInfo is what the build learns about one tool.

@@ -14,17 +14,19 @@ import (
 
 // call is one recorded tool call, parsed once.
 type call struct {
-	trace   int // index of its trace in the prepared set
-	idx     int
-	tool    string
-	args    *jsonvalue.Object // nil when the arguments are not a JSON object
-	canon   string            // canonical JSON of args ("" when args is nil)
-	answer  bool              // an answer was recorded
-	text    string
-	val     any // the answer parsed as JSON (valid only when isJSON)
-	isJSON  bool
-	isErr   bool
-	success bool // answered, not an error
+	trace  int // index of its trace in the prepared set
+	idx    int
+	tool   string
+	args   *jsonvalue.Object // nil when the arguments are not a JSON object
+	canon  string            // canonical JSON of args ("" when args is nil)
+	answer bool              // an answer was recorded
+	text   string
+	val    any // the answer parsed as JSON (valid only when isJSON; nil while released)
+	isJSON bool
+	// released: val was dropped by a build done with it; Prepared.finish parses text again.
+	released bool
+	isErr    bool
+	success  bool // answered, not an error
 }
 
 // ptrace is a prepared trace.
@@ -32,6 +34,16 @@ type ptrace struct {
 	id    string
 	calls []*call
 	warns []warnAt // its messy input, replayed in trace-id order when the set is complete
+}
+
+// release drops the parsed answers of t's calls (their text stays): Prepared.finish restores them for
+// a next use of the set.
+func (t *ptrace) release() {
+	for _, c := range t.calls {
+		if c.isJSON && !c.released {
+			c.val, c.released = nil, true
+		}
+	}
 }
 
 // warnAt is one warning a trace gave while it was prepared.
@@ -80,6 +92,9 @@ type Prepared struct {
 	sig    []byte              // scratch for a shape's key
 	agent  agentLearner
 	sorted bool
+	// answers holds the first call of each distinct answer text: later calls with the same text share its
+	// text and parsed tree (an answer repeats across traces: a product's details, a common error).
+	answers map[string]*call
 }
 
 // Add prepares a batch of traces. The batch is not retained: its memory can go once Add returns.
@@ -95,11 +110,7 @@ func (p *Prepared) Add(traces []trace.Trace) {
 			continue
 		}
 		p.seen[t.ID] = true
-		pt := prepareTrace(t)
-		for _, c := range pt.calls {
-			p.intern(c.args)
-			p.intern(c.val)
-		}
+		pt := p.prepareTrace(t)
 		p.pts = append(p.pts, pt)
 		p.sorted = false
 	}
@@ -170,9 +181,9 @@ func (p *Prepared) shareKeys(x *jsonvalue.Object) {
 // Len is the number of distinct traces added.
 func (p *Prepared) Len() int { return len(p.pts) }
 
-// finish answers the prepared traces in id order and a fresh warnings of their messy input, in the
-// order a single pass over the traces sorted by id would have met it.
-func (p *Prepared) finish() ([]*ptrace, *warnings) {
+// finish answers the prepared traces in id order, their released answers parsed again, and a fresh
+// warnings of their messy input, in the order a single pass over the traces sorted by id would have met it.
+func (p *Prepared) finish() ([]*ptrace, *warnings, error) {
 	if !p.sorted {
 		// Ids are distinct here (duplicates were dropped in Add), so the order is total.
 		sort.Slice(p.pts, func(a, b int) bool { return p.pts[a].id < p.pts[b].id })
@@ -182,6 +193,25 @@ func (p *Prepared) finish() ([]*ptrace, *warnings) {
 			}
 		}
 		p.sorted = true
+	}
+	parsed := map[string]any{} // calls with one text share one tree again
+	for _, pt := range p.pts {
+		for _, c := range pt.calls {
+			if !c.released {
+				continue
+			}
+			v, ok := parsed[c.text]
+			if !ok {
+				// The text parsed as JSON when the call was prepared, and parses the same again.
+				var err error
+				if v, err = jsonvalue.ParseStringShared(c.text); err != nil {
+					return nil, nil, fmt.Errorf("infer: trace %s call %d: a prepared answer no longer parses: %w", pt.id, c.idx, err)
+				}
+				p.intern(v)
+				parsed[c.text] = v
+			}
+			c.val, c.released = v, false
+		}
 	}
 	w := &warnings{}
 	dups := slices.Sorted(slices.Values(p.dups))
@@ -194,11 +224,11 @@ func (p *Prepared) finish() ([]*ptrace, *warnings) {
 			w.add(x.code, x.example)
 		}
 	}
-	return p.pts, w
+	return p.pts, w, nil
 }
 
 // prepareTrace parses one trace's calls; its messy input goes in the ptrace's warns.
-func prepareTrace(t *trace.Trace) *ptrace {
+func (p *Prepared) prepareTrace(t *trace.Trace) *ptrace {
 	pt := &ptrace{id: t.ID}
 	warn := func(code, example string) {
 		if len(example) > 160 {
@@ -239,25 +269,42 @@ func prepareTrace(t *trace.Trace) *ptrace {
 		if pc.args == nil {
 			warn("arguments_not_json_object", fmt.Sprintf("%s %s(%s)", t.ID, c.Tool, c.RawArgs))
 		} else {
+			p.intern(pc.args)
 			pc.canon = string(jsonvalue.Canonical(pc.args))
 		}
 		if !c.Answered {
 			warn("call_without_result", fmt.Sprintf("%s %s call %d", t.ID, c.Tool, c.Index))
 		} else {
-			pc.isErr = twin.IsErrorText(c.Result)
-			if jsonvalue.LooksJSON(c.Result) {
-				if v, err := jsonvalue.ParseStringShared(c.Result); err == nil {
-					pc.val, pc.isJSON = v, true
-					if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
-						pc.isErr = true
-					}
-				} else if c.Result[0] == '{' || c.Result[0] == '[' {
-					warn("answer_not_json", fmt.Sprintf("%s %s: %s", t.ID, c.Tool, c.Result))
-				}
+			p.answer(pc)
+			if !pc.isJSON && jsonvalue.LooksJSON(pc.text) && (pc.text[0] == '{' || pc.text[0] == '[') {
+				warn("answer_not_json", fmt.Sprintf("%s %s: %s", t.ID, c.Tool, c.Result))
 			}
-			pc.success = !pc.isErr
 		}
 		pt.calls = append(pt.calls, pc)
 	}
 	return pt
+}
+
+// answer reads c's answer text: error or not, and its parse when it is JSON, shared with an earlier call
+// of the same text.
+func (p *Prepared) answer(c *call) {
+	if first := p.answers[c.text]; first != nil && !first.released {
+		c.text, c.val, c.isJSON, c.isErr, c.success = first.text, first.val, first.isJSON, first.isErr, first.success
+		return
+	}
+	c.isErr = twin.IsErrorText(c.text)
+	if jsonvalue.LooksJSON(c.text) {
+		if v, err := jsonvalue.ParseStringShared(c.text); err == nil {
+			c.val, c.isJSON = v, true
+			if o, ok := v.(*jsonvalue.Object); ok && o.Len() == 1 && (o.Keys[0] == "error" || o.Keys[0] == "Error") {
+				c.isErr = true
+			}
+			p.intern(v)
+		}
+	}
+	c.success = !c.isErr
+	if p.answers == nil {
+		p.answers = map[string]*call{}
+	}
+	p.answers[c.text] = c
 }

@@ -125,3 +125,90 @@ func TestPreparedSharesKeyLists(t *testing.T) {
 		t.Fatalf("changed object reads %s", got)
 	}
 }
+
+// Calls with one answer text share its parsed tree, yet each counts as a call and warns on its own; a build
+// releases the trees it is done with, and the Prepared's next use parses them again to the same build.
+func TestPreparedSharesAnswers(t *testing.T) {
+	product := `{"product_id": "P1", "name": "Lamp", "variants": {"1": {"price": 10.5}}}`
+	traces := []trace.Trace{
+		fakeTrace("task-1/a",
+			[3]string{"get_product_details", `{"product_id": "P1"}`, product},
+			[3]string{"get_product_details", `{"product_id": "P2"}`, `{broken`},
+		),
+		fakeTrace("task-2/b",
+			[3]string{"get_product_details", `{"product_id": "P1"}`, product},
+			[3]string{"get_product_details", `{"product_id": "P2"}`, `{broken`},
+		),
+	}
+	var p Prepared
+	p.Add(traces)
+	first, again := p.pts[0].calls[0], p.pts[1].calls[0]
+	if first.val == nil || first.val != again.val {
+		t.Fatalf("one answer text parsed into two trees (%p, %p)", first.val, again.val)
+	}
+	b1, rep1, err := BuildFrom(&p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	warned := 0
+	for _, w := range rep1.Warnings {
+		if w.Code == "answer_not_json" {
+			warned = w.Count
+		}
+	}
+	if warned != 2 || rep1.NCalls != 4 {
+		t.Fatalf("answer_not_json counted %d times over %d calls, want 2 over 4", warned, rep1.NCalls)
+	}
+	if !first.released || first.val != nil {
+		t.Fatal("the build kept a parsed answer it was done with")
+	}
+	if _, _, err := p.finish(); err != nil {
+		t.Fatal(err)
+	}
+	if first.val == nil || first.val != again.val {
+		t.Fatal("the next use did not parse the released answers again into one shared tree")
+	}
+	b2, rep2, err := BuildFrom(&p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := marshalBuild(t, b1.Marshal, rep1), marshalBuild(t, b2.Marshal, rep2); a != b {
+		t.Fatal("a second build from the same Prepared differs from the first")
+	}
+}
+
+// Releasing answers as the build goes changes nothing it makes, past fit's trace horizon too.
+func TestBuildReleaseKeepsBuild(t *testing.T) {
+	defer func(n int) { maxFitTraces = n }(maxFitTraces)
+	for _, horizon := range []int{10, 100, 100000} {
+		maxFitTraces = horizon
+		p := prepared(streamInput(t))
+		pts, w, err := p.finish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantRep, err := buildPrepared(pts, &Options{}, w, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotRep, err := BuildFrom(p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := 0
+		for _, pt := range pts {
+			for _, c := range pt.calls {
+				if c.released {
+					released++
+				}
+			}
+		}
+		if released == 0 {
+			t.Fatalf("horizon %d: the build released no answer", horizon)
+		}
+		got.Agent = nil
+		if a, b := marshalBuild(t, got.Marshal, gotRep), marshalBuild(t, want.Marshal, wantRep); a != b {
+			t.Fatalf("horizon %d: the build that released its answers differs from the one that kept them", horizon)
+		}
+	}
+}

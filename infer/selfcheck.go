@@ -222,8 +222,11 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	pts, w := p.finish()
-	full, _, err := buildPrepared(pts, &opts, w)
+	pts, w, err := p.finish()
+	if err != nil {
+		return nil, err
+	}
+	full, _, err := buildPrepared(pts, &opts, w, false)
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +412,7 @@ func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, 
 				others = append(others, pt)
 			}
 		}
-		b, _, err := buildPrepared(others, opts, &warnings{})
+		b, _, err := buildPrepared(others, opts, &warnings{}, false)
 		if err != nil {
 			return fmt.Errorf("self-check fold %d: %w", f, err)
 		}
