@@ -16,7 +16,10 @@ func TestTaskMisses(t *testing.T) {
 		t.Skip("set DOPPEL_TASK_MISSES=retail or airline")
 	}
 	tr := loadTraces(t, "tau-"+name+"-dev.json")
-	pts, _ := prepared(tr).finish()
+	pts, _, err := prepared(tr).finish()
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := Options{}
 	unit, units, _, _ := splitUnits(pts, splitTask)
 	maps := learnMaps(pts)
