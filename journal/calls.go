@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -30,10 +31,16 @@ func InsertCalls(ctx context.Context, db bun.IDB, calls []schema.Call) error {
 // into a program as long as the batch (and modernc's allocator maps and unmaps the larger ones): the
 // prepared statement is parsed once per connection and each row only binds and steps it. Rows are written
 // exactly as bun writes them (schema.TimeLayout times, 0/1 booleans), so either path reads back the same.
+//
+// When the pool has room (more than one connection), the journal keeps one connection of its own: as the
+// database's main writer it then finds its page cache still valid at each commit (SQLite discards a connection's
+// cache when another connection wrote since it last read), and its statement stays prepared on it.
 type sqliteCalls struct {
 	db *bun.DB
 
 	mu   sync.Mutex
+	wmu  sync.Mutex // one batch at a time on the journal's connection (a BEGIN … COMMIT of its own)
+	conn *sql.Conn // held while it works; nil: taken on first use (or the pool's, when it has one connection)
 	stmt *sql.Stmt // prepared on first use
 }
 
@@ -43,14 +50,48 @@ const sqliteInsertCall = `INSERT INTO calls (id, session_id, seq, tool, argument
 func (p *sqliteCalls) prepared(ctx context.Context) (*sql.Stmt, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stmt == nil {
-		st, err := p.db.DB.PrepareContext(ctx, sqliteInsertCall)
-		if err != nil {
-			return nil, fmt.Errorf("prepare the calls insert: %w", err)
-		}
-		p.stmt = st
+	if p.stmt != nil {
+		return p.stmt, nil
 	}
+	var prep interface {
+		PrepareContext(context.Context, string) (*sql.Stmt, error)
+	} = p.db.DB
+	if p.db.DB.Stats().MaxOpenConnections != 1 {
+		conn, err := p.db.DB.Conn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the journal's connection: %w", err)
+		}
+		p.conn, prep = conn, conn
+	}
+	st, err := prep.PrepareContext(ctx, sqliteInsertCall)
+	if err != nil {
+		_ = p.release()
+		return nil, fmt.Errorf("prepare the calls insert: %w", err)
+	}
+	p.stmt = st
 	return p.stmt, nil
+}
+
+// release closes the statement and returns the connection to the pool. p.mu is held.
+func (p *sqliteCalls) release() error {
+	var err error
+	if p.stmt != nil {
+		err = p.stmt.Close()
+		p.stmt = nil
+	}
+	if p.conn != nil {
+		err = errors.Join(err, p.conn.Close())
+		p.conn = nil
+	}
+	return err
+}
+
+// failed drops the journal's connection after a batch failed, so a connection that went bad is not kept: the next
+// batch takes another.
+func (p *sqliteCalls) failed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_ = p.release()
 }
 
 // insert writes calls: a single call with the prepared statement alone (its own transaction), more in one
@@ -63,8 +104,24 @@ func (p *sqliteCalls) insert(ctx context.Context, _ bun.IDB, calls []schema.Call
 	if err != nil {
 		return err
 	}
+	if err := p.write(ctx, st, calls); err != nil {
+		p.failed()
+		return err
+	}
+	return nil
+}
+
+func (p *sqliteCalls) write(ctx context.Context, st *sql.Stmt, calls []schema.Call) error {
 	if len(calls) == 1 {
 		return p.exec(ctx, st, calls, 0)
+	}
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn != nil {
+		p.wmu.Lock()
+		defer p.wmu.Unlock()
+		return p.writeOn(ctx, conn, st, calls)
 	}
 	tx, err := p.db.DB.BeginTx(ctx, nil)
 	if err != nil {
@@ -78,6 +135,26 @@ func (p *sqliteCalls) insert(ctx context.Context, _ bun.IDB, calls []schema.Call
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("insert %d calls: commit: %w", len(calls), err)
+	}
+	return nil
+}
+
+// writeOn writes calls in one transaction on the journal's own connection, its statement prepared there (a
+// database/sql Tx would prepare it afresh for every batch: Tx.StmtContext reuses only statements of the pool).
+// The transaction begins IMMEDIATE, as every transaction of the pool does (schema.Open).
+func (p *sqliteCalls) writeOn(ctx context.Context, conn *sql.Conn, st *sql.Stmt, calls []schema.Call) error {
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("insert %d calls: begin: %w", len(calls), err)
+	}
+	for i := range calls {
+		if err := p.exec(ctx, st, calls, i); err != nil {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+			return err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 		return fmt.Errorf("insert %d calls: commit: %w", len(calls), err)
 	}
 	return nil
@@ -99,12 +176,7 @@ func (p *sqliteCalls) exec(ctx context.Context, st *sql.Stmt, calls []schema.Cal
 func (p *sqliteCalls) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stmt == nil {
-		return nil
-	}
-	err := p.stmt.Close()
-	p.stmt = nil
-	return err
+	return p.release()
 }
 
 // nullText is a JSON column's value: NULL when empty, as bun writes a nil json.RawMessage.
