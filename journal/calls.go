@@ -40,8 +40,8 @@ type sqliteCalls struct {
 
 	mu   sync.Mutex
 	wmu  sync.Mutex // one batch at a time on the journal's connection (a BEGIN … COMMIT of its own)
-	conn *sql.Conn // held while it works; nil: taken on first use (or the pool's, when it has one connection)
-	stmt *sql.Stmt // prepared on first use
+	conn *sql.Conn  // held while it works; nil: taken on first use (or the pool's, when it has one connection)
+	stmt *sql.Stmt  // prepared on first use
 }
 
 const sqliteInsertCall = `INSERT INTO calls (id, session_id, seq, tool, arguments, content, error, fidelity, rung,
