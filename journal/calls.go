@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync"
@@ -42,6 +43,11 @@ type sqliteCalls struct {
 	wmu  sync.Mutex // one batch at a time on the journal's connection (a BEGIN … COMMIT of its own)
 	conn *sql.Conn  // held while it works; nil: taken on first use (or the pool's, when it has one connection)
 	stmt *sql.Stmt  // prepared on first use
+	// On the journal's connection, a batch's rows go to the driver's statement directly (prepared there on first
+	// use), with one argument slice reused: database/sql's bookkeeping around each statement was a third of a
+	// row's cost. wmu guards both.
+	dstmt driver.StmtExecContext
+	args  []driver.NamedValue
 }
 
 const sqliteInsertCall = `INSERT INTO calls (id, session_id, seq, tool, arguments, content, error, fidelity, rung,
@@ -79,6 +85,11 @@ func (p *sqliteCalls) release() error {
 		err = p.stmt.Close()
 		p.stmt = nil
 	}
+	if p.dstmt != nil && p.conn != nil {
+		dst := p.dstmt
+		err = errors.Join(err, p.conn.Raw(func(any) error { return dst.(driver.Stmt).Close() }))
+	}
+	p.dstmt = nil
 	if p.conn != nil {
 		err = errors.Join(err, p.conn.Close())
 		p.conn = nil
@@ -89,6 +100,8 @@ func (p *sqliteCalls) release() error {
 // failed drops the journal's connection after a batch failed, so a connection that went bad is not kept: the next
 // batch takes another.
 func (p *sqliteCalls) failed() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_ = p.release()
@@ -121,7 +134,7 @@ func (p *sqliteCalls) write(ctx context.Context, st *sql.Stmt, calls []schema.Ca
 	if conn != nil {
 		p.wmu.Lock()
 		defer p.wmu.Unlock()
-		return p.writeOn(ctx, conn, st, calls)
+		return p.writeOn(ctx, conn, calls)
 	}
 	tx, err := p.db.DB.BeginTx(ctx, nil)
 	if err != nil {
@@ -140,18 +153,17 @@ func (p *sqliteCalls) write(ctx context.Context, st *sql.Stmt, calls []schema.Ca
 	return nil
 }
 
-// writeOn writes calls in one transaction on the journal's own connection, its statement prepared there (a
-// database/sql Tx would prepare it afresh for every batch: Tx.StmtContext reuses only statements of the pool).
-// The transaction begins IMMEDIATE, as every transaction of the pool does (schema.Open).
-func (p *sqliteCalls) writeOn(ctx context.Context, conn *sql.Conn, st *sql.Stmt, calls []schema.Call) error {
+// writeOn writes calls in one transaction on the journal's own connection. The transaction begins IMMEDIATE, as
+// every transaction of the pool does (schema.Open), so it holds the write lock once begun: its rows wait for no
+// lock, and run without the batch's deadline (whose watch the driver would set up for every row), which BEGIN and
+// COMMIT keep.
+func (p *sqliteCalls) writeOn(ctx context.Context, conn *sql.Conn, calls []schema.Call) error {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("insert %d calls: begin: %w", len(calls), err)
 	}
-	for i := range calls {
-		if err := p.exec(ctx, st, calls, i); err != nil {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-			return err
-		}
+	if err := conn.Raw(func(dc any) error { return p.rows(dc, calls) }); err != nil {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+		return err
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
@@ -160,20 +172,71 @@ func (p *sqliteCalls) writeOn(ctx context.Context, conn *sql.Conn, st *sql.Stmt,
 	return nil
 }
 
-func (p *sqliteCalls) exec(ctx context.Context, st *sql.Stmt, calls []schema.Call, i int) error {
+// rows inserts calls through the driver connection dc (the journal's own), with the values exec binds.
+func (p *sqliteCalls) rows(dc any, calls []schema.Call) error {
+	ctx := context.Background()
+	if p.dstmt == nil {
+		pc, ok := dc.(driver.ConnPrepareContext)
+		if !ok {
+			return fmt.Errorf("insert %d calls: the SQLite driver's connection (%T) does not prepare statements", len(calls), dc)
+		}
+		st, err := pc.PrepareContext(ctx, sqliteInsertCall)
+		if err != nil {
+			return fmt.Errorf("prepare the calls insert: %w", err)
+		}
+		ex, ok := st.(driver.StmtExecContext)
+		if !ok {
+			_ = st.Close()
+			return fmt.Errorf("insert %d calls: the SQLite driver's statement (%T) does not execute with a context", len(calls), st)
+		}
+		p.dstmt = ex
+	}
+	for i := range calls {
+		vals, err := rowValues(calls, i)
+		if err != nil {
+			return err
+		}
+		p.args = p.args[:0]
+		for k, v := range vals {
+			p.args = append(p.args, driver.NamedValue{Ordinal: k + 1, Value: v})
+		}
+		if _, err := p.dstmt.ExecContext(ctx, p.args); err != nil {
+			return fmt.Errorf("insert %d calls: calls[%d]: %w", len(calls), i, err)
+		}
+	}
+	clear(p.args) // no row's strings kept until the next batch
+	return nil
+}
+
+// rowValues are the values of calls[i]'s row, in sqliteInsertCall's order, as bun writes them.
+func rowValues(calls []schema.Call, i int) ([15]driver.Value, error) {
 	c := &calls[i]
 	if len(c.Arguments) == 0 {
-		return fmt.Errorf("insert %d calls: calls[%d].arguments is empty", len(calls), i)
+		return [15]driver.Value{}, fmt.Errorf("insert %d calls: calls[%d].arguments is empty", len(calls), i)
 	}
-	if _, err := st.ExecContext(ctx, c.ID, c.SessionID, c.Seq, c.Tool, string(c.Arguments), c.Content,
-		bit(c.Error), c.Fidelity, c.Rung, bit(c.Downgraded), c.Ms, c.Requestor, c.StateHash,
-		c.CreatedAt.UTC().Format(schema.TimeLayout), nullText(c.Fault)); err != nil {
+	return [15]driver.Value{c.ID, c.SessionID, c.Seq, c.Tool, string(c.Arguments), c.Content, bit(c.Error), c.Fidelity,
+		c.Rung, bit(c.Downgraded), c.Ms, c.Requestor, c.StateHash, c.CreatedAt.UTC().Format(schema.TimeLayout),
+		nullText(c.Fault)}, nil
+}
+
+func (p *sqliteCalls) exec(ctx context.Context, st *sql.Stmt, calls []schema.Call, i int) error {
+	vals, err := rowValues(calls, i)
+	if err != nil {
+		return err
+	}
+	var args [15]any
+	for k, v := range vals {
+		args[k] = v
+	}
+	if _, err := st.ExecContext(ctx, args[:]...); err != nil {
 		return fmt.Errorf("insert %d calls: calls[%d]: %w", len(calls), i, err)
 	}
 	return nil
 }
 
 func (p *sqliteCalls) close() error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.release()
