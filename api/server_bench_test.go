@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -19,12 +20,23 @@ import (
 // decoding, validation and encoding, metrics, the usage gate) to the tool plane, the in-process twin reached
 // directly and the call journal group-committed to SQLite. Requests and response writers are reused, so
 // allocs/op and cpu-µs/call (this process's CPU time, GC and the journal's goroutine included) are the server's.
+// history=N first journals N earlier sessions of three calls each in the workspace's period: the usage gate's
+// reading (re-read every usage.refresh while calls flow) counts every call of the period.
 func BenchmarkCallServer(b *testing.B) {
+	for _, history := range []int{0, 50000} {
+		b.Run(fmt.Sprintf("history=%d", history), func(b *testing.B) { benchCallServer(b, history) })
+	}
+}
+
+func benchCallServer(b *testing.B, history int) {
 	serverGC(b)
 	bundle, traces := retailBundle(b)
 	m := telemetry.NewMetrics()
 	p := newPlane(b, schema.DriverSQLite, bundle, planeOptions{local: true, observer: m, plans: bigPlans,
 		journal: journal.CallOptions{OnCommit: m.JournalCommit}})
+	if history > 0 {
+		seedHistory(b, p, history)
+	}
 	work := workload(traces)
 	type caller struct {
 		req   *http.Request
