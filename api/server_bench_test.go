@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/telemetry"
+	"github.com/doppel-dev/doppel/usage"
 )
 
 // BenchmarkCallServer: the server's side of a REST tool call at peak, in process and without the network: 64
@@ -20,19 +20,26 @@ import (
 // decoding, validation and encoding, metrics, the usage gate) to the tool plane, the in-process twin reached
 // directly and the call journal group-committed to SQLite. Requests and response writers are reused, so
 // allocs/op and cpu-µs/call (this process's CPU time, GC and the journal's goroutine included) are the server's.
-// history=N first journals N earlier sessions of three calls each in the workspace's period: the usage gate's
-// reading (re-read every usage.refresh while calls flow) counts every call of the period.
+//
+// dev meters as `doppel dev` does by default (usage.enforce on, no plan: no limits, so the gate reads only the
+// workspace row); limits/history=N holds the workspace to a plan with limits, after journaling N earlier sessions of
+// three calls each in its period: the gate's reading, re-read every usage.refresh while calls flow, then counts
+// every call of the period.
 func BenchmarkCallServer(b *testing.B) {
-	for _, history := range []int{0, 50000} {
-		b.Run(fmt.Sprintf("history=%d", history), func(b *testing.B) { benchCallServer(b, history) })
+	for _, c := range []struct {
+		name    string
+		plans   *usage.Plans
+		history int
+	}{{"dev", &usage.Plans{}, 0}, {"limits/history=50000", bigPlans, 50000}} {
+		b.Run(c.name, func(b *testing.B) { benchCallServer(b, c.plans, c.history) })
 	}
 }
 
-func benchCallServer(b *testing.B, history int) {
+func benchCallServer(b *testing.B, plans *usage.Plans, history int) {
 	serverGC(b)
 	bundle, traces := retailBundle(b)
 	m := telemetry.NewMetrics()
-	p := newPlane(b, schema.DriverSQLite, bundle, planeOptions{local: true, observer: m, plans: bigPlans,
+	p := newPlane(b, schema.DriverSQLite, bundle, planeOptions{local: true, observer: m, plans: plans,
 		journal: journal.CallOptions{OnCommit: m.JournalCommit}})
 	if history > 0 {
 		seedHistory(b, p, history)
