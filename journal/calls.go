@@ -33,16 +33,19 @@ func InsertCalls(ctx context.Context, db bun.IDB, calls []schema.Call) error {
 // prepared statement is parsed once per connection and each row only binds and steps it. Rows are written
 // exactly as bun writes them (schema.TimeLayout times, 0/1 booleans), so either path reads back the same.
 //
-// When the pool has room (more than one connection), the journal keeps one connection of its own: as the
-// database's main writer it then finds its page cache still valid at each commit (SQLite discards a connection's
-// cache when another connection wrote since it last read), and its statement stays prepared on it.
+// When the pool has room (more than one connection), the journal keeps one connection of its own, added to the
+// pool's limit while it holds it: as the database's main writer it then finds its page cache still valid at each
+// commit (SQLite discards a connection's cache when another connection wrote since it last read), and its
+// statement stays prepared on it.
 type sqliteCalls struct {
 	db *bun.DB
 
 	mu   sync.Mutex
 	wmu  sync.Mutex // one batch at a time on the journal's connection (a BEGIN … COMMIT of its own)
 	conn *sql.Conn  // held while it works; nil: taken on first use (or the pool's, when it has one connection)
-	stmt *sql.Stmt  // prepared on first use
+	// grown is set while the pool's limit counts the journal's connection on top of the connections it had.
+	grown bool
+	stmt  *sql.Stmt // prepared on first use
 	// On the journal's connection, a batch's rows go to the driver's statement directly (prepared there on first
 	// use), with one argument slice reused: database/sql's bookkeeping around each statement was a third of a
 	// row's cost. wmu guards both.
@@ -62,9 +65,14 @@ func (p *sqliteCalls) prepared(ctx context.Context) (*sql.Stmt, error) {
 	var prep interface {
 		PrepareContext(context.Context, string) (*sql.Stmt, error)
 	} = p.db.DB
-	if p.db.DB.Stats().MaxOpenConnections != 1 {
+	if n := p.db.DB.Stats().MaxOpenConnections; n != 1 {
+		if n > 1 {
+			p.resize(n + 1) // the rest of the process keeps as many connections as it was given
+			p.grown = true
+		}
 		conn, err := p.db.DB.Conn(ctx)
 		if err != nil {
+			_ = p.release()
 			return nil, fmt.Errorf("the journal's connection: %w", err)
 		}
 		p.conn, prep = conn, conn
@@ -94,7 +102,17 @@ func (p *sqliteCalls) release() error {
 		err = errors.Join(err, p.conn.Close())
 		p.conn = nil
 	}
+	if p.grown {
+		p.resize(p.db.DB.Stats().MaxOpenConnections - 1)
+		p.grown = false
+	}
 	return err
+}
+
+// resize sets the pool's open and idle connection limits to n.
+func (p *sqliteCalls) resize(n int) {
+	p.db.DB.SetMaxOpenConns(n)
+	p.db.DB.SetMaxIdleConns(n)
 }
 
 // failed drops the journal's connection after a batch failed, so a connection that went bad is not kept: the next
