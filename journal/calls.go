@@ -34,9 +34,8 @@ func InsertCalls(ctx context.Context, db bun.IDB, calls []schema.Call) error {
 // exactly as bun writes them (schema.TimeLayout times, 0/1 booleans), so either path reads back the same.
 //
 // When the pool has room (more than one connection), the journal keeps one connection of its own, added to the
-// pool's limit while it holds it: as the database's main writer it then finds its page cache still valid at each
-// commit (SQLite discards a connection's cache when another connection wrote since it last read), and its
-// statement stays prepared on it.
+// pool's limit while it holds it: its statements stay prepared on it, and a batch takes no connection or
+// transaction from database/sql (BenchmarkCallServer: 8% less CPU per call with the rows bound to the driver).
 type sqliteCalls struct {
 	db *bun.DB
 
