@@ -3,7 +3,10 @@ package api_test
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,24 +25,39 @@ import (
 // allocs/op and cpu-µs/call (this process's CPU time, GC and the journal's goroutine included) are the server's.
 //
 // dev meters as `doppel dev` does by default (usage.enforce on, no plan: no limits, so the gate reads only the
-// workspace row); limits/history=N holds the workspace to a plan with limits, after journaling N earlier sessions of
-// three calls each in its period: the gate's reading, re-read every usage.refresh while calls flow, then counts
-// every call of the period.
+// workspace row) and writes its access log as text to a file, as `doppel dev` writes it to its standard error (one
+// write per line); dev-nolog discards the log unformatted, to see what writing it costs; limits-history=N holds the
+// workspace to a plan with limits, after journaling N earlier sessions of three calls each in its period: the
+// gate's reading, re-read every usage.refresh while calls flow, then counts every call of the period.
 func BenchmarkCallServer(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		plans   *usage.Plans
 		history int
-	}{{"dev", &usage.Plans{}, 0}, {"limits/history=50000", bigPlans, 50000}} {
-		b.Run(c.name, func(b *testing.B) { benchCallServer(b, c.plans, c.history) })
+		log     bool
+	}{
+		{"dev", &usage.Plans{}, 0, true},
+		{"dev-nolog", &usage.Plans{}, 0, false},
+		{"limits-history=50000", bigPlans, 50000, true},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchCallServer(b, c.plans, c.history, c.log) })
 	}
 }
 
-func benchCallServer(b *testing.B, plans *usage.Plans, history int) {
+func benchCallServer(b *testing.B, plans *usage.Plans, history int, log bool) {
 	serverGC(b)
 	bundle, traces := retailBundle(b)
 	m := telemetry.NewMetrics()
-	p := newPlane(b, schema.DriverSQLite, bundle, planeOptions{local: true, observer: m, plans: plans,
+	logger := slog.New(slog.DiscardHandler)
+	if log {
+		f, err := os.Create(filepath.Join(b.TempDir(), "doppel.log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = f.Close() })
+		logger = slog.New(slog.NewTextHandler(f, nil))
+	}
+	p := newPlane(b, schema.DriverSQLite, bundle, planeOptions{local: true, observer: m, plans: plans, logger: logger,
 		journal: journal.CallOptions{OnCommit: m.JournalCommit}})
 	if history > 0 {
 		seedHistory(b, p, history)
