@@ -282,11 +282,13 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 			next(ctx)
 			return
 		}
-		accepts := map[string]bool{}
-		for _, req := range op.Security {
-			for name := range req {
-				accepts[name] = true
+		accepts := func(scheme string) bool {
+			for _, req := range op.Security {
+				if _, ok := req[scheme]; ok {
+					return true
+				}
 			}
+			return false
 		}
 		var p *Principal
 		var err error
@@ -294,20 +296,20 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 		began := time.Now()
 		web := webFrom(ctx.Context())
 		switch {
-		case web != nil && header == "" && !accepts[SchemeAdminKey]:
+		case web != nil && header == "" && !accepts(SchemeAdminKey):
 			// A console request through /trpc: the web session stands for the workspace key it was signed in with.
-			p, err = a.webPrincipal(ctx.Context(), web, accepts[SchemeSessionToken], ctx.Param(SessionIDParam))
-		case accepts[SchemeAdminKey]:
+			p, err = a.webPrincipal(ctx.Context(), web, accepts(SchemeSessionToken), ctx.Param(SessionIDParam))
+		case accepts(SchemeAdminKey):
 			p, err = a.Admin(header)
-		case accepts[SchemeSessionToken]:
+		case accepts(SchemeSessionToken):
 			p, err = a.Session(ctx.Context(), header, ctx.Param(SessionIDParam))
-		case accepts[SchemeMCPToken]:
+		case accepts(SchemeMCPToken):
 			kinds := []cred.Kind{cred.KindMCP}
-			if accepts[SchemeWorkspaceKey] {
+			if accepts(SchemeWorkspaceKey) {
 				kinds = append(kinds, cred.KindWorkspace)
 			}
 			p, err = a.Key(ctx.Context(), header, kinds...)
-		case accepts[SchemeWorkspaceKey]:
+		case accepts(SchemeWorkspaceKey):
 			p, err = a.Key(ctx.Context(), header, keyKinds(ctx.Context(), slices.Contains(op.Tags, "keys"))...)
 		default:
 			next(ctx)

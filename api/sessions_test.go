@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -220,6 +221,8 @@ type planeOptions struct {
 	routes []func(huma.API, *api.Deps)
 	// events, when set, records session events (and starts their webhook deliveries).
 	events *activities.EventLog
+	// logger, when set, gets the API's access log and errors (nil: discarded).
+	logger *slog.Logger
 }
 
 // eachTransport runs f with the twin reached over its HTTP RPC and directly in process.
@@ -313,7 +316,7 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		routes = append(routes, p.queries.Register)
 	}
 	routes = append(routes, o.routes...)
-	h, humaAPI := api.New(api.Options{DB: p.db, Routes: routes, Tracer: o.tracer, Observer: o.observer})
+	h, humaAPI := api.New(api.Options{DB: p.db, Routes: routes, Tracer: o.tracer, Observer: o.observer, Logger: o.logger})
 	p.h = h
 	p.api = humatest.Wrap(t, humaAPI)
 	return p

@@ -421,3 +421,58 @@ func TestLeadersCommitEverything(t *testing.T) {
 		}
 	})
 }
+
+// TestCallsFailedBatchOnOwnConnection: the SQLite journal, on the connection it keeps, rolls a failed batch back
+// whole (a foreign-key violation, a duplicate seq), gives up that connection, and commits the next batch on
+// another; the pool's limit counts the journal's connection on top of the ones the rest of the process has, until
+// Close gives it back.
+func TestCallsFailedBatchOnOwnConnection(t *testing.T) {
+	db := schematest.Open(t, schema.DriverSQLite)
+	ctx := context.Background()
+	sessions := seedSessions(t, db, 2)
+	w, err := NewCalls(db, CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ins := w.o.Insert
+	pool := db.DB.Stats().MaxOpenConnections
+	tests := []struct {
+		name  string
+		batch []schema.Call
+		fails bool
+		want  int // calls stored after it
+	}{
+		{"good batch", []schema.Call{call(sessions[0], 1), call(sessions[1], 1), call(sessions[0], 2)}, false, 3},
+		{"unknown session", []schema.Call{call(sessions[0], 3), call("ses_doesnotexist0000", 1), call(sessions[1], 2)}, true, 3},
+		{"after a failure", []schema.Call{call(sessions[0], 3), call(sessions[1], 2)}, false, 5},
+		{"duplicate seq", []schema.Call{call(sessions[1], 3), call(sessions[1], 3)}, true, 5},
+		{"a lone call", []schema.Call{call(sessions[1], 3)}, false, 6},
+		{"a lone duplicate", []schema.Call{call(sessions[1], 3)}, true, 6},
+		{"last", []schema.Call{call(sessions[0], 4), call(sessions[1], 4)}, false, 8},
+	}
+	for _, tt := range tests {
+		err := ins(ctx, db, tt.batch)
+		if (err != nil) != tt.fails {
+			t.Fatalf("%s: err = %v, want failure %v", tt.name, err, tt.fails)
+		}
+		if got := countCalls(t, db); got != tt.want {
+			t.Fatalf("%s: %d calls stored, want %d", tt.name, got, tt.want)
+		}
+		// The journal holds its connection after a batch that committed, and none after one that failed.
+		held := 1
+		if tt.fails {
+			held = 0
+		}
+		if st := db.DB.Stats(); st.InUse != held || st.MaxOpenConnections != pool+held {
+			t.Fatalf("%s: %d connections in use between batches, pool limit %d; want %d and %d", tt.name, st.InUse,
+				st.MaxOpenConnections, held, pool+held)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := db.DB.Stats(); st.InUse != 0 || st.MaxOpenConnections != pool {
+		t.Fatalf("after Close: %d connections in use, pool limit %d; want 0 and %d", st.InUse, st.MaxOpenConnections, pool)
+	}
+}
