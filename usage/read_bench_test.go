@@ -50,12 +50,21 @@ func seed(tb testing.TB, db *bun.DB, ws *schema.Workspace, env *schema.Environme
 	}
 }
 
-// BenchmarkSourceRead: one Source.Read of a workspace with N sessions (3N calls) in the period, as the gate reads
-// it every usage.refresh while calls flow: the reader is warm (its memos made), the clock moves a second a read.
+// BenchmarkSourceRead: one Source.Read of a workspace with N sessions (3N calls) in the period. warm: as the gate
+// reads it every usage.refresh while calls flow, its memos made, the clock moving a second a read; cold: the first
+// reading of a process (a new Source each time).
 func BenchmarkSourceRead(b *testing.B) {
 	for _, driver := range schematest.Drivers() {
-		for _, n := range []int{10000, 50000} {
-			b.Run(fmt.Sprintf("%s/sessions=%d", driver, n), func(b *testing.B) {
+		for _, c := range []struct {
+			n    int
+			cold bool
+		}{{10000, false}, {50000, false}, {50000, true}} {
+			name := fmt.Sprintf("%s/sessions=%d/warm", driver, c.n)
+			if c.cold {
+				name = fmt.Sprintf("%s/sessions=%d/cold", driver, c.n)
+			}
+			n := c.n
+			b.Run(name, func(b *testing.B) {
 				db := schematest.Open(b, driver)
 				ctx := context.Background()
 				ws, err := store.CreateWorkspace(ctx, db, "acme")
@@ -75,6 +84,9 @@ func BenchmarkSourceRead(b *testing.B) {
 				}
 				b.ResetTimer()
 				for i := range b.N {
+					if c.cold {
+						src = &usage.Source{DB: db, Plans: src.Plans}
+					}
 					if _, err := src.Read(ctx, ws, now.Add(time.Duration(i+1)*time.Second)); err != nil {
 						b.Fatal(err)
 					}
