@@ -28,7 +28,9 @@ import (
 // workspace row) and writes its access log as text to a file, as `doppel dev` writes it to its standard error (one
 // write per line); dev-nolog discards the log unformatted, to see what writing it costs; limits-history=N holds the
 // workspace to a plan with limits, after journaling N earlier sessions of three calls each in its period: the
-// gate's reading, re-read every usage.refresh while calls flow, then counts every call of the period.
+// gate's reading, re-read every usage.refresh while calls flow (its memo of the settled records moved forward, the
+// live sessions read afresh); dev-history=N journals the same history with no plan, to tell what the larger
+// database costs the journal from what the gate's readings cost.
 func BenchmarkCallServer(b *testing.B) {
 	for _, c := range []struct {
 		name    string
@@ -39,6 +41,7 @@ func BenchmarkCallServer(b *testing.B) {
 		{"dev", &usage.Plans{}, 0, true},
 		{"dev-nolog", &usage.Plans{}, 0, false},
 		{"limits-history=50000", bigPlans, 50000, true},
+		{"dev-history=50000", &usage.Plans{}, 50000, true},
 	} {
 		b.Run(c.name, func(b *testing.B) { benchCallServer(b, c.plans, c.history, c.log) })
 	}

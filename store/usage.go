@@ -176,27 +176,41 @@ type TaskTotals struct {
 }
 
 // Part splits a workspace's sessions at a moment: those that ended before it (settled: nothing about them changes
-// any more) and the rest (live). The zero Part is every session.
+// any more) and the rest (live). The zero Part is every session. A settled Part with EndedFrom set holds only the
+// sessions that ended in [EndedFrom, EndedBefore): what a memo of the settled sessions up to EndedFrom lacks.
 type Part struct {
 	EndedBefore time.Time
 	Settled     bool
+	EndedFrom   time.Time
 }
 
-func (p Part) sql(alias string) string {
+// sessions is the SQL of the part's sessions of a workspace that may have been open in [from, to), with its
+// arguments. Settled increments and the live part are read through sessions_workspace_closed_idx, by when they
+// ended, so neither grows with the period's history: the live part is the open sessions (closed_at NULL) and
+// the ones that ended at or after EndedBefore, two ranges of the index.
+func (p Part) sessions(pg bool, workspaceID string, from, to time.Time) (string, []any) {
+	cols := "SELECT id, created_at, closed_at, expires_at, last_used_at FROM sessions WHERE workspace_id = ? AND created_at < ?"
+	if !p.EndedBefore.IsZero() && !pg {
+		// The unary plus keeps SQLite's planner off the (workspace_id, created_at) index, which would walk the
+		// whole period, and on the closed_at ranges.
+		cols = "SELECT id, created_at, closed_at, expires_at, last_used_at FROM sessions WHERE workspace_id = ? AND +created_at < ?"
+	}
+	args := []any{workspaceID, to}
 	switch {
 	case p.EndedBefore.IsZero():
-		return ""
+		return cols + " AND (closed_at IS NULL OR closed_at >= ?)", append(args, from)
 	case p.Settled:
-		return " AND " + alias + ".closed_at IS NOT NULL AND " + alias + ".closed_at < ?"
+		lo := from
+		if p.EndedFrom.After(lo) {
+			lo = p.EndedFrom.UTC()
+		}
+		return cols + " AND closed_at >= ? AND closed_at < ?", append(args, lo, p.EndedBefore.UTC())
 	}
-	return " AND (" + alias + ".closed_at IS NULL OR " + alias + ".closed_at >= ?)"
-}
-
-func (p Part) args() []any {
-	if p.EndedBefore.IsZero() {
-		return nil
+	lo := p.EndedBefore.UTC()
+	if from.After(lo) {
+		lo = from
 	}
-	return []any{p.EndedBefore.UTC()}
+	return cols + " AND closed_at IS NULL UNION ALL " + cols + " AND closed_at >= ?", append(args, workspaceID, to, lo)
 }
 
 // usec is the SQL of a stored time as integer microseconds since the epoch, exact on both databases: SQLite keeps
@@ -222,12 +236,13 @@ func SumTaskTime(ctx context.Context, db bun.IDB, workspaceID string, from, to, 
 	}
 	from, to, now = from.UTC(), to.UTC(), now.UTC()
 	fromU, toU, nowU, idleU := from.UnixMicro(), to.UnixMicro(), now.UnixMicro(), idle.Microseconds()
+	sessions, args := part.sessions(pg, workspaceID, from, to)
 	q := `
-WITH r AS (
+WITH s AS (` + sessions + `
+), r AS MATERIALIZED (
 	SELECT s.created_at, s.closed_at, s.expires_at, s.last_used_at,
 		(SELECT lc.created_at FROM calls AS lc WHERE lc.session_id = s.id ORDER BY lc.seq DESC LIMIT 1) AS last_call
-	FROM sessions AS s
-	WHERE s.workspace_id = ? AND s.created_at < ? AND (s.closed_at IS NULL OR s.closed_at >= ?)` + part.sql("s") + `
+	FROM s
 ), u AS (
 	SELECT ` + usec(pg, "created_at") + ` AS o,
 		COALESCE(` + usec(pg, "closed_at") + `, ?) AS c,
@@ -238,16 +253,11 @@ WITH r AS (
 	SELECT ` + greatest + `(o, ?) AS lo, ` + least + `(c, ` + greatest + `(e, a + ?), ?) AS hi FROM u
 )
 SELECT COALESCE(SUM(CASE WHEN hi > lo THEN (hi - lo + 999999) / 1000000 ELSE 0 END), 0) AS seconds,
-	(SELECT COUNT(*) FROM calls AS k JOIN sessions AS ks ON ks.id = k.session_id
-		WHERE ks.workspace_id = ? AND ks.created_at < ? AND (ks.closed_at IS NULL OR ks.closed_at >= ?)` + part.sql("ks") + `
-		AND k.created_at >= ? AND k.created_at < ?) AS calls
+	(SELECT COALESCE(SUM((SELECT COUNT(*) FROM calls AS k WHERE k.session_id = s.id AND k.created_at >= ? AND k.created_at < ?)), 0)
+		FROM s) AS calls
 FROM b`
 	var out TaskTotals
-	args := []any{workspaceID, to, from}
-	args = append(args, part.args()...)
-	args = append(args, nowU, fromU, idleU, toU, workspaceID, to, from)
-	args = append(args, part.args()...)
-	args = append(args, from, to)
+	args = append(args, nowU, fromU, idleU, toU, from, to)
 	err := db.NewRaw(q, args...).Scan(ctx, &out)
 	if err != nil {
 		return TaskTotals{}, wrap(err, "task time of workspace %q", workspaceID)

@@ -158,8 +158,9 @@ func seconds(s store.SessionSpan, from, to, now time.Time, idle time.Duration) i
 }
 
 // Source reads a workspace's meters from the durable records: the sessions rows (open time, calls, the open
-// count) and the environments rows (collected bytes). Nothing is kept in memory, so a reading after a crash is
-// what the records say, and a session is counted once however often it is read.
+// count) and the environments rows (collected bytes). What it keeps in memory is only a memo of sums of records
+// that can no longer change, so a reading after a crash is what the records say, and a session is counted once
+// however often it is read.
 type Source struct {
 	DB     *bun.DB
 	Plans  Plans
@@ -173,70 +174,103 @@ type Source struct {
 	settled map[settledKey]settled
 }
 
-// SettleAfter is how long after its end a session is settled: its billed time and calls can no longer change (no
-// call is journaled for a session after its end; the margin covers a commit in flight as it ended).
+// SettleAfter is how far behind now a Source's memo stops: a session that ended before it is settled (its billed
+// time and calls can no longer change: no call is journaled for a session after its end), and a session opened
+// before it has its row. The margin covers a commit in flight at that moment, a slow journal batch and another
+// API process's clock.
 const SettleAfter = time.Minute
-
-// resettle is how old a memo of settled sessions grows before it is summed again (taking in sessions that
-// ended since).
-const resettle = 10 * time.Minute
 
 type settledKey struct {
 	workspace string
 	from      time.Time
 }
 
-// settled memoizes a workspace's sessions that ended before a moment in one period: a sum of immutable records,
-// so it holds until the period ends, and is summed again from the records whenever it is missing (a restart).
+// settled memoizes sums of a workspace's records in one period up to a moment: the sessions that ended before it
+// (their time and calls) and the sessions opened before it. These records no longer change, so the memo holds
+// until the period ends; it is moved forward by summing only the records between its moment and the next (read
+// through indexes by when sessions ended and opened), and summed from the records whenever it is missing (a
+// restart). A reading is then the memo plus what came after it, whatever the period's history.
 type settled struct {
 	before time.Time
 	tot    store.TaskTotals
+	opened int64
 }
 
-// taskTime is the period's task time and calls: the settled sessions' sum (memoized) plus the live ones' (read
-// each time), which equals summing every session at once.
-func (s *Source) taskTime(ctx context.Context, workspaceID string, from, to, now time.Time, idle time.Duration) (store.TaskTotals, error) {
+// memo returns the workspace's memo of the period starting at from, moved forward to cut; ok is false when there
+// is none to use (cut is not in the period, or behind the memo: a reading of an earlier moment).
+func (s *Source) memo(ctx context.Context, workspaceID string, from, to, now, cut time.Time, idle time.Duration) (settled, bool, error) {
+	if !cut.After(from) {
+		return settled{}, false, nil
+	}
 	key := settledKey{workspaceID, from}
-	cut := now.Add(-SettleAfter)
 	s.mu.Lock()
 	m, ok := s.settled[key]
 	s.mu.Unlock()
-	if !ok || m.before.After(cut) || cut.Sub(m.before) >= resettle {
-		if !cut.After(from) {
-			return store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{})
+	switch {
+	case ok && m.before.After(cut):
+		return settled{}, false, nil
+	case ok && m.before.Equal(cut):
+		return m, true, nil
+	}
+	since := from
+	if ok {
+		since = m.before
+	}
+	tot, err := store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{EndedFrom: since, EndedBefore: cut, Settled: true})
+	if err != nil {
+		return settled{}, false, err
+	}
+	opened, err := store.SessionsOpenedIn(ctx, s.DB, workspaceID, since, cut)
+	if err != nil {
+		return settled{}, false, err
+	}
+	m = settled{before: cut, tot: store.TaskTotals{Seconds: m.tot.Seconds + tot.Seconds, Calls: m.tot.Calls + tot.Calls}, opened: m.opened + opened}
+	s.mu.Lock()
+	if s.settled == nil {
+		s.settled = map[settledKey]settled{}
+	}
+	for k := range s.settled {
+		if k.workspace == workspaceID && k.from != from {
+			delete(s.settled, k) // a past period's memo
 		}
-		tot, err := store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{EndedBefore: cut, Settled: true})
-		if err != nil {
-			return store.TaskTotals{}, err
-		}
-		m = settled{before: cut, tot: tot}
-		s.mu.Lock()
-		if s.settled == nil {
-			s.settled = map[settledKey]settled{}
-		}
-		for k := range s.settled {
-			if k.workspace == workspaceID && k.from != from {
-				delete(s.settled, k) // a past period's memo
-			}
-		}
+	}
+	if cur, ok := s.settled[key]; !ok || cur.before.Before(cut) {
 		s.settled[key] = m
-		s.mu.Unlock()
+	}
+	s.mu.Unlock()
+	return m, true, nil
+}
+
+// taskTime is the period's task time, calls and sessions opened: the memo's sums plus the live sessions' and the
+// ones opened since (read each time), which equals summing every session at once.
+func (s *Source) taskTime(ctx context.Context, workspaceID string, from, to, now time.Time, idle time.Duration) (store.TaskTotals, int64, error) {
+	m, ok, err := s.memo(ctx, workspaceID, from, to, now, now.Add(-SettleAfter), idle)
+	if err != nil {
+		return store.TaskTotals{}, 0, err
+	}
+	if !ok {
+		tot, err := store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{})
+		if err != nil {
+			return store.TaskTotals{}, 0, err
+		}
+		opened, err := store.SessionsOpenedIn(ctx, s.DB, workspaceID, from, to)
+		return tot, opened, err
 	}
 	live, err := store.SumTaskTime(ctx, s.DB, workspaceID, from, to, now, idle, store.Part{EndedBefore: m.before})
 	if err != nil {
-		return store.TaskTotals{}, err
+		return store.TaskTotals{}, 0, err
 	}
-	return store.TaskTotals{Seconds: m.tot.Seconds + live.Seconds, Calls: m.tot.Calls + live.Calls}, nil
+	opened, err := store.SessionsOpenedIn(ctx, s.DB, workspaceID, m.before, to)
+	if err != nil {
+		return store.TaskTotals{}, 0, err
+	}
+	return store.TaskTotals{Seconds: m.tot.Seconds + live.Seconds, Calls: m.tot.Calls + live.Calls}, m.opened + opened, nil
 }
 
 // Read reads ws's usage in the period now falls in.
 func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) (*Reading, error) {
 	from, to := Bounds(now, s.Period)
 	planName, plan := s.Plans.Of(ws)
-	sessions, err := store.SessionsOpenedIn(ctx, s.DB, ws.ID, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("usage: %w", err)
-	}
 	open, err := store.OpenSessions(ctx, s.DB, ws.ID)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
@@ -250,7 +284,7 @@ func (s *Source) Read(ctx context.Context, ws *schema.Workspace, now time.Time) 
 		idle = store.DefaultSessionIdle
 	}
 	// The database applies TaskSeconds's rule (store.SumTaskTime; a test holds the two equal).
-	tot, err := s.taskTime(ctx, ws.ID, from, to, now, idle)
+	tot, sessions, err := s.taskTime(ctx, ws.ID, from, to, now, idle)
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
