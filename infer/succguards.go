@@ -104,23 +104,11 @@ func fieldPath(p []any) bool {
 // guarded tells whether a guard in have already tests the row's field at p.
 func guarded(have []guard, p []any) bool {
 	for _, g := range have {
-		if f, ok := g.pred.(fieldNotIn); ok && samePath(f.path, p) {
+		if f, ok := g.pred.(fieldNotIn); ok && slices.Equal(f.path, p) {
 			return true
 		}
 	}
 	return false
-}
-
-func samePath(a, b []any) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // rowState answers the string at path p of row.

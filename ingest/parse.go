@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -857,7 +858,7 @@ func (p *parser) message(m *trace.Message) error {
 			p.push(k)
 			var calls []trace.ToolCall
 			ok, err := p.toolCalls(&calls)
-			if err == nil && ok && seen&other != 0 && bad&mToolCalls == 0 && !equalCalls(calls, m.ToolCalls) {
+			if err == nil && ok && seen&other != 0 && bad&mToolCalls == 0 && !slices.Equal(calls, m.ToolCalls) {
 				p.fail("differs from the other spelling given (tool_calls, toolCalls): give one")
 				ok = false
 			}
@@ -906,18 +907,6 @@ func (p *parser) message(m *trace.Message) error {
 	}
 	p.checkMessage(m, bad, present, false)
 	return nil
-}
-
-func equalCalls(a, b []trace.ToolCall) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *parser) toolCalls(calls *[]trace.ToolCall) (bool, error) {

@@ -1,6 +1,7 @@
 package twin
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -114,7 +115,7 @@ func learnListing(t *rtTool, parse func(string) (any, bool), st Style) *listing 
 	l := &listing{fields: ans[0].elems[0].Keys, match: map[string]string{}, sorted: true, rows: map[string]*jsonvalue.Object{}}
 	for _, a := range ans {
 		for _, e := range a.elems {
-			if !sameKeys(e.Keys, l.fields) {
+			if !slices.Equal(e.Keys, l.fields) {
 				return nil
 			}
 		}
@@ -155,18 +156,6 @@ func learnListing(t *rtTool, parse func(string) (any, bool), st Style) *listing 
 		return nil
 	}
 	return l
-}
-
-func sameKeys(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func sortedSet(m map[string]bool) []string {
