@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -268,6 +269,15 @@ func (m *model) recordings(b *twin.Bundle) {
 	// are indexed. Base rows' are kept throughout, a trace's own rows' only while it is indexed (so the
 	// answers recordings release can go).
 	basePrints, tracePrints := map[*jsonvalue.Object]string{}, map[*jsonvalue.Object]string{}
+	n := 0 // sized up front: a large build's recordings are its largest slice, and doubling leaves up to half unused
+	for _, t := range m.traces {
+		for _, c := range t.calls {
+			if c.answer && c.args != nil {
+				n++
+			}
+		}
+	}
+	b.Recordings = slices.Grow(b.Recordings, n)
 	for i, t := range m.traces {
 		v := m.newView()
 		clear(tracePrints)
