@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -118,39 +119,8 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*tw
 			return nil, nil, fmt.Errorf("%w: code.%s: %w", ErrBadInput, name, err)
 		}
 	}
-	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}, release: release}
-	for _, t := range pts {
-		for _, c := range t.calls {
-			ti := m.tools[c.tool]
-			if ti == nil {
-				ti = &toolInfo{name: c.tool}
-				m.tools[c.tool] = ti
-			}
-			ti.calls = append(ti.calls, c)
-		}
-	}
-	for i := range opts.Tools {
-		d := &opts.Tools[i]
-		ti := m.tools[d.Name]
-		if ti == nil {
-			ti = &toolInfo{name: d.Name}
-			m.tools[d.Name] = ti
-		}
-		ti.def = d
-	}
-	for name := range opts.Code {
-		if m.tools[name] == nil {
-			m.tools[name] = &toolInfo{name: name}
-		}
-	}
-	m.toolNames = sortedKeys(m.tools)
-	m.detectStyle()
-	m.classify()
-	m.buildBase()
-	m.learnRelations()
-	m.synthesize()
-	m.learnFacts()
-	b := m.bundle()
+	m := newModel(pts, opts, w, release)
+	b := m.learn()
 	fits, err := m.fit(b)
 	if err != nil {
 		return nil, nil, err
@@ -248,6 +218,49 @@ func (m *model) bundle() *twin.Bundle {
 	return b
 }
 
+// newModel indexes prepared traces' calls by tool, beside the tools and code opts declare.
+func newModel(pts []*ptrace, opts *Options, w *warnings, release bool) *model {
+	m := &model{traces: pts, opts: opts, w: w, tools: map[string]*toolInfo{}, release: release}
+	for _, t := range pts {
+		for _, c := range t.calls {
+			ti := m.tools[c.tool]
+			if ti == nil {
+				ti = &toolInfo{name: c.tool}
+				m.tools[c.tool] = ti
+			}
+			ti.calls = append(ti.calls, c)
+		}
+	}
+	for i := range opts.Tools {
+		d := &opts.Tools[i]
+		ti := m.tools[d.Name]
+		if ti == nil {
+			ti = &toolInfo{name: d.Name}
+			m.tools[d.Name] = ti
+		}
+		ti.def = d
+	}
+	for name := range opts.Code {
+		if m.tools[name] == nil {
+			m.tools[name] = &toolInfo{name: name}
+		}
+	}
+	m.toolNames = sortedKeys(m.tools)
+	return m
+}
+
+// learn runs the build's stages up to the bundle fit scores: style, tables, base world, relations,
+// handlers, facts, recordings.
+func (m *model) learn() *twin.Bundle {
+	m.detectStyle()
+	m.classify()
+	m.buildBase()
+	m.learnRelations()
+	m.synthesize()
+	m.learnFacts()
+	return m.bundle()
+}
+
 // recordings indexes every answered call by tool and canonical arguments, with the
 // fingerprint of the target row's state before the call.
 func (m *model) recordings(b *twin.Bundle) {
@@ -256,6 +269,15 @@ func (m *model) recordings(b *twin.Bundle) {
 	// are indexed. Base rows' are kept throughout, a trace's own rows' only while it is indexed (so the
 	// answers recordings release can go).
 	basePrints, tracePrints := map[*jsonvalue.Object]string{}, map[*jsonvalue.Object]string{}
+	n := 0 // sized up front: a large build's recordings are its largest slice, and doubling leaves up to half unused
+	for _, t := range m.traces {
+		for _, c := range t.calls {
+			if c.answer && c.args != nil {
+				n++
+			}
+		}
+	}
+	b.Recordings = slices.Grow(b.Recordings, n)
 	for i, t := range m.traces {
 		v := m.newView()
 		clear(tracePrints)
@@ -324,21 +346,10 @@ var maxFitTraces = 10000
 // fit runs each synthesized handler on the recorded calls (at most maxFitCalls a tool), on the world
 // as the trace showed it just before that call, and scores exact agreement.
 func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
-	probe := *b
-	// The twin rung reads only the recorded errors (the style of an argument error, the not-found answer of
-	// a closed world), so the probe indexes only those rather than every recording of a large build.
-	probe.Recordings = nil
-	for _, r := range b.Recordings {
-		if r.Error {
-			probe.Recordings = append(probe.Recordings, r)
-		}
-	}
-	probe.Tools = append([]twin.Tool(nil), b.Tools...)
-	for i := range probe.Tools {
-		probe.Tools[i].Binding, probe.Tools[i].Rung = twin.BindingSynthesized, twin.RungTwin
-		probe.Tools[i].Provided = ""
-	}
-	rt, err := twin.NewRuntime(&probe, twin.RuntimeOptions{})
+	probe := fitProbe(b)
+	// The probe shares the build's parsed base rows (the bundle's rows are their rendering) rather than
+	// parsing a second copy of the world; neither fit nor the runtime changes them.
+	rt, err := twin.NewRuntime(&probe, twin.RuntimeOptions{Parsed: m.base})
 	if err != nil {
 		return nil, fmt.Errorf("build: synthesized handlers do not load: %w", err)
 	}
@@ -392,6 +403,25 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		}
 	}
 	return fits, nil
+}
+
+// fitProbe is the bundle fit runs b's synthesized handlers in: every tool bound to its handler at the twin
+// rung. The twin rung reads only the recorded errors (the style of an argument error, the not-found answer of
+// a closed world), so the probe indexes only those rather than every recording of a large build.
+func fitProbe(b *twin.Bundle) twin.Bundle {
+	probe := *b
+	probe.Recordings = nil
+	for _, r := range b.Recordings {
+		if r.Error {
+			probe.Recordings = append(probe.Recordings, r)
+		}
+	}
+	probe.Tools = append([]twin.Tool(nil), b.Tools...)
+	for i := range probe.Tools {
+		probe.Tools[i].Binding, probe.Tools[i].Rung = twin.BindingSynthesized, twin.RungTwin
+		probe.Tools[i].Provided = ""
+	}
+	return probe
 }
 
 // fitCall runs c's handler in s, on the target row as the trace knew it, and scores the answer into f.

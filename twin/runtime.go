@@ -45,6 +45,11 @@ type RuntimeOptions struct {
 	SeedBudget time.Duration
 	// SimCacheSize bounds the simulate cache (default 10,000 answers).
 	SimCacheSize int
+	// Parsed are the base rows already parsed, by table and key (a build's own trees): a row found here is
+	// used as it is rather than parsed from its JSON, and so must be what parsing that JSON gives. The runtime
+	// only reads them (as it does every base row, shared by its sessions); the caller must not change them
+	// while the runtime is in use.
+	Parsed map[string]map[string]*jsonvalue.Object
 }
 
 // Runtime hosts sessions over one bundle: the base world, compiled handlers and
@@ -131,7 +136,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		rt.clock = DefaultClock
 	}
 	for i := range b.Tables {
-		t, err := newBaseTable(&b.Tables[i])
+		t, err := newBaseTable(&b.Tables[i], opts.Parsed[b.Tables[i].Name])
 		if err != nil {
 			return nil, err
 		}
@@ -173,6 +178,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
 	}
+	rt.opts.Parsed = nil // the tables hold what they use
 	rt.baseHash = rt.baseWorldHash()
 	return rt, nil
 }

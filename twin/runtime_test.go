@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
 )
 
 const getAccount = `
@@ -231,6 +233,49 @@ func TestConcurrentSessions(t *testing.T) {
 	for _, h := range hashes[1:] {
 		if h != hashes[0] {
 			t.Fatalf("same calls in parallel sessions gave different states: %v", hashes)
+		}
+	}
+}
+
+// TestParsedRowsAreSharedReadOnly: a runtime given parsed base rows serves them as they are (acc_02's tree
+// here differs from its JSON, to show which one is used), its sessions' writes leave them unchanged, and
+// rows it was not given are parsed from the bundle.
+func TestParsedRowsAreSharedReadOnly(t *testing.T) {
+	parsed := map[string]*jsonvalue.Object{}
+	for _, r := range bankBundle().Tables[0].Rows {
+		v, err := jsonvalue.ParseString(r.JSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed[r.Key] = v.(*jsonvalue.Object)
+	}
+	parsed["acc_02"].Set("owner", "Bea")
+	before := map[string]string{}
+	for k, o := range parsed {
+		before[k] = string(jsonvalue.Canonical(o))
+	}
+	rt := newBank(t, RuntimeOptions{Parsed: map[string]map[string]*jsonvalue.Object{"accounts": parsed}})
+	if rt.BaseHash() == newBank(t, RuntimeOptions{}).BaseHash() {
+		t.Fatal("the base hash ignores the parsed rows")
+	}
+	ctx := context.Background()
+	s := open(t, rt, SessionSpec{})
+	for _, c := range []struct{ tool, args, want string }{
+		{"deposit", `{"id": "acc_01", "amount": 2.5}`, `"balance": 102.5`},
+		{"get_account", `{"id": "acc_02"}`, `"owner": "Bea"`},
+		{"find_owner", `{"owner": "bea"}`, `acc_02`},
+	} {
+		res, err := s.Call(ctx, c.tool, json.RawMessage(c.args))
+		if err != nil || !strings.Contains(res.Content, c.want) {
+			t.Fatalf("%s %s = %+v, %v; want %s", c.tool, c.args, res, err, c.want)
+		}
+	}
+	if row, ok := s.Row("users", "Ann"); !ok || !strings.Contains(string(row), "gold") {
+		t.Fatalf("users[Ann] = %s, %v: a table without parsed rows is parsed from the bundle", row, ok)
+	}
+	for k, o := range parsed {
+		if got := string(jsonvalue.Canonical(o)); got != before[k] {
+			t.Fatalf("session changed the shared row %s: %s, was %s", k, got, before[k])
 		}
 	}
 }

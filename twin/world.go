@@ -135,11 +135,12 @@ func subObjects(row *jsonvalue.Object, path string) []*jsonvalue.Object {
 	return out
 }
 
-func newBaseTable(def *Table) (*baseTable, error) {
+// newBaseTable indexes a table's rows; parsed holds rows already parsed by key (nil: parse them all).
+func newBaseTable(def *Table, parsed map[string]*jsonvalue.Object) (*baseTable, error) {
 	t := &baseTable{def: def, indexes: map[string]map[string][]string{}, subs: map[string]map[string]subHit{},
 		subDefs: map[string]SubIndex{}}
 	var err error
-	if t.rows, t.keys, err = parseRows(def.Name, "rows", def.Rows); err != nil {
+	if t.rows, t.keys, err = parseRows(def.Name, "rows", def.Rows, parsed); err != nil {
 		return nil, err
 	}
 	var body bytes.Buffer
@@ -160,7 +161,7 @@ func newBaseTable(def *Table) (*baseTable, error) {
 		t.addIndex(ix.Path, ix.Fold)
 	}
 	t.mapFields = map[string]bool{}
-	if t.facts, t.factKeys, err = parseRows(def.Name, "facts", def.Facts); err != nil {
+	if t.facts, t.factKeys, err = parseRows(def.Name, "facts", def.Facts, nil); err != nil {
 		return nil, err
 	}
 	t.absent = map[string]bool{}
@@ -204,18 +205,21 @@ func newBaseTable(def *Table) (*baseTable, error) {
 }
 
 // parseRows parses a table's rows (or its facts: field names which, for errors) into objects by key, and the keys
-// sorted.
-func parseRows(table, field string, rows []Row) (map[string]*jsonvalue.Object, []string, error) {
+// sorted. A row that parsed holds by its key is taken as it is, not parsed again.
+func parseRows(table, field string, rows []Row, parsed map[string]*jsonvalue.Object) (map[string]*jsonvalue.Object, []string, error) {
 	byKey := make(map[string]*jsonvalue.Object, len(rows))
 	keys := make([]string, 0, len(rows))
 	for i, r := range rows {
-		v, err := jsonvalue.ParseString(r.JSON)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: %w", ErrBadBundle, table, field, i, err)
-		}
-		o, ok := v.(*jsonvalue.Object)
-		if !ok {
-			return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: not an object", ErrBadBundle, table, field, i)
+		o := parsed[r.Key]
+		if o == nil {
+			v, err := jsonvalue.ParseString(r.JSON)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: %w", ErrBadBundle, table, field, i, err)
+			}
+			var ok bool
+			if o, ok = v.(*jsonvalue.Object); !ok {
+				return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: not an object", ErrBadBundle, table, field, i)
+			}
 		}
 		if _, dup := byKey[r.Key]; dup {
 			return nil, nil, fmt.Errorf("%w: tables[%s].%s[%d]: duplicate key %q", ErrBadBundle, table, field, i, r.Key)
