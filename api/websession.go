@@ -176,8 +176,8 @@ func (w *WebSessions) mint(ctx context.Context, key *schema.APIKey) (string, *we
 	return tok, &webSession{claims: c, csrf: csrfToken(secret, c.ID)}, nil
 }
 
-// parse checks a JWT: HS256 under our secret, our issuer and audience, not expired, not signed out. Any failure is
-// a 401.
+// parse checks a JWT: HS256 under our secret, our issuer and audience, not expired. Any failure is a 401. Whether
+// it was signed out is read with its key (webPrincipal).
 func (w *WebSessions) parse(ctx context.Context, tok string) (*webSession, error) {
 	secret, err := w.secret(ctx)
 	if err != nil {
@@ -194,16 +194,6 @@ func (w *WebSessions) parse(ctx context.Context, tok string) (*webSession, error
 		return nil, Unauthorized("invalid web session: sign in again")
 	case c.ID == "" || c.Subject == "" || c.Workspace == "":
 		return nil, Unauthorized("invalid web session: sign in again")
-	}
-	if w.DB == nil {
-		return nil, Unavailable("metadata database is not configured")
-	}
-	out, err := store.WebSignedOut(ctx, w.DB, c.ID)
-	if err != nil {
-		return nil, err
-	}
-	if out {
-		return nil, Unauthorized("web session signed out: sign in again")
 	}
 	return &webSession{claims: c, csrf: csrfToken(secret, c.ID)}, nil
 }
@@ -268,12 +258,16 @@ func (a *Authenticator) webPrincipal(ctx context.Context, s *webSession, session
 	if err != nil {
 		return nil, err
 	}
-	key, err := store.GetKeyByID(ctx, db, s.claims.Subject)
+	// One read for the key and the sign-out, one for the workspace: as many as a bearer key takes.
+	key, signedOut, err := store.GetWebKey(ctx, db, s.claims.Subject, s.claims.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Unauthorized("web session ended: its key no longer exists")
 	}
 	if err != nil {
 		return nil, err
+	}
+	if signedOut {
+		return nil, Unauthorized("web session signed out: sign in again")
 	}
 	if key.WorkspaceID != s.claims.Workspace || key.Kind != schema.KeyKindWorkspace {
 		return nil, Unauthorized("invalid web session: sign in again")

@@ -36,22 +36,20 @@ func SignOutWeb(ctx context.Context, db bun.IDB, jti string, exp time.Time) erro
 	return nil
 }
 
-// WebSignedOut reports whether the web session jti was signed out.
-func WebSignedOut(ctx context.Context, db bun.IDB, jti string) (bool, error) {
-	n, err := db.NewSelect().Model((*schema.WebSignout)(nil)).Where("jti = ?", jti).Count(ctx)
+// GetWebKey returns the key a web session was signed in with (by id, whatever its workspace: the caller checks it)
+// and whether the session jti was signed out, in one query.
+func GetWebKey(ctx context.Context, db bun.IDB, keyID, jti string) (*schema.APIKey, bool, error) {
+	var row struct {
+		schema.APIKey `bun:",extend"`
+		SignedOut     bool `bun:"signed_out"`
+	}
+	err := db.NewSelect().Model(&row).ColumnExpr("?TableAlias.*").
+		ColumnExpr("EXISTS (SELECT 1 FROM web_signouts AS o WHERE o.jti = ?) AS signed_out", jti).
+		Where("?TableAlias.id = ?", keyID).Scan(ctx)
 	if err != nil {
-		return false, wrap(err, "read web sign-out")
+		return nil, false, wrap(err, "get key %q", keyID)
 	}
-	return n > 0, nil
-}
-
-// GetKeyByID returns a key by id, whatever its workspace (the caller checks it).
-func GetKeyByID(ctx context.Context, db bun.IDB, id string) (*schema.APIKey, error) {
-	k := new(schema.APIKey)
-	if err := db.NewSelect().Model(k).Where("id = ?", id).Scan(ctx); err != nil {
-		return nil, wrap(err, "get key %q", id)
-	}
-	return k, nil
+	return &row.APIKey, row.SignedOut, nil
 }
 
 // SessionCallCount is one session's journaled calls with one fidelity label.
