@@ -113,13 +113,21 @@ type ToolAnswer struct {
 	Took time.Duration
 }
 
+// Conversation is a query's messages after the user's input: the model's turns and the tools' answers.
+type Conversation []llm.ChatMessage
+
+// WithTool is the conversation with the answer to the tool call id appended.
+func (c Conversation) WithTool(id, content string) Conversation {
+	return append(c, llm.ChatMessage{Role: "tool", ToolCallID: id, Content: content})
+}
+
 // ModelTurnInput is one model turn: the build whose agent profile and tools it runs with, the model, the user's
 // input and the conversation after it.
 type ModelTurnInput struct {
 	BuildID  string
 	Model    string
 	Input    string
-	Messages []llm.ChatMessage
+	Messages Conversation
 	Seed     int64
 }
 

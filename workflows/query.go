@@ -12,7 +12,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/schema"
 )
 
@@ -261,7 +260,7 @@ func (r *queryRun) replay(ctx workflow.Context, plan *activities.ReplayPlan) err
 // limit or the deadline.
 func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery) error {
 	var a *activities.Queries
-	var msgs []llm.ChatMessage
+	var msgs activities.Conversation
 	r.res.Stopped = "step_limit"
 	for step := 0; step < r.in.MaxSteps; step++ {
 		if r.overDeadline(ctx) {
@@ -296,7 +295,7 @@ func (r *queryRun) agentLoop(ctx workflow.Context, prep activities.PreparedQuery
 			if err != nil {
 				return err
 			}
-			msgs = append(msgs, llm.ChatMessage{Role: "tool", ToolCallID: id, Content: ans.Content})
+			msgs = msgs.WithTool(id, ans.Content)
 		}
 	}
 	return nil
