@@ -16,7 +16,8 @@ import (
 // tasks plus the task's own traces reduced to their read calls (twin.KindRead in the build from all traces;
 // writes and every other call removed with their answers), so the world's facts about the entities the agent saw
 // match production's; then it replays the task's traces and scores their write calls only, printed per tool beside
-// the plain by-task figures for the same calls. DOPPEL_COND_MISSES=1 lists the conditioned write misses.
+// the plain by-task figures for the same calls, and again with only the reads before each trace's first write (so no read
+// shows a write's effect). DOPPEL_COND_MISSES=1 lists the conditioned write misses.
 func TestConditionedWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two twins per task")
@@ -98,7 +99,7 @@ func conditionedWrites(t *testing.T, name string) {
 		}
 	}
 
-	// The write calls the traces record, answered: what both checks must have scored.
+	// The write calls the traces record, answered: what all three checks must have scored.
 	want := map[string]int{}
 	for _, pt := range pts {
 		for _, c := range pt.calls {
