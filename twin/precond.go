@@ -227,8 +227,14 @@ func (p *precond) refusal(args *jsonvalue.Object, ev precondEval, st Style) stri
 	return strings.ReplaceAll(text, hold+"c", formatNumber(ev.cost))
 }
 
-// learnPreconds learns each write tool's relations on the listings' rows.
+// learnPreconds learns each write tool's relations on the listings' rows, and its balance relations (balance.go).
 func (rt *Runtime) learnPreconds() {
+	reads := rt.entityReads()
+	for _, name := range rt.toolNames {
+		if t := rt.tools[name]; t.def.Kind == KindWrite && len(t.all) > 0 {
+			t.balances = rt.learnBalances(t, reads)
+		}
+	}
 	var ls []*listing
 	for _, name := range rt.toolNames {
 		if l := rt.tools[name].listing; l != nil {
