@@ -22,7 +22,7 @@ import (
 //     is rendered with the new sum (and the new total where it showed the total).
 //
 // A call naming a row no recording listed is not judged. Relations the rows cannot express (a balance held by
-// a user, a flight's status on a date no answer showed, fees beyond the fares) are not learned here.
+// a user: balance.go; a flight's status on a date no answer showed, fees beyond the fares) are not learned here.
 
 // minPrecondSuccesses is how many judged successes a relation needs before it refuses a call.
 const minPrecondSuccesses = 2
