@@ -143,16 +143,32 @@ func (t *rtTool) balanceRefusal(args *jsonvalue.Object, row rowFunc) (string, bo
 	return "", false
 }
 
-// entityRead is one recorded successful read of an entity's row.
+// entityRead is one recorded successful read of an entity's row (its answer parsed when first asked for).
 type entityRead struct {
-	call int
-	key  string
-	row  *jsonvalue.Object
+	call   int
+	key    string
+	answer string
+	parsed bool
+	row    *jsonvalue.Object // nil: not an object
 }
 
-// entityReads indexes, per trace and table, the rows the read tools' recorded answers show, in call order.
-func (rt *Runtime) entityReads() map[string]map[string][]entityRead {
-	out := map[string]map[string][]entityRead{}
+// rowOf answers the row the read's answer shows (nil: none).
+func (e *entityRead) rowOf() *jsonvalue.Object {
+	if !e.parsed {
+		e.parsed = true
+		if jsonvalue.LooksJSON(e.answer) {
+			v, err := jsonvalue.ParseString(e.answer)
+			if o, ok := v.(*jsonvalue.Object); ok && err == nil {
+				e.row = o
+			}
+		}
+	}
+	return e.row
+}
+
+// entityReads indexes, per trace and table, the recorded successful reads of entities' rows, in call order.
+func (rt *Runtime) entityReads() map[string]map[string][]*entityRead {
+	out := map[string]map[string][]*entityRead{}
 	for _, name := range rt.toolNames {
 		t := rt.tools[name]
 		if t.def.Kind != KindRead || t.def.Table == "" || t.def.KeyArg == "" {
@@ -160,22 +176,17 @@ func (rt *Runtime) entityReads() map[string]map[string][]entityRead {
 		}
 		for _, r := range t.all {
 			a, ok := r.args.(*jsonvalue.Object)
-			if r.isErr || !ok || !jsonvalue.LooksJSON(r.answer) {
+			if r.isErr || !ok {
 				continue
 			}
 			key, ok := keyArg(t.def, a)
 			if !ok {
 				continue
 			}
-			v, err := jsonvalue.ParseString(r.answer)
-			o, isObj := v.(*jsonvalue.Object)
-			if err != nil || !isObj {
-				continue
-			}
 			if out[r.trace] == nil {
-				out[r.trace] = map[string][]entityRead{}
+				out[r.trace] = map[string][]*entityRead{}
 			}
-			out[r.trace][t.def.Table] = append(out[r.trace][t.def.Table], entityRead{call: r.call, key: key, row: o})
+			out[r.trace][t.def.Table] = append(out[r.trace][t.def.Table], &entityRead{call: r.call, key: key, answer: r.answer})
 		}
 	}
 	for _, byTable := range out {
@@ -187,26 +198,20 @@ func (rt *Runtime) entityReads() map[string]map[string][]entityRead {
 }
 
 // learnBalances learns a write's balance relation (at most one: the one most refusals witness).
-func (rt *Runtime) learnBalances(t *rtTool, reads map[string]map[string][]entityRead) []*balance {
+func (rt *Runtime) learnBalances(t *rtTool, reads map[string]map[string][]*entityRead) []*balance {
+	type at struct {
+		r          *rec
+		table, key string
+	}
+	memo := map[at]*jsonvalue.Object{}
 	rowAt := func(r *rec) rowFunc {
 		return func(table, key string) (*jsonvalue.Object, bool) {
-			var last *jsonvalue.Object
-			for _, e := range reads[r.trace][table] {
-				if e.call >= r.call {
-					break
-				}
-				if e.key == key {
-					last = e.row
-				}
+			if row, ok := memo[at{r, table, key}]; ok {
+				return row, row != nil
 			}
-			if last != nil {
-				return last, true
-			}
-			if bt := rt.tables[table]; bt != nil {
-				row, ok := bt.rows[key]
-				return row, ok
-			}
-			return nil, false
+			row := rowBefore(rt, reads, r, table, key)
+			memo[at{r, table, key}] = row
+			return row, row != nil
 		}
 	}
 	var best *balance
@@ -220,6 +225,23 @@ func (rt *Runtime) learnBalances(t *rtTool, reads map[string]map[string][]entity
 		return nil
 	}
 	return []*balance{best}
+}
+
+// rowBefore answers an entity's row as the recording's trace last read it before the call, else as the base world
+// holds it (nil: neither).
+func rowBefore(rt *Runtime, reads map[string]map[string][]*entityRead, r *rec, table, key string) *jsonvalue.Object {
+	rs := reads[r.trace][table]
+	for i := len(rs) - 1; i >= 0; i-- {
+		if e := rs[i]; e.call < r.call && e.key == key {
+			if row := e.rowOf(); row != nil {
+				return row
+			}
+		}
+	}
+	if bt := rt.tables[table]; bt != nil {
+		return bt.rows[key]
+	}
+	return nil
 }
 
 // balanceCandidates answers every balance relation a write's recorded arguments and the rows of the entities they
@@ -244,8 +266,9 @@ func (rt *Runtime) balanceCandidates(all []*rec, rowAt func(*rec) rowFunc) []*ba
 			if !ok {
 				continue
 			}
+			rows := rowAt(r)
 			for _, table := range tables {
-				row, ok := rowAt(r)(table, key)
+				row, ok := rows(table, key)
 				if !ok {
 					continue
 				}
