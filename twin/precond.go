@@ -22,7 +22,7 @@ import (
 //     is rendered with the new sum (and the new total where it showed the total).
 //
 // A call naming a row no recording listed is not judged. Relations the rows cannot express (a balance held by
-// a user, a flight's status on a date no answer showed, fees beyond the fares) are not learned here.
+// a user: balance.go; a flight's status on a date no answer showed, fees beyond the fares) are not learned here.
 
 // minPrecondSuccesses is how many judged successes a relation needs before it refuses a call.
 const minPrecondSuccesses = 2
@@ -227,8 +227,14 @@ func (p *precond) refusal(args *jsonvalue.Object, ev precondEval, st Style) stri
 	return strings.ReplaceAll(text, hold+"c", formatNumber(ev.cost))
 }
 
-// learnPreconds learns each write tool's relations on the listings' rows.
+// learnPreconds learns each write tool's relations on the listings' rows, and its balance relations (balance.go).
 func (rt *Runtime) learnPreconds() {
+	reads := rt.entityReads()
+	for _, name := range rt.toolNames {
+		if t := rt.tools[name]; t.def.Kind == KindWrite && len(t.all) > 0 {
+			t.balances = rt.learnBalances(t, reads)
+		}
+	}
 	var ls []*listing
 	for _, name := range rt.toolNames {
 		if l := rt.tools[name].listing; l != nil {

@@ -125,6 +125,9 @@ func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 		if content, ok := t.precondRefusal(args, s.rt.style, s.listedView); ok {
 			return &answer{content: content, isErr: true}, ""
 		}
+		if content, ok := t.balanceRefusal(args, s.row); ok {
+			return &answer{content: content, isErr: true}, ""
+		}
 	}
 	var best *rec
 	bestD := -1

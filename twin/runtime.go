@@ -90,6 +90,8 @@ type rtTool struct {
 	// effects are what a successful call of the write does to those rows, learned from rows seen before and
 	// after it in one trace (see listed.go).
 	effects []*rowEffect
+	// balances are a write's relations on the members of a named entity's map (see balance.go).
+	balances []*balance
 	// answerSize is the longest answer its handlers rendered so far (up to maxAnswerHint), the buffer the next starts with.
 	answerSize atomic.Int64
 }
