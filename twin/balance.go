@@ -93,7 +93,7 @@ func (b *balance) eval(args *jsonvalue.Object, row rowFunc) balanceEval {
 // fit checks the relation against the recordings (rows as rowAt answers them before each call); it answers how
 // many refusals witness it (0: not held).
 func (b *balance) fit(all []*rec, rowAt func(*rec) rowFunc) int {
-	succ, wit := 0, 0
+	var e evidence
 	for _, r := range all {
 		a, ok := r.args.(*jsonvalue.Object)
 		if !ok {
@@ -103,22 +103,14 @@ func (b *balance) fit(all []*rec, rowAt func(*rec) rowFunc) int {
 		if !ev.known {
 			continue
 		}
-		switch {
-		case !r.isErr && ev.violated:
+		if e.add(r.isErr, ev.violated, strings.Contains(r.answer, ev.id)) && b.witness == nil {
+			b.witness, b.wev = r, ev
+		}
+		if e.broken {
 			return 0
-		case !r.isErr:
-			succ++
-		case ev.violated && strings.Contains(r.answer, ev.id):
-			if b.witness == nil {
-				b.witness, b.wev = r, ev
-			}
-			wit++
 		}
 	}
-	if succ < minPrecondSuccesses {
-		return 0
-	}
-	return wit
+	return e.witnesses()
 }
 
 // refusal renders the witness's refusal for a new call that violates the relation.

@@ -27,6 +27,36 @@ import (
 // minPrecondSuccesses is how many judged successes a relation needs before it refuses a call.
 const minPrecondSuccesses = 2
 
+// evidence tallies what a tool's recordings say of one candidate relation: the judged successes, whether one broke
+// it, and the refusals that break it and name what it is about (its witnesses).
+type evidence struct {
+	succ, wit int
+	broken    bool
+}
+
+// add counts one recorded call the relation could judge; it answers whether the call is a witness.
+func (e *evidence) add(isErr, violated, named bool) bool {
+	switch {
+	case !isErr && violated:
+		e.broken = true
+	case !isErr:
+		e.succ++
+	case violated && named:
+		e.wit++
+		return true
+	}
+	return false
+}
+
+// witnesses is how many refusals witness the relation, or 0 when it is not held: a success broke it, or too few
+// successes were judged.
+func (e *evidence) witnesses() int {
+	if e.broken || e.succ < minPrecondSuccesses {
+		return 0
+	}
+	return e.wit
+}
+
 // Relation kinds.
 const (
 	precondPerRow = iota
@@ -424,7 +454,7 @@ func selects(all []*rec, sel string, l *listing, field string) bool {
 
 // fit checks a relation against the recordings; it answers how many refusals witness it (0: not held).
 func (p *precond) fit(all []*rec) int {
-	succ, wit := 0, 0
+	var e evidence
 	for _, r := range all {
 		a, ok := r.args.(*jsonvalue.Object)
 		if !ok {
@@ -434,22 +464,14 @@ func (p *precond) fit(all []*rec) int {
 		if !ev.known {
 			continue
 		}
-		switch {
-		case !r.isErr && ev.violated:
+		if e.add(r.isErr, ev.violated, r.isErr && ev.violated && p.names(r.answer, ev)) && p.witness == nil {
+			p.witness, p.wargs = r, a
+		}
+		if e.broken {
 			return 0
-		case !r.isErr:
-			succ++
-		case ev.violated && p.names(r.answer, ev):
-			if p.witness == nil {
-				p.witness, p.wargs = r, a
-			}
-			wit++
 		}
 	}
-	if succ < minPrecondSuccesses {
-		return 0
-	}
-	return wit
+	return e.witnesses()
 }
 
 // precondRefusal answers the refusal of the first relation the call violates, on the rows as views shows them
