@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -55,17 +54,11 @@ func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 // trpcAs sends a tRPC request carrying the web session (cookie, and csrf when set).
 func trpcAs(t *testing.T, h http.Handler, method, path string, s web, csrf string, body any) (int, map[string]any) {
 	t.Helper()
-	var rd *bytes.Reader
+	var b []byte
 	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
+		b, _ = json.Marshal(body)
 	}
-	r := httptest.NewRequest(method, path, rd)
-	if body != nil {
-		r.Header.Set("Content-Type", "application/json")
-	}
+	r := jsonRequest(method, path, b)
 	if s.cookie != nil {
 		r.AddCookie(&http.Cookie{Name: s.cookie.Name, Value: s.cookie.Value})
 	}

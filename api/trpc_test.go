@@ -20,18 +20,18 @@ type trpcClient struct {
 	token string
 }
 
-func (c trpcClient) send(method, target string, body []byte) (int, json.RawMessage) {
-	c.t.Helper()
-	var rd *bytes.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	} else {
-		rd = bytes.NewReader(nil)
-	}
-	r := httptest.NewRequest(method, target, rd)
+// jsonRequest is a test request with body (none when nil) sent as JSON.
+func jsonRequest(method, target string, body []byte) *http.Request {
+	r := httptest.NewRequest(method, target, bytes.NewReader(body))
 	if body != nil {
 		r.Header.Set("Content-Type", "application/json")
 	}
+	return r
+}
+
+func (c trpcClient) send(method, target string, body []byte) (int, json.RawMessage) {
+	c.t.Helper()
+	r := jsonRequest(method, target, body)
 	if c.token != "" {
 		r.Header.Set("Authorization", "Bearer "+c.token)
 	}
