@@ -15,7 +15,9 @@ import (
 // fixed order) that explain every success's payment, independent of each other (each nonzero in some success),
 // with more successes than coefficients + 1. With such a fit (none needed when every success paid the fares
 // exactly) the relation is an equality: a call paying more or less than its total is refused, the witness's text
-// rendered with the new total and sum. Without one the relation is what it was: the sum paid at least the fares.
+// rendered with the new total and sum — except a call with a feature every judged success had zero (a checked
+// bag when no judged success checked one): what that costs is unknown, so the call must only pay at least the
+// fares and fitted fees. Without a fit the relation is what it was: the sum paid at least the fares.
 
 // maxFees is how many fee features a fit may use; maxGateValues how many values a string argument may take
 // (over the tool's recordings) to gate a list's length.
@@ -115,7 +117,7 @@ func feeFeatures(all []*rec) []feature {
 // fitFees fits the relation's fees on its judged successes (see above); it sets p.fees and p.exact, or leaves the
 // relation inexact when no fit explains them.
 func (p *precond) fitFees(all []*rec) {
-	p.fees, p.exact = nil, false
+	p.fees, p.exact, p.unseen = nil, false, nil
 	feats := feeFeatures(all)
 	var xs [][]float64 // per judged success, its features' values
 	var ys []float64   // what it paid beyond the fares
@@ -139,9 +141,42 @@ func (p *precond) fitFees(all []*rec) {
 	for k := 0; k <= maxFees && len(ys) > k+1; k++ {
 		if fees, ok := firstFit(feats, xs, ys, k); ok {
 			p.fees, p.exact = fees, true
+			p.unseen = unseenFeatures(feats, xs, fees)
 			return
 		}
 	}
+}
+
+// unseenFeatures answers the features not among the fees that are zero (or absent) in every judged success: what
+// they cost the successes cannot tell.
+func unseenFeatures(feats []feature, xs [][]float64, fees []fee) []feature {
+	var out []feature
+next:
+	for j, f := range feats {
+		for _, fe := range fees {
+			if fe.feature == f {
+				continue next
+			}
+		}
+		for _, x := range xs {
+			if x[j] != 0 && !math.IsNaN(x[j]) {
+				continue next
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// beyondSeen reports whether the call holds an unseen feature (nonzero): its total is then not known exactly, and
+// it is judged by the fares and fees it must at least pay.
+func (p *precond) beyondSeen(args *jsonvalue.Object) bool {
+	for _, f := range p.unseen {
+		if x, ok := f.value(args); ok && x != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // firstFit tries the k-subsets of the features in order; it answers the first whose least-squares coefficients

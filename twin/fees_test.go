@@ -167,3 +167,30 @@ func mustArgsNoT(s string) any {
 	}
 	return v
 }
+
+// A feature every judged success had zero (no success checked a bag) has no known cost: a call with it is judged
+// by the fares it must at least pay, one without it by the exact total.
+func TestFeesUnseenFeature(t *testing.T) {
+	b := feeBuses()
+	rt := rowsRuntime(t, feeBundle([]busTrip{b[0], {bus: "B40", day: "tue", riders: 1, insured: "no", paid: 7}, b[5], b[6]}))
+	p := totalRelation(rt)
+	if p == nil || !p.exact || len(p.fees) != 0 || len(p.unseen) == 0 || p.unseen[0] != (feature{arg: "bags"}) {
+		t.Fatalf("learned %+v, want an exact total without fees, bags unseen", p)
+	}
+	for _, tt := range []struct {
+		name string
+		trip busTrip
+		want string
+	}{
+		{"bags paid for beyond the fares", busTrip{bus: "B40", day: "tue", riders: 2, bags: 2, insured: "no", paid: 30}, ""},
+		{"bags, short of the fares", busTrip{bus: "B40", day: "tue", riders: 2, bags: 2, insured: "no", paid: 10}, "Error: total is 14, paid 10"},
+		{"no bags, paid beyond the fares", busTrip{bus: "B40", day: "tue", riders: 2, insured: "no", paid: 30}, "Error: total is 14, paid 30"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			args, _ := mustArgs(t, tt.trip.args()).(*jsonvalue.Object)
+			if got, refused := rt.tools["buy_tickets"].precondRefusal(args, StylePython, nil); refused != (tt.want != "") || got != tt.want {
+				t.Errorf("relations refuse %v with %q, want %q", refused, got, tt.want)
+			}
+		})
+	}
+}

@@ -74,8 +74,9 @@ type precond struct {
 	count     string // the list argument whose length the number is compared with (per row) or multiplied by (total)
 	paid      string // total: the list argument whose elements' paidField is summed
 	paidField string
-	fees      []fee // total: what the call pays beyond the fares (fees.go)
-	exact     bool  // total: the sum paid must equal the total (fees.go), not merely reach the fares
+	fees      []fee     // total: what the call pays beyond the fares (fees.go)
+	exact     bool      // total: the sum paid must equal the total (fees.go), not merely reach the fares
+	unseen    []feature // total: features every judged success had zero (fees.go)
 	witness   *rec
 	wargs     *jsonvalue.Object
 }
@@ -197,7 +198,7 @@ func (p *precond) eval(args *jsonvalue.Object, view rowView) precondEval {
 		}
 		ev.cost += fees
 		ev.violated = ev.sum < ev.cost
-		if p.exact {
+		if p.exact && !p.beyondSeen(args) {
 			ev.violated = !sameAmount(ev.sum, ev.cost)
 		}
 	}
