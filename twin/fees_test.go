@@ -70,7 +70,10 @@ func totalRelation(rt *Runtime) *precond {
 }
 
 func TestFeesFittedOnSuccesses(t *testing.T) {
-	rt := rowsRuntime(t, feeBundle(feeBuses()))
+	// First, a refusal that shows a total other than the one computed: it witnesses the relation, but the refusals
+	// are rendered from the first that shows the computed total.
+	odd := busTrip{bus: "B10", day: "mon", riders: 2, bags: 1, insured: "no", paid: 20, answer: "Error: total is 99, paid 20"}
+	rt := rowsRuntime(t, feeBundle(append([]busTrip{odd}, feeBuses()...)))
 	p := totalRelation(rt)
 	want := []fee{{feature{arg: "bags"}, 7}, {feature{arg: "insured", val: "yes", list: "riders"}, 3}}
 	if p == nil || !p.exact || len(p.fees) != len(want) || p.fees[0] != want[0] || p.fees[1] != want[1] {
