@@ -13,11 +13,12 @@ import (
 // TestConditionedWrites separates the twin's write logic from the replay artefact of the self-check by task
 // (issue 19): a held-out task's writes act on entities the twin made up, whose status or payment may differ from
 // production's, while the replayed agent acts on production's. For each task it builds the fold from the other
-// tasks plus the task's own traces reduced to their read calls (twin.KindRead in the build from all traces;
-// writes and every other call removed with their answers), so the world's facts about the entities the agent saw
-// match production's; then it replays the task's traces and scores their write calls only, printed per tool beside
-// the plain by-task figures for the same calls, and again with only the reads before each trace's first write (so no read
-// shows a write's effect). DOPPEL_COND_MISSES=1 lists the conditioned write misses.
+// tasks plus the task's own traces reduced to their read calls (twin.KindRead and twin.KindQuery in the build from
+// all traces: entity reads and searches; writes and every other call removed with their answers), so the world's
+// facts about the entities the agent saw, and the rows its searches listed, match production's; then it replays
+// the task's traces and scores their write calls only, printed per tool beside the plain by-task figures for the
+// same calls, and again with only the reads before each trace's first write (so no read shows a write's effect).
+// DOPPEL_COND_MISSES=1 lists the conditioned write misses.
 func TestConditionedWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two twins per task")
@@ -191,9 +192,9 @@ func checkConditioned(pts []*ptrace, fold []trace.Trace, opts *Options, f int, f
 	return checkFold(pts, opts, f, foldOf, false, rt, maps, results)
 }
 
-// readsOnly is tt with only its read calls (kind says a tool's kind) and their answers — with beforeWrites, only
-// those before its first write call: the other calls and their answers go, and an assistant message left with
-// neither text nor calls goes with them.
+// readsOnly is tt with only its read and search calls (kind says a tool's kind) and their answers — with
+// beforeWrites, only those before its first write call: the other calls and their answers go, and an assistant
+// message left with neither text nor calls goes with them.
 func readsOnly(tt trace.Trace, kind map[string]string, beforeWrites bool) trace.Trace {
 	out := trace.Trace{ID: tt.ID, Model: tt.Model}
 	kept := map[string]bool{}
@@ -204,7 +205,7 @@ func readsOnly(tt trace.Trace, kind map[string]string, beforeWrites bool) trace.
 			var calls []trace.ToolCall
 			for _, tc := range m.ToolCalls {
 				wrote = wrote || beforeWrites && kind[tc.Function.Name] == twin.KindWrite
-				if kind[tc.Function.Name] == twin.KindRead && !wrote {
+				if k := kind[tc.Function.Name]; (k == twin.KindRead || k == twin.KindQuery) && !wrote {
 					calls = append(calls, tc)
 					kept[tc.ID] = true
 				}

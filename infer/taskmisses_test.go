@@ -10,6 +10,7 @@ import (
 // TestTaskMisses lists every call of a dev sample whose answer misses shape or error agreement in the
 // self-check by task (DOPPEL_TASK_MISSES=retail or airline; -v prints them: tool, trace and call, fidelity,
 // arguments, production's answer and the twin's), and checks the list against SelfCheck's own figures.
+// DOPPEL_MISSES_SPLIT=trace lists the misses of the self-check per trace instead (not checked against SelfCheck).
 func TestTaskMisses(t *testing.T) {
 	name := os.Getenv("DOPPEL_TASK_MISSES")
 	if name == "" {
@@ -21,7 +22,11 @@ func TestTaskMisses(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := Options{}
-	unit, units, _, _ := splitUnits(pts, splitTask)
+	split := splitTask
+	if os.Getenv("DOPPEL_MISSES_SPLIT") == splitTrace {
+		split = splitTrace
+	}
+	unit, units, _, _ := splitUnits(pts, split)
 	maps := learnMaps(pts)
 	results := make([][]CheckedCall, len(pts))
 	for f := 0; f < units; f++ {
@@ -50,7 +55,10 @@ func TestTaskMisses(t *testing.T) {
 				r.Tool, r.Shape, r.ErrAgree, r.Miss.Trace, r.Miss.Call, r.Fidelity, r.Miss.Args, r.Miss.Want, r.Miss.Got)
 		}
 	}
-	t.Logf("%s by task: %d calls, %d shape misses, %d error misses\n%s", name, calls, shape, errs, b.String())
+	t.Logf("%s by %s: %d calls, %d shape misses, %d error misses\n%s", name, split, calls, shape, errs, b.String())
+	if split != splitTask {
+		return
+	}
 	sc, err := SelfCheck(tr, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -18,11 +18,12 @@ import (
 //   - per row: the number is at least the length of a list argument (seats for the passengers); a refusal names
 //     the row's key ("not enough seats on flight …"), and is rendered with the new row's key.
 //   - total: a numeric member summed over a list argument (the payments' amounts) is at least the rows' numbers
-//     summed, times the length of a list argument (fares for the passengers); a refusal shows the sum paid, and
-//     is rendered with the new sum (and the new total where it showed the total).
+//     summed, times the length of a list argument (fares for the passengers) — or, when the successes show it,
+//     exactly that plus fees fitted on them (fees.go); a refusal shows the sum paid, and is rendered with the new
+//     sum (and the new total where it showed the total).
 //
 // A call naming a row no recording listed is not judged. Relations the rows cannot express (a balance held by
-// a user: balance.go; a flight's status on a date no answer showed, fees beyond the fares) are not learned here.
+// a user: balance.go; a flight's status on a date no answer showed) are not learned here.
 
 // minPrecondSuccesses is how many judged successes a relation needs before it refuses a call.
 const minPrecondSuccesses = 2
@@ -73,6 +74,9 @@ type precond struct {
 	count     string // the list argument whose length the number is compared with (per row) or multiplied by (total)
 	paid      string // total: the list argument whose elements' paidField is summed
 	paidField string
+	fees      []fee     // total: what the call pays beyond the fares (fees.go)
+	exact     bool      // total: the sum paid must equal the total (fees.go), not merely reach the fares
+	unseen    []feature // total: features every judged success had zero (fees.go)
 	witness   *rec
 	wargs     *jsonvalue.Object
 }
@@ -188,7 +192,15 @@ func (p *precond) eval(args *jsonvalue.Object, view rowView) precondEval {
 			}
 			ev.sum += x
 		}
+		fees, ok := p.feesCost(args)
+		if !ok {
+			return precondEval{}
+		}
+		ev.cost += fees
 		ev.violated = ev.sum < ev.cost
+		if p.exact && !p.beyondSeen(args) {
+			ev.violated = !sameAmount(ev.sum, ev.cost)
+		}
 	}
 	return ev
 }
@@ -454,7 +466,11 @@ func selects(all []*rec, sel string, l *listing, field string) bool {
 
 // fit checks a relation against the recordings; it answers how many refusals witness it (0: not held).
 func (p *precond) fit(all []*rec) int {
+	if p.kind == precondTotal {
+		p.fitFees(all)
+	}
 	var e evidence
+	showsTotal := false
 	for _, r := range all {
 		a, ok := r.args.(*jsonvalue.Object)
 		if !ok {
@@ -464,7 +480,11 @@ func (p *precond) fit(all []*rec) int {
 		if !ev.known {
 			continue
 		}
-		if e.add(r.isErr, ev.violated, r.isErr && ev.violated && p.names(r.answer, ev)) && p.witness == nil {
+		// The witness is the first refusal, or for a total the first that also shows the total computed (one
+		// showing another total is rendered with it unreplaced).
+		if e.add(r.isErr, ev.violated, r.isErr && ev.violated && p.names(r.answer, ev)) &&
+			(p.witness == nil || !showsTotal && p.kind == precondTotal && containsNumber(r.answer, formatNumber(ev.cost))) {
+			showsTotal = p.kind == precondTotal && containsNumber(r.answer, formatNumber(ev.cost))
 			p.witness, p.wargs = r, a
 		}
 		if e.broken {
