@@ -143,19 +143,23 @@ func floatNumber(f float64) Number {
 func writeMinimalString(b *bytes.Buffer, s string) {
 	const hex = "0123456789abcdef"
 	b.WriteByte('"')
+	start := 0 // the bytes from start on are not written yet; runs that need no escape go in one write
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20:
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b.WriteString(s[start:i])
+		start = i + 1
+		if c < 0x20 {
 			b.WriteString(`\u00`)
 			b.WriteByte(hex[c>>4])
 			b.WriteByte(hex[c&15])
-		default:
+		} else {
+			b.WriteByte('\\')
 			b.WriteByte(c)
 		}
 	}
+	b.WriteString(s[start:])
 	b.WriteByte('"')
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/doppel-dev/doppel/jsonvalue"
@@ -124,7 +125,79 @@ func placeholder[T any](xs []T) []T {
 }
 
 func list[T any](cw *canonWriter, xs []T) longList {
-	return longList{n: len(xs), at: func(i int) error { return cw.value(&xs[i]) }}
+	return longList{n: len(xs), at: func(i int) error {
+		if d, ok := any(&xs[i]).(directCanonical); ok && d.appendCanonical(&cw.buf) {
+			return nil
+		}
+		return cw.value(&xs[i])
+	}}
+}
+
+// directCanonical is a list element that can write its own canonical form, without the round trip
+// through encoding/json and the parser that value takes (a large bundle has millions of recordings).
+// appendCanonical writes nothing and answers false when it cannot (a string that is not valid UTF-8,
+// which encoding/json would have changed).
+type directCanonical interface {
+	appendCanonical(b *bytes.Buffer) bool
+}
+
+// appendCanonical writes r as value(r) would: keys in byte order, omitempty fields left out.
+func (r *Recording) appendCanonical(b *bytes.Buffer) bool {
+	if !validUTF8(r.Args, r.State, r.Tool, r.Trace) {
+		return false
+	}
+	b.WriteString(`{"answer":`)
+	b.WriteString(strconv.Itoa(r.Answer))
+	b.WriteString(`,"args":`)
+	jsonvalue.AppendString(b, r.Args)
+	b.WriteString(`,"call":`)
+	b.WriteString(strconv.Itoa(r.Call))
+	if r.Error {
+		b.WriteString(`,"error":true`)
+	}
+	if r.State != "" {
+		b.WriteString(`,"state":`)
+		jsonvalue.AppendString(b, r.State)
+	}
+	b.WriteString(`,"tool":`)
+	jsonvalue.AppendString(b, r.Tool)
+	b.WriteString(`,"trace":`)
+	jsonvalue.AppendString(b, r.Trace)
+	b.WriteByte('}')
+	return true
+}
+
+// appendCanonical writes r as value(r) would.
+func (r *Row) appendCanonical(b *bytes.Buffer) bool {
+	if !validUTF8(r.Key, r.JSON) || !validUTF8(r.From...) {
+		return false
+	}
+	b.WriteByte('{')
+	if len(r.From) > 0 {
+		b.WriteString(`"from":[`)
+		for i, f := range r.From {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			jsonvalue.AppendString(b, f)
+		}
+		b.WriteString(`],`)
+	}
+	b.WriteString(`"json":`)
+	jsonvalue.AppendString(b, r.JSON)
+	b.WriteString(`,"key":`)
+	jsonvalue.AppendString(b, r.Key)
+	b.WriteByte('}')
+	return true
+}
+
+func validUTF8(ss ...string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 func (cw *canonWriter) table(t *Table) error {

@@ -45,7 +45,11 @@ func TestWriteCanonicalMatchesWholeEncoding(t *testing.T) {
 	full.Recordings = []Recording{
 		{Tool: "get_order", Args: `{"order_id":"#W1"}`, Answer: 1, Trace: "t1", Call: 0},
 		{Tool: "get_order", Args: `{"order_id":"#W2"}`, Answer: 0, Error: true, State: "-", Trace: "t\xff2", Call: 3},
+		{Tool: "q\"uote\\", Args: "{\"a\":\"tab\there\\u0001 <b>\"}", Answer: 12, State: "s\x01\n", Trace: "t/3#x9", Call: -1},
+		{Tool: "é\u2028", Args: "{}", Answer: 2, Error: true, Trace: "", Call: 1 << 40},
 	}
+	full.Tables[len(full.Tables)-1].Rows = []Row{{Key: "a\"b", JSON: "{}", From: []string{}}, {Key: "\x7f", JSON: "{\"x\":1}", From: []string{"a", "b\\c"}},
+		{Key: "bad \xff", JSON: "{}"}}
 	full.Answers = []string{"plain", "bad utf-8 \xff\xfe here", "<html> & \u2028 \"quoted\""}
 	full.Scenarios = map[string]string{"b": "two", "a": "one"}
 	full.Agent = &Agent{SystemPrompt: "be nice", Runs: []AgentRun{{TraceID: "t1", Request: "hi", Answer: "ok"}}}
