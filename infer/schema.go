@@ -21,9 +21,17 @@ type shape struct {
 	order   []string
 	present map[string]int
 	items   *shape
+	// mapVals, once an object position has seen more than maxProps distinct keys, is the shape of all
+	// its members' values: the keys are data (ids), so the position is a map (additionalProperties), and
+	// props, order and present are dropped. A build of many traces would otherwise grow one property
+	// per id, in memory and in the tool's output schema.
+	mapVals *shape
 }
 
-const maxEnumSeen = 32
+const (
+	maxEnumSeen = 32
+	maxProps    = 128
+)
 
 func newShape() *shape { return &shape{types: map[string]int{}} }
 
@@ -70,11 +78,18 @@ func (s *shape) add(v any) {
 			s.items.add(e)
 		}
 	case *jsonvalue.Object:
-		if s.props == nil {
+		if s.props == nil && s.mapVals == nil {
 			s.props = map[string]*shape{}
 			s.present = map[string]int{}
 		}
 		for i, k := range x.Keys {
+			if s.mapVals == nil && s.props[k] == nil && len(s.props) == maxProps {
+				s.toMap()
+			}
+			if s.mapVals != nil {
+				s.mapVals.add(x.Vals[i])
+				continue
+			}
 			p := s.props[k]
 			if p == nil {
 				p = newShape()
@@ -84,6 +99,69 @@ func (s *shape) add(v any) {
 			p.add(x.Vals[i])
 			s.present[k]++
 		}
+	}
+}
+
+// toMap turns s's properties into one shape of map members (see shape.mapVals).
+func (s *shape) toMap() {
+	m := newShape()
+	for _, k := range s.order {
+		m.merge(s.props[k])
+	}
+	s.mapVals, s.props, s.order, s.present = m, nil, nil, nil
+}
+
+// merge adds what o saw to s, as if s had seen o's values too (o is not used afterwards).
+func (s *shape) merge(o *shape) {
+	s.n += o.n
+	for t, c := range o.types {
+		s.types[t] += c
+	}
+	if o.strOver {
+		s.strOver = true
+	}
+	if len(o.strs) > 0 && !s.strOver {
+		if s.strs == nil {
+			s.strs = map[string]int{}
+		}
+		for v, c := range o.strs {
+			s.strs[v] += c
+		}
+		if len(s.strs) > maxEnumSeen {
+			s.strOver = true // the values past the cap would be another order's pick: none is used
+		}
+	}
+	if o.items != nil {
+		if s.items == nil {
+			s.items = o.items
+		} else {
+			s.items.merge(o.items)
+		}
+	}
+	if o.props != nil && s.props == nil && s.mapVals == nil {
+		s.props, s.present = map[string]*shape{}, map[string]int{}
+	}
+	for _, k := range o.order {
+		if s.mapVals == nil && s.props[k] == nil && len(s.props) == maxProps {
+			s.toMap()
+		}
+		switch p := s.props[k]; {
+		case s.mapVals != nil:
+			s.mapVals.merge(o.props[k])
+		case p == nil:
+			s.props[k] = o.props[k]
+			s.order = append(s.order, k)
+			s.present[k] = o.present[k]
+		default:
+			p.merge(o.props[k])
+			s.present[k] += o.present[k]
+		}
+	}
+	if o.mapVals != nil {
+		if s.mapVals == nil {
+			s.toMap()
+		}
+		s.mapVals.merge(o.mapVals)
 	}
 }
 
@@ -150,6 +228,8 @@ func (s *shape) schemaNamed(name string) *jsonvalue.Object {
 		if len(req) > 0 {
 			o.Set("required", req)
 		}
+	} else if s.mapVals != nil && s.types["object"] > 0 {
+		o.Set("additionalProperties", s.mapVals.schemaNamed(""))
 	} else if s.types["object"] > 0 && len(types) == 1 {
 		o.Set("properties", jsonvalue.NewObject(0))
 	}
