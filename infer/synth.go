@@ -11,15 +11,20 @@ import (
 	"go.starlark.net/starlark"
 )
 
-// detectStyle picks the JSON spelling that reproduces the most recorded answers.
+// detectStyle picks the JSON spelling that reproduces the most recorded answers (of the first
+// maxStyleAnswers).
 func (m *model) detectStyle() {
 	best, bestN := twin.StylePython, -1
 	for _, st := range twin.Styles() {
-		n := 0
+		n, seen := 0, 0
+	traces:
 		for _, t := range m.traces {
 			for _, c := range t.calls {
 				if !c.isJSON {
 					continue
+				}
+				if seen++; seen > maxStyleAnswers {
+					break traces
 				}
 				switch c.val.(type) {
 				case *jsonvalue.Object, []any:
@@ -40,6 +45,10 @@ func (m *model) detectStyle() {
 	}
 	m.style = best
 }
+
+// maxStyleAnswers bounds the JSON answers detectStyle reads, the first ones in trace-id order: one backend
+// spells all its answers alike, and reading every answer of a 100,000-trace build costs seconds per style.
+const maxStyleAnswers = 20000
 
 // synthesize writes each tool's handler, when the recordings show how.
 func (m *model) synthesize() {
