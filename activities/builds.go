@@ -155,7 +155,7 @@ type inputs struct {
 }
 
 // loadInputs reads the plan's traces (each trace from the batch that first stored it) one batch blob at a time,
-// preparing each batch before the next is read, so memory holds the prepared calls rather than every trace's
+// preparing each batch while the next is read, so memory holds the prepared calls rather than every trace's
 // text; then its upload.
 func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) (*inputs, error) {
 	in := &inputs{traces: &infer.Prepared{}}
@@ -168,7 +168,9 @@ func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) (*inputs, error
 		owner[r.TraceID] = r.BatchID
 	}
 	detectedBy := ""
-	for i, key := range plan.BatchKeys {
+	// Each batch is read and decoded while the one before it is prepared (infer.Prepared.AddAll).
+	err = in.traces.AddAll(ctx, len(plan.BatchKeys), func(ctx context.Context, i int) ([]trace.Trace, error) {
+		key := plan.BatchKeys[i]
 		data, err := b.readBlob(ctx, key)
 		if err != nil {
 			return nil, err
@@ -191,7 +193,10 @@ func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) (*inputs, error
 				in.framework, detectedBy = det.Framework, mine[j].ID
 			}
 		}
-		in.traces.Add(mine)
+		return mine, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if plan.UploadKey != "" {
 		data, err := b.readBlob(ctx, plan.UploadKey)

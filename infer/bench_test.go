@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -218,17 +219,21 @@ func benchBuildStream(b *testing.B, n int) {
 	cpu0 := processCPU(b)
 	for range b.N {
 		p := peakHeap(func() {
+			// Read and decoded a batch ahead of the one being prepared, as the build activity loads them.
 			var prep Prepared
-			for _, name := range files {
-				data, err := os.ReadFile(name)
+			err := prep.AddAll(context.Background(), len(files), func(_ context.Context, i int) ([]trace.Trace, error) {
+				data, err := os.ReadFile(files[i])
 				if err != nil {
-					b.Fatal(err)
+					return nil, err
 				}
 				batch, err := ingest.DecodeBlob(data)
 				if err != nil {
-					b.Fatal(err)
+					return nil, err
 				}
-				prep.Add(batch.Traces)
+				return batch.Traces, nil
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
 			bundle, _, err := BuildFrom(&prep, Options{})
 			if err != nil {

@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -114,6 +115,56 @@ func (p *Prepared) Add(traces []trace.Trace) {
 		p.pts = append(p.pts, pt)
 		p.sorted = false
 	}
+}
+
+// AddAll adds n batches, batch i being what next(ctx, i) answers. next runs a batch ahead of Add, on a
+// goroutine of its own, so reading and decoding one batch overlaps preparing the one before (a build's
+// loading uses two cores); at most two batches are in memory at once besides the prepared set. next is
+// called for i = 0, 1, … in order, never concurrently with itself. The first error (next's, or ctx's)
+// stops the loading and is answered; the batches added before it stay added.
+func (p *Prepared) AddAll(ctx context.Context, n int, next func(ctx context.Context, i int) ([]trace.Trace, error)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type loaded struct {
+		traces []trace.Trace
+		err    error
+	}
+	ch := make(chan loaded)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			ts, err := next(ctx, i)
+			if err == nil {
+				err = ctx.Err()
+			}
+			select {
+			case ch <- loaded{ts, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for range n {
+		var l loaded
+		select {
+		case l = <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if l.err != nil {
+			return l.err
+		}
+		p.Add(l.traces)
+	}
+	return nil
 }
 
 // maxInterned bounds the distinct keys intern shares: keys that are ids (objects keyed by entity)

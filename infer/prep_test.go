@@ -1,7 +1,9 @@
 package infer
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"testing"
 
@@ -47,10 +49,27 @@ func TestBuildFromBatches(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(size), 7))
 		rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 		var p Prepared
-		for i := 0; i < len(shuffled); i += size {
-			batch := append([]trace.Trace(nil), shuffled[i:min(i+size, len(shuffled))]...)
-			p.Add(batch)
-			clear(batch) // Prepared keeps nothing of a batch's slice
+		var made [][]trace.Trace
+		// Batches of 7 are loaded as a build activity loads them (AddAll: the next batch made while one is
+		// added); the others one Add at a time.
+		n := (len(shuffled) + size - 1) / size
+		err := p.AddAll(context.Background(), n, func(_ context.Context, i int) ([]trace.Trace, error) {
+			if i >= 2 {
+				clear(made[i-2]) // added by now, and Prepared keeps nothing of a batch's slice
+			}
+			made = append(made, append([]trace.Trace(nil), shuffled[i*size:min((i+1)*size, len(shuffled))]...))
+			return made[i], nil
+		})
+		if size != 7 {
+			p = Prepared{}
+			for i := 0; i < len(shuffled); i += size {
+				batch := append([]trace.Trace(nil), shuffled[i:min(i+size, len(shuffled))]...)
+				p.Add(batch)
+				clear(batch)
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		if p.Len() != len(traces)-2 {
 			t.Fatalf("batches of %d: %d traces prepared, want %d", size, p.Len(), len(traces)-2)
@@ -70,6 +89,36 @@ func TestBuildFromBatches(t *testing.T) {
 		if a, b := marshalJSON(t, check), marshalJSON(t, wantCheck); a != b {
 			t.Fatalf("batches of %d: the self-check differs", size)
 		}
+	}
+}
+
+// AddAll stops at the first error, next's or the context's, and answers it; the batches before it
+// stay added and no batch past the failing one is asked for.
+func TestAddAllStops(t *testing.T) {
+	traces := loadTraces(t, "tau-retail-dev.json")[:6]
+	boom := errors.New("blob gone")
+	var p Prepared
+	asked := 0
+	err := p.AddAll(context.Background(), 6, func(_ context.Context, i int) ([]trace.Trace, error) {
+		asked++
+		if i == 3 {
+			return nil, boom
+		}
+		return traces[i : i+1], nil
+	})
+	if !errors.Is(err, boom) || p.Len() != 3 || asked != 4 {
+		t.Fatalf("err %v, %d prepared, %d asked; want %v, 3, 4", err, p.Len(), asked, boom)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p = Prepared{}
+	err = p.AddAll(ctx, 6, func(_ context.Context, i int) ([]trace.Trace, error) {
+		if i == 2 {
+			cancel()
+		}
+		return traces[i : i+1], nil
+	})
+	if !errors.Is(err, context.Canceled) || p.Len() > 2 {
+		t.Fatalf("cancelled: err %v, %d prepared; want context.Canceled, at most 2", err, p.Len())
 	}
 }
 
