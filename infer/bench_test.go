@@ -220,7 +220,7 @@ func benchBuildStream(b *testing.B, n int) {
 	for range b.N {
 		p := peakHeap(func() {
 			// Read and decoded a batch ahead of the one being prepared, as the build activity loads them.
-			var prep Prepared
+			prep := &Prepared{}
 			err := prep.AddAll(context.Background(), len(files), func(_ context.Context, i int) ([]trace.Trace, error) {
 				data, err := os.ReadFile(files[i])
 				if err != nil {
@@ -235,10 +235,11 @@ func benchBuildStream(b *testing.B, n int) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bundle, _, err := BuildFrom(&prep, Options{})
+			bundle, _, err := BuildFrom(prep, Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
+			prep = nil // as the build activity lets the prepared traces go before the bundle is written
 			// Written out as the build activity stores it: hashed, then streamed (blob.PutContentFrom).
 			h := sha256.New()
 			if err := bundle.WriteCanonical(h); err != nil {

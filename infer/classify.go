@@ -1,6 +1,8 @@
 package infer
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"sort"
 	"strings"
 	"unicode"
@@ -23,6 +25,8 @@ type model struct {
 	base map[string]map[string]*jsonvalue.Object
 	// sightings is every row seen anywhere: table → key → rows in trace order (first per trace).
 	sightings map[string]map[string][]*jsonvalue.Object
+	// wexs are the write tools' examples while handlers are synthesized (writeExamples).
+	wexs map[string][]wex
 	// facts are what mentions show of entities the base world does not hold (facts.go).
 	facts *facts
 	// subs index nested objects by id (see subIndex).
@@ -510,11 +514,24 @@ func leafStrings(v any, into map[string]bool) {
 // entities seen no other way.
 func (m *model) buildBase() {
 	type cand struct {
-		row   *jsonvalue.Object
-		canon string
-		votes int
-		first int
-		prio  int // 0: clean sighting; 1: after a write that mentioned it; 2: after a write that changed it
+		row *jsonvalue.Object
+		// sum is the SHA-256 of row's canonical JSON, taken only once a second sighting of the key needs
+		// comparing (most entities of a large build are seen once): neither a canonical copy of every row
+		// nor the time to write it.
+		sum    [sha256.Size]byte
+		summed bool
+		votes  int
+		first  int
+		prio   int // 0: clean sighting; 1: after a write that mentioned it; 2: after a write that changed it
+	}
+	var buf bytes.Buffer
+	sumOf := func(cd *cand) [sha256.Size]byte {
+		if !cd.summed {
+			buf.Reset()
+			jsonvalue.AppendCanonical(&buf, cd.row)
+			cd.sum, cd.summed = sha256.Sum256(buf.Bytes()), true
+		}
+		return cd.sum
 	}
 	cands := map[string]map[string][]*cand{}
 	m.sightings = map[string]map[string][]*jsonvalue.Object{}
@@ -570,20 +587,20 @@ func (m *model) buildBase() {
 				prio = 1
 			}
 			seenHere[id] = true
-			canon := string(jsonvalue.Canonical(row))
 			if cands[tn] == nil {
 				cands[tn] = map[string][]*cand{}
 			}
+			nc := &cand{row: row, votes: 1, first: ti, prio: prio}
 			found := false
 			for _, cd := range cands[tn][k] {
-				if cd.canon == canon && cd.prio == prio {
+				if cd.prio == prio && sumOf(cd) == sumOf(nc) {
 					cd.votes++
 					found = true
 					break
 				}
 			}
 			if !found {
-				cands[tn][k] = append(cands[tn][k], &cand{row: row, canon: canon, votes: 1, first: ti, prio: prio})
+				cands[tn][k] = append(cands[tn][k], nc)
 			}
 		}
 	}

@@ -73,7 +73,7 @@ func (m *model) subIndex() map[string]map[string]*jsonvalue.Object {
 							c = &cand{def: twin.SubIndex{Name: name, Path: path, Field: g}, idx: map[string]*jsonvalue.Object{}}
 							cands[name] = c
 						}
-						cv := string(jsonvalue.Canonical(s))
+						cv := jsonvalue.CanonicalString(s)
 						if seenHere[name+"\x00"+cv] {
 							c.broken = true // not unique within a row: not an id
 						}

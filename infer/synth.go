@@ -52,6 +52,7 @@ const maxStyleAnswers = 20000
 
 // synthesize writes each tool's handler, when the recordings show how.
 func (m *model) synthesize() {
+	defer func() { m.wexs = nil }()
 	for _, name := range m.toolNames {
 		ti := m.tools[name]
 		ti.stringsAsJSON = stringsAsJSON(ti)

@@ -83,13 +83,22 @@ func (m *model) learnAppendIf(path []string, before, after [][]any, ctxs []*ectx
 	return nil, false
 }
 
-// writeExamples collects a write's recorded calls with the target row's state before each.
+// writeExamples collects a write's recorded calls with the target row's state before each. One pass over
+// the traces collects every write tool's (kept in m.wexs until synthesis is done): a pass per tool cost
+// seconds per write in a large build.
 func (m *model) writeExamples(ti *toolInfo) []wex {
-	var out []wex
+	if m.wexs == nil {
+		m.wexs = m.allWriteExamples()
+	}
+	return m.wexs[ti.name]
+}
+
+func (m *model) allWriteExamples() map[string][]wex {
+	out := map[string][]wex{}
 	for _, t := range m.traces {
 		v := m.newView()
 		for _, c := range t.calls {
-			if c.tool == ti.name && c.answer && c.args != nil {
+			if m.tools[c.tool].write && c.answer && c.args != nil {
 				if tn, k, ok := m.target(c); ok {
 					if pre, ok := v.get(tn, k); ok {
 						x := wex{c: c, pre: pre}
@@ -101,7 +110,7 @@ func (m *model) writeExamples(ti *toolInfo) []wex {
 						if c.success && x.post == nil {
 							// A success that is not the row: not this kind of write.
 						} else {
-							out = append(out, x)
+							out[c.tool] = append(out[c.tool], x)
 						}
 					}
 				}

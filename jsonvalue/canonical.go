@@ -24,6 +24,16 @@ func Canonical(v any) []byte {
 	return b.Bytes()
 }
 
+// CanonicalString is string(Canonical(s)) for a string s, in one allocation when s needs no escape.
+func CanonicalString(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			return string(Canonical(s))
+		}
+	}
+	return `"` + s + `"`
+}
+
 // CanonicalDoc is the canonical JSON of one JSON document (read with Decode, so
 // trailing data and non-JSON such as NaN are errors).
 func CanonicalDoc(doc []byte) ([]byte, error) {

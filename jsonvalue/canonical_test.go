@@ -177,3 +177,11 @@ func TestCanonicalDoc(t *testing.T) {
 		t.Error("two documents accepted")
 	}
 }
+
+func TestCanonicalString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "tab\there", "\x01", "é\u2028<>&", "bad \xff"} {
+		if got, want := CanonicalString(s), string(Canonical(s)); got != want {
+			t.Errorf("CanonicalString(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
