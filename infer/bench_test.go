@@ -167,12 +167,13 @@ func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
 //	go test ./infer -run '^$' -bench 'BenchmarkBuild(Stream)?10k$' -benchtime 1x
 func BenchmarkBuildStream10k(b *testing.B) { benchBuildStream(b, 10000) }
 func BenchmarkBuildStream100k(b *testing.B) {
-	// Measured on a shared 2-core VM at 113–131 s (135–138 CPU-s) and 3.8–4.7 GB of peak heap over three runs,
-	// against 128 s (136 CPU-s) and 4.4 GB for the previous build in the same session, whose fit parsed a second
-	// copy of the world (the round before: 276 s and 8.2 GB; 453 s and 11.6 GB before issue 21's second round). Still
-	// over 2 GB: the relabelled copies make new entities, so the world (base rows, distinct answers and their
-	// parsed trees, recordings) grows with the traces, and the peak counts uncollected garbage besides the live
-	// heap (some 1.2 GB, at its largest while handlers are synthesized). Run it only when asked.
+	// Measured on a 2-core VM at 96.6 and 102.2 s (130 and 135 CPU-s) and 3.0 GB of peak heap in two runs,
+	// against 113–131 s and 3.8–4.7 GB before this session's round (recordings written directly, one pass for
+	// every write's examples, base rows compared by hash, id-keyed schema positions as maps, the next batch
+	// decoded while one is prepared; 276 s and 8.2 GB the round before that). Still over 2 GB: the relabelled
+	// copies make new entities, so the world (base rows, distinct answers and their parsed trees, recordings)
+	// grows with the traces; the live heap is some 1.3 GB once every batch is prepared, and the peak counts
+	// uncollected garbage besides. Run it only when asked.
 	if os.Getenv("DOPPEL_BENCH_100K") == "" {
 		b.Skip("set DOPPEL_BENCH_100K=1 to build from 100,000 traces (minutes, and some 5 GB of memory)")
 	}
