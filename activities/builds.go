@@ -255,9 +255,9 @@ func (b *Builds) InferBundle(ctx context.Context, plan BuildPlan) (Inferred, err
 	}
 	framework := in.framework
 	in = nil // the prepared traces can go before the bundle is written
-	// Streamed into the store (hashed first, then written through a pipe): the canonical bytes of a large
-	// bundle are never all in memory beside the bundle.
-	bundleKey, sum, err := blob.PutContentFrom(ctx, b.Blobs, "bundles/", bundle.WriteCanonical, "application/octet-stream")
+	// Spooled into the store (hashed on its way to a temporary file, which is then stored): the canonical
+	// bytes of a large bundle are made once and never all in memory beside the bundle.
+	bundleKey, sum, err := blob.PutContentSpooled(ctx, b.Blobs, "bundles/", "", bundle.WriteCanonical, "application/octet-stream")
 	if err != nil {
 		return Inferred{}, fmt.Errorf("store bundle %s: %w", bundleKey, err)
 	}

@@ -2,13 +2,16 @@
 package blob
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
+	"os"
 	"strings"
 	"time"
 )
@@ -106,6 +109,70 @@ func PutContentFrom(ctx context.Context, s Putter, prefix string, write func(io.
 	pr.CloseWithError(io.ErrClosedPipe) // a Put that stopped early unblocks the writer
 	<-done
 	return key, sum, err
+}
+
+// PutContentSpooled is PutContentFrom with write run once: its bytes are hashed on their way into a temporary
+// file in dir (os.TempDir when dir is ""), which is then stored and removed. Where that file cannot be made or
+// written (a full disk), it falls back to PutContentFrom. A bundle's canonical bytes cost far more to make than
+// to write to disk and read back, so this halves a large build's writing.
+func PutContentSpooled(ctx context.Context, s Putter, prefix, dir string, write func(io.Writer) error, contentType string) (key, sum string, err error) {
+	f, err := os.CreateTemp(dir, "doppel-spool-*")
+	if err != nil {
+		return PutContentFrom(ctx, s, prefix, write, contentType)
+	}
+	defer func() {
+		f.Close()
+		os.Remove(f.Name())
+	}()
+	fw := &errWriter{w: f}
+	sw := &spoolWriter{h: sha256.New(), w: bufio.NewWriterSize(fw, 1<<20)}
+	werr := write(sw)
+	if werr == nil {
+		werr = sw.w.Flush()
+	}
+	if fw.err != nil {
+		return PutContentFrom(ctx, s, prefix, write, contentType)
+	}
+	if werr != nil {
+		return "", "", werr
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return PutContentFrom(ctx, s, prefix, write, contentType)
+	}
+	sum = hex.EncodeToString(sw.h.Sum(nil))
+	key = sum
+	if prefix = strings.TrimSuffix(prefix, "/"); prefix != "" {
+		key = prefix + "/" + sum
+	}
+	return key, sum, s.Put(ctx, key, f, sw.n, contentType)
+}
+
+// spoolWriter hashes and counts what it passes on to w.
+type spoolWriter struct {
+	h hash.Hash
+	w *bufio.Writer
+	n int64
+}
+
+func (s *spoolWriter) Write(p []byte) (int, error) {
+	s.h.Write(p) // a hash never fails
+	n, err := s.w.Write(p)
+	s.n += int64(n)
+	return n, err
+}
+
+// errWriter keeps the first error of w, so a spool's own failure is told from its writer's.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // countWriter counts the bytes written through it.

@@ -2,8 +2,8 @@ package infer
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -183,12 +184,13 @@ func BenchmarkBuildStream30k(b *testing.B) { benchBuildStream(b, 30000) }
 
 const streamBatch = 500
 
-// countingWriter counts and drops what is written to it.
-type countingWriter struct{ n int }
+// countingPutter is a blob store that reads, counts and drops what is put.
+type countingPutter struct{ n int64 }
 
-func (w *countingWriter) Write(p []byte) (int, error) {
-	w.n += len(p)
-	return len(p), nil
+func (p *countingPutter) Put(_ context.Context, _ string, r io.Reader, _ int64, _ string) error {
+	n, err := io.Copy(io.Discard, r)
+	p.n += n
+	return err
 }
 
 func benchBuildStream(b *testing.B, n int) {
@@ -241,16 +243,13 @@ func benchBuildStream(b *testing.B, n int) {
 				b.Fatal(err)
 			}
 			prep = nil // as the build activity lets the prepared traces go before the bundle is written
-			// Written out as the build activity stores it: hashed, then streamed (blob.PutContentFrom).
-			h := sha256.New()
-			if err := bundle.WriteCanonical(h); err != nil {
+			// Written out as the build activity stores it: hashed on its way to a temporary file, which is
+			// then read into the store (blob.PutContentSpooled; here a store that counts and drops).
+			st := &countingPutter{}
+			if _, _, err := blob.PutContentSpooled(context.Background(), st, "bundles/", b.TempDir(), bundle.WriteCanonical, "application/octet-stream"); err != nil {
 				b.Fatal(err)
 			}
-			n := &countingWriter{}
-			if err := bundle.WriteCanonical(n); err != nil {
-				b.Fatal(err)
-			}
-			size = n.n
+			size = int(st.n)
 		})
 		peak = max(peak, p)
 	}
