@@ -342,17 +342,24 @@ func (m *model) learnGuards(ti *toolInfo, succ, fails []wex, ctxFn func(wex) *ec
 		// Of the conditions that separate refusals from successes, the one the error
 		// text talks about (its words name the field, the value or the count).
 		var best pexpr
-		bestScore := -1
 		words := textWords(g[0].c.text)
 		cands := m.guardCandidates(gctx[0], sctx)
 		if len(cands) > maxGuardCandidates {
 			cands = cands[:maxGuardCandidates]
 		}
-		for _, p := range cands {
-			if holds(p, gctx, true) && holds(p, sctx, false) {
-				if sc := overlap(words, predWords(p)); sc > bestScore {
-					best, bestScore = p, sc
-				}
+		// The first candidate by (score descending, candidate order) that separates is the one a scan of
+		// every candidate keeping the strictly better score would pick; lower scores need not be scanned
+		// against every success once one separates.
+		scores := make([]int, len(cands))
+		byScore := make([]int, len(cands))
+		for i, p := range cands {
+			scores[i], byScore[i] = overlap(words, predWords(p)), i
+		}
+		sort.SliceStable(byScore, func(a, b int) bool { return scores[byScore[a]] > scores[byScore[b]] })
+		for _, i := range byScore {
+			if p := cands[i]; holds(p, gctx, true) && holds(p, sctx, false) {
+				best = p
+				break
 			}
 		}
 		if best == nil {

@@ -25,12 +25,20 @@ func (m *model) subIndex() map[string]map[string]*jsonvalue.Object {
 		for _, k := range sortedKeys(m.sightings[tn]) {
 			rows = append(rows, m.sightings[tn][k]...)
 		}
+		// Candidates are keyed by path and field, and indexed by the id's raw string while scanning (no
+		// allocation per element); the canonical JSON keys are made once, for the indexes kept.
+		type candKey struct{ path, field string }
 		type cand struct {
 			def    twin.SubIndex
 			idx    map[string]*jsonvalue.Object
 			broken bool
 		}
-		cands := map[string]*cand{}
+		type seenKey struct {
+			c  *cand
+			id string
+		}
+		cands := map[candKey]*cand{}
+		seenHere := map[seenKey]bool{}
 		for _, r := range rows {
 			for i, f := range r.Keys {
 				var path string
@@ -60,37 +68,45 @@ func (m *model) subIndex() map[string]map[string]*jsonvalue.Object {
 				if len(elems) == 0 {
 					continue
 				}
-				seenHere := map[string]bool{}
+				clear(seenHere)
 				for _, o := range elems {
 					for j, g := range o.Keys {
 						s, ok := o.Vals[j].(string)
 						if !ok || !idLike([]string{s}) {
 							continue
 						}
-						name := path + ":" + g
-						c := cands[name]
+						c := cands[candKey{path, g}]
 						if c == nil {
+							name := path + ":" + g
 							c = &cand{def: twin.SubIndex{Name: name, Path: path, Field: g}, idx: map[string]*jsonvalue.Object{}}
-							cands[name] = c
+							cands[candKey{path, g}] = c
 						}
-						cv := jsonvalue.CanonicalString(s)
-						if seenHere[name+"\x00"+cv] {
+						if c.broken {
+							continue
+						}
+						if seenHere[seenKey{c, s}] {
 							c.broken = true // not unique within a row: not an id
+							c.idx = nil
+							continue
 						}
-						seenHere[name+"\x00"+cv] = true
-						if _, ok := c.idx[cv]; !ok {
-							c.idx[cv] = o
+						seenHere[seenKey{c, s}] = true
+						if _, ok := c.idx[s]; !ok {
+							c.idx[s] = o
 						}
 					}
 				}
 			}
 		}
-		for name, c := range cands {
+		for _, c := range cands {
 			if c.broken || len(c.idx) < 2 {
 				continue
 			}
-			id := tn + "\x00" + name
-			m.subs[id] = c.idx
+			idx := make(map[string]*jsonvalue.Object, len(c.idx))
+			for s, o := range c.idx {
+				idx[jsonvalue.CanonicalString(s)] = o
+			}
+			id := tn + "\x00" + c.def.Name
+			m.subs[id] = idx
 			m.subDefs[id] = c.def
 		}
 	}
