@@ -114,7 +114,9 @@ type OTel struct {
 
 // Runtime tunes the Go runtime of doppel's processes.
 type Runtime struct {
-	GCPercent         int           `koanf:"gc_percent"`
+	GCPercent int `koanf:"gc_percent"`
+	// MemoryBytes is the process's soft memory limit (Go's GOMEMLIMIT); 0: none.
+	MemoryBytes       int64         `koanf:"memory_bytes"`
 	ReturnMemoryEvery time.Duration `koanf:"return_memory_every"`
 }
 
@@ -282,6 +284,7 @@ func Keys() []Key {
 		{"query.max_steps", 30, "most model turns (or replayed calls) one query runs"},
 		{"query.deadline", "5m", "longest one query's agent loop runs"},
 		{"runtime.gc_percent", 400, "Go GC target (as GOGC) of doppel's processes and the twins they start: above Go's 100 it trades memory for fewer collections, which stall tool calls; GOGC in the environment wins"},
+		{"runtime.memory_bytes", int64(2 << 30), "soft memory limit of doppel's own process (as GOMEMLIMIT): near it the Go runtime collects more often instead of letting the heap grow to gc_percent's target, so a large build's heap stays near its live size (a 100,000-trace build fits 2 GiB); a live heap past it costs up to half the CPU in collection, so raise it for larger worlds; twins get twin.memory_bytes instead; 0: none; GOMEMLIMIT in the environment wins"},
 		{"runtime.return_memory_every", "10s", "after large request bodies (1 MiB and up) finish, free memory is returned to the OS at most this often; 0: left to the Go runtime"},
 		{"metrics.enabled", true, "serve Prometheus metrics at GET /metrics (unauthenticated) and record them"},
 		{"metrics.addr", "", "address of a listener of its own for GET /metrics; empty: the API listener serves it (`doppel worker`, which has none, uses metrics.worker_addr)"},
@@ -547,6 +550,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OTel.SampleRatio < 0 || c.OTel.SampleRatio > 1 {
 		bad("otel.sample_ratio", "must be between 0 and 1 (got %g)", c.OTel.SampleRatio)
+	}
+	if c.Runtime.MemoryBytes < 0 {
+		bad("runtime.memory_bytes", "must not be negative (0: no limit)")
 	}
 	if c.Runtime.ReturnMemoryEvery < 0 {
 		bad("runtime.return_memory_every", "must not be negative")

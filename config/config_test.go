@@ -83,6 +83,7 @@ func TestInvalidNamesKey(t *testing.T) {
 		{[]string{"DOPPEL_MODEL_BASE_URL=http://127.0.0.1:1/v1"}, nil, "model.name"},
 		{[]string{"DOPPEL_SESSION_IDLE=0s"}, nil, "session.idle"},
 		{[]string{"DOPPEL_RUNTIME_GC_PERCENT=0"}, nil, "runtime.gc_percent"},
+		{[]string{"DOPPEL_RUNTIME_MEMORY_BYTES=-1"}, nil, "runtime.memory_bytes"},
 	}
 	for _, tt := range tests {
 		_, err := load(t, tt.environ, tt.args...)

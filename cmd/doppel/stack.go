@@ -393,9 +393,11 @@ func modelEnv(cfg *config.Config) []string {
 		"DOPPEL_MODEL_NAME=" + cfg.Model.Name, "DOPPEL_MODEL_TIMEOUT=" + cfg.Model.Timeout.String()}
 }
 
-// twinEnv is what a twin gets of this process's configuration: the model settings and the GC target.
+// twinEnv is what a twin gets of this process's configuration: the model settings, the GC target, and its
+// own memory limit (twin.memory_bytes) as its soft limit in place of this process's runtime.memory_bytes.
 func twinEnv(cfg *config.Config) []string {
-	return append(modelEnv(cfg), fmt.Sprintf("DOPPEL_RUNTIME_GC_PERCENT=%d", cfg.Runtime.GCPercent))
+	return append(modelEnv(cfg), fmt.Sprintf("DOPPEL_RUNTIME_GC_PERCENT=%d", cfg.Runtime.GCPercent),
+		fmt.Sprintf("DOPPEL_RUNTIME_MEMORY_BYTES=%d", cfg.Twin.Memory))
 }
 
 // twinProcessEnv is what a process twin gets beyond this process's environment: twinEnv and its memory limit
