@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -66,18 +69,23 @@ func synthetic(real []trace.Trace, n int) []trace.Trace {
 	return out
 }
 
-// peakHeap samples live heap bytes (runtime/metrics, no stop-the-world) while f
-// runs and answers the peak.
-func peakHeap(f func()) uint64 {
+// peakHeap samples heap bytes (runtime/metrics, no stop-the-world) while f runs and answers two peaks:
+// of the heap's objects (live and not yet swept) and of the live heap (as the last collection found it).
+func peakHeap(f func()) (objects, live uint64) {
 	runtime.GC()
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	var peak, peakLive atomic.Uint64
+	read := func() {
 		metrics.Read(sample)
-		return sample[0].Value.Uint64()
+		if v := sample[0].Value.Uint64(); v > peak.Load() {
+			peak.Store(v)
+		}
+		if v := sample[1].Value.Uint64(); v > peakLive.Load() {
+			peakLive.Store(v)
+		}
 	}
-	var peak atomic.Uint64
 	// DOPPEL_BENCH_HEAPPROFILE names a file that gets the heap profile (in-use as of the last collection)
-	// each time the peak grows by a tenth: the profile of what is live near the peak.
+	// each time the live heap's peak grows by a twentieth: the profile of what is live at the peak.
 	profile, profiled := os.Getenv("DOPPEL_BENCH_HEAPPROFILE"), uint64(0)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -91,12 +99,10 @@ func peakHeap(f func()) uint64 {
 			case <-stop:
 				return
 			case <-t.C:
-				if v := read(); v > peak.Load() {
-					peak.Store(v)
-					if profile != "" && v > profiled+profiled/10 {
-						profiled = v
-						writeHeapProfile(profile)
-					}
+				read()
+				if v := peakLive.Load(); profile != "" && v > profiled+profiled/20 {
+					profiled = v
+					writeHeapProfile(profile)
 				}
 			}
 		}
@@ -104,10 +110,8 @@ func peakHeap(f func()) uint64 {
 	f()
 	close(stop)
 	wg.Wait()
-	if v := read(); v > peak.Load() {
-		peak.Store(v)
-	}
-	return peak.Load()
+	read()
+	return peak.Load(), peakLive.Load()
 }
 
 // writeHeapProfile writes the heap profile to name (errors ignored: it is a diagnostic).
@@ -132,7 +136,7 @@ func benchBuild(b *testing.B, n int) {
 	size := 0
 	cpu0 := processCPU(b)
 	for i := 0; i < b.N; i++ {
-		p := peakHeap(func() {
+		p, _ := peakHeap(func() {
 			bundle, _, err := Build(traces, Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -194,34 +198,17 @@ func (p *countingPutter) Put(_ context.Context, _ string, r io.Reader, _ int64, 
 }
 
 func benchBuildStream(b *testing.B, n int) {
-	base := append(loadTraces(b, "tau-retail-dev.json"), loadTraces(b, "tau-airline-dev.json")...)
-	dir := b.TempDir()
-	var files []string
-	calls, blobBytes := 0, 0
-	for i := 0; i < n; i += streamBatch {
-		batch := trace.Batch{Project: "bench", Traces: make([]trace.Trace, 0, streamBatch)}
-		for k := i; k < min(i+streamBatch, n); k++ {
-			t := relabel(base[k%len(base)], k/len(base))
-			calls += len(trace.Calls(t))
-			batch.Traces = append(batch.Traces, t)
-		}
-		data, err := ingest.EncodeBlob(&batch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		name := filepath.Join(dir, fmt.Sprintf("batch-%05d", i/streamBatch))
-		if err := os.WriteFile(name, data, 0o600); err != nil {
-			b.Fatal(err)
-		}
-		files = append(files, name)
-		blobBytes += len(data)
-	}
+	files, calls, blobBytes := streamBatches(b, n)
+	// The build runs as a worker on its defaults runs it: runtime.gc_percent and runtime.memory_bytes, unless
+	// GOGC or GOMEMLIMIT is set for this run.
+	gcPercent, memLimit := workerRuntime(b)
 	b.ResetTimer()
 	var peak uint64
 	size := 0
 	cpu0 := processCPU(b)
+	var peakLive uint64
 	for range b.N {
-		p := peakHeap(func() {
+		p, live := peakHeap(func() {
 			// Read and decoded a batch ahead of the one being prepared, as the build activity loads them.
 			prep := &Prepared{}
 			err := prep.AddAll(context.Background(), len(files), func(_ context.Context, i int) ([]trace.Trace, error) {
@@ -251,16 +238,94 @@ func benchBuildStream(b *testing.B, n int) {
 			}
 			size = int(st.n)
 		})
-		peak = max(peak, p)
+		peak, peakLive = max(peak, p), max(peakLive, live)
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/build")
 	b.ReportMetric((processCPU(b)-cpu0).Seconds()/float64(b.N), "cpu-s/build")
 	b.ReportMetric(120, "limit-s/build")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
 	b.ReportMetric(2048, "limit-heap-MB")
+	b.ReportMetric(float64(peakLive)/(1<<20), "peak-live-MB")
+	b.ReportMetric(float64(gcPercent), "gc-percent")
+	b.ReportMetric(float64(memLimit)/(1<<20), "mem-limit-MB")
 	b.ReportMetric(float64(calls), "calls")
 	b.ReportMetric(float64(blobBytes)/(1<<20), "blobs-MB")
 	b.ReportMetric(float64(size)/(1<<20), "bundle-MB")
+}
+
+// streamBatches writes n relabelled traces as batch blobs of streamBatch traces, in files, and answers their
+// names, the traces' call count and the blobs' size. DOPPEL_BENCH_BATCHES names a directory that keeps them
+// between runs (relabelling 100,000 traces takes longer than building them); without it they go with the run.
+func streamBatches(b *testing.B, n int) (files []string, calls, blobBytes int) {
+	dir := b.TempDir()
+	if keep := os.Getenv("DOPPEL_BENCH_BATCHES"); keep != "" {
+		dir = filepath.Join(keep, fmt.Sprintf("stream-%d-of-%d", n, streamBatch))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	counts := filepath.Join(dir, "counts")
+	var base []trace.Trace
+	if data, err := os.ReadFile(counts); err == nil {
+		_, err = fmt.Sscanf(string(data), "%d %d", &calls, &blobBytes)
+		if err != nil {
+			b.Fatalf("%s: %v", counts, err)
+		}
+	} else {
+		base = append(loadTraces(b, "tau-retail-dev.json"), loadTraces(b, "tau-airline-dev.json")...)
+	}
+	for i := 0; i < n; i += streamBatch {
+		name := filepath.Join(dir, fmt.Sprintf("batch-%05d", i/streamBatch))
+		files = append(files, name)
+		if base == nil {
+			continue
+		}
+		batch := trace.Batch{Project: "bench", Traces: make([]trace.Trace, 0, streamBatch)}
+		for k := i; k < min(i+streamBatch, n); k++ {
+			t := relabel(base[k%len(base)], k/len(base))
+			calls += len(trace.Calls(t))
+			batch.Traces = append(batch.Traces, t)
+		}
+		data, err := ingest.EncodeBlob(&batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		blobBytes += len(data)
+	}
+	if base != nil {
+		// Written last: a run cut off while writing leaves no counts, and the next one writes the batches anew.
+		if err := os.WriteFile(counts, fmt.Appendf(nil, "%d %d\n", calls, blobBytes), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return files, calls, blobBytes
+}
+
+// workerRuntime sets this process's GC target and soft memory limit to a worker's defaults
+// (runtime.gc_percent, runtime.memory_bytes) for the benchmark, each unless GOGC or GOMEMLIMIT is set, and
+// answers what is in force.
+func workerRuntime(b *testing.B) (gcPercent int, memLimit int64) {
+	cfg, err := config.Load(nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if os.Getenv("GOGC") == "" {
+		old := debug.SetGCPercent(cfg.Runtime.GCPercent)
+		b.Cleanup(func() { debug.SetGCPercent(old) })
+	}
+	if os.Getenv("GOMEMLIMIT") == "" && cfg.Runtime.MemoryBytes > 0 {
+		old := debug.SetMemoryLimit(cfg.Runtime.MemoryBytes)
+		b.Cleanup(func() { debug.SetMemoryLimit(old) })
+	}
+	gcPercent = debug.SetGCPercent(-1)
+	debug.SetGCPercent(gcPercent)
+	if memLimit = debug.SetMemoryLimit(-1); memLimit == math.MaxInt64 {
+		memLimit = 0 // none
+	}
+	return gcPercent, memLimit
 }
 
 func TestRelabel(t *testing.T) {
