@@ -56,10 +56,11 @@ func (cw *canonWriter) value(v any) error {
 	return cw.err
 }
 
-// longList is a list field written element by element.
+// longList is a list field written element by element, or (whole set) a field whose value writes itself.
 type longList struct {
-	n  int
-	at func(i int) error // writes element i
+	n     int
+	at    func(i int) error // writes element i
+	whole func() error
 }
 
 // object writes the canonical JSON of a struct whose long list fields head holds as placeholders
@@ -91,6 +92,12 @@ func (cw *canonWriter) object(head any, lists map[string]longList) error {
 		jsonvalue.AppendString(&cw.buf, o.Keys[i])
 		cw.buf.WriteByte(':')
 		l, long := lists[o.Keys[i]]
+		if long && l.whole != nil {
+			if err := l.whole(); err != nil {
+				return fmt.Errorf("%s: %w", o.Keys[i], err)
+			}
+			continue
+		}
 		if !long || l.n == 0 {
 			jsonvalue.AppendCanonical(&cw.buf, o.Vals[i])
 			continue
@@ -191,6 +198,40 @@ func (r *Row) appendCanonical(b *bytes.Buffer) bool {
 	return true
 }
 
+// appendCanonical writes r as value(r) would.
+func (r *AgentRun) appendCanonical(b *bytes.Buffer) bool {
+	if !validUTF8(r.TraceID, r.Request, r.Answer) {
+		return false
+	}
+	for _, c := range r.Calls {
+		if !validUTF8(c.Tool, c.Arguments) {
+			return false
+		}
+	}
+	b.WriteString(`{"answer":`)
+	jsonvalue.AppendString(b, r.Answer)
+	if len(r.Calls) > 0 {
+		b.WriteString(`,"calls":[`)
+		for i, c := range r.Calls {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"arguments":`)
+			jsonvalue.AppendString(b, c.Arguments)
+			b.WriteString(`,"tool":`)
+			jsonvalue.AppendString(b, c.Tool)
+			b.WriteByte('}')
+		}
+		b.WriteByte(']')
+	}
+	b.WriteString(`,"request":`)
+	jsonvalue.AppendString(b, r.Request)
+	b.WriteString(`,"trace_id":`)
+	jsonvalue.AppendString(b, r.TraceID)
+	b.WriteByte('}')
+	return true
+}
+
 func validUTF8(ss ...string) bool {
 	for _, s := range ss {
 		if !utf8.ValidString(s) {
@@ -218,12 +259,22 @@ func (b *Bundle) WriteCanonical(w io.Writer) error {
 	head := c
 	head.Tools, head.Tables = placeholder(c.Tools), placeholder(c.Tables)
 	head.Recordings, head.Answers = placeholder(c.Recordings), placeholder(c.Answers)
-	err := cw.object(&head, map[string]longList{
+	lists := map[string]longList{
 		"tools":      list(cw, c.Tools),
 		"tables":     {n: len(c.Tables), at: func(i int) error { return cw.table(&c.Tables[i]) }},
 		"recordings": list(cw, c.Recordings),
 		"answers":    {n: len(c.Answers), at: func(i int) error { return cw.value(c.Answers[i]) }},
-	})
+	}
+	if c.Agent != nil {
+		// The agent's runs (one per trace) are a long list too.
+		agent := *c.Agent
+		agent.Runs = placeholder(c.Agent.Runs)
+		head.Agent = &agent
+		lists["agent"] = longList{whole: func() error {
+			return cw.object(&agent, map[string]longList{"runs": list(cw, c.Agent.Runs)})
+		}}
+	}
+	err := cw.object(&head, lists)
 	if err != nil {
 		return fmt.Errorf("marshal bundle: %w", err)
 	}

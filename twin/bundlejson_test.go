@@ -52,7 +52,13 @@ func TestWriteCanonicalMatchesWholeEncoding(t *testing.T) {
 		{Key: "bad \xff", JSON: "{}"}}
 	full.Answers = []string{"plain", "bad utf-8 \xff\xfe here", "<html> & \u2028 \"quoted\""}
 	full.Scenarios = map[string]string{"b": "two", "a": "one"}
-	full.Agent = &Agent{SystemPrompt: "be nice", Runs: []AgentRun{{TraceID: "t1", Request: "hi", Answer: "ok"}}}
+	full.Agent = &Agent{SystemPrompt: "be nice", Tools: []string{"get_order"}, Runs: []AgentRun{
+		{TraceID: "t1", Request: "hi", Answer: "ok"},
+		{TraceID: "t2", Request: "<b> \u2028 \"q\"", Answer: "", Calls: []AgentCall{{Tool: "get_order", Arguments: `{"order_id": "#W1"}`}, {Tool: "x", Arguments: ""}}},
+		{TraceID: "t3", Request: "bad \xff", Answer: "a", Calls: []AgentCall{}},
+	}}
+	noRuns := bankBundle()
+	noRuns.Agent = &Agent{SystemPrompt: "p", Runs: []AgentRun{}}
 	cases := []struct {
 		name string
 		b    *Bundle
@@ -60,6 +66,7 @@ func TestWriteCanonicalMatchesWholeEncoding(t *testing.T) {
 		{"bank bundle", bankBundle()},
 		{"every long list filled, odd strings", full},
 		{"nil lists", &Bundle{SchemaSource: "traces"}},
+		{"an agent without runs", noRuns},
 		{"empty lists", &Bundle{SchemaSource: "traces", Tools: []Tool{}, Tables: []Table{{Name: "t"}}, Recordings: []Recording{}, Answers: []string{}}},
 	}
 	for _, tc := range cases {
