@@ -143,19 +143,29 @@ func newBaseTable(def *Table, parsed map[string]*jsonvalue.Object) (*baseTable, 
 	if t.rows, t.keys, err = parseRows(def.Name, "rows", def.Rows, parsed); err != nil {
 		return nil, err
 	}
-	var body bytes.Buffer
+	// The canonical members are about as long as the rows' rendered JSON (which spaces its separators), so
+	// the body is sized once from those where the rows are rendered: a doubling buffer can leave up to half of
+	// a large world's body unused (and where they are not, the body is copied to its size below).
+	size := 0
+	for i := range def.Rows {
+		size += len(def.Rows[i].Key) + len(def.Rows[i].JSON) + 4
+	}
+	body := bytes.NewBuffer(make([]byte, 0, size))
 	t.off = make([]int, len(t.keys)+1)
 	for i, k := range t.keys {
 		t.off[i] = body.Len()
 		if i > 0 {
 			body.WriteByte(',')
 		}
-		jsonvalue.AppendString(&body, k)
+		jsonvalue.AppendString(body, k)
 		body.WriteByte(':')
-		jsonvalue.AppendCanonical(&body, t.rows[k])
+		jsonvalue.AppendCanonical(body, t.rows[k])
 	}
 	t.off[len(t.keys)] = body.Len()
 	t.body = body.Bytes()
+	if cap(t.body)-len(t.body) > len(t.body)/8 {
+		t.body = bytes.Clone(t.body)
+	}
 	t.hashBuckets()
 	for _, ix := range def.Indexes {
 		t.addIndex(ix.Path, ix.Fold)
