@@ -130,6 +130,7 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*tw
 			t.release()
 		}
 	}
+	m.renderRows(b)
 	rep := m.decide(b, fits)
 	rep.Facts = m.factsReport()
 	return b, rep, nil
@@ -192,8 +193,9 @@ func (m *model) bundle() *twin.Bundle {
 		t.KeyWords = m.keyWords(tn, t.KeyParts)
 		t.Facts = m.factRows(tn)
 		t.Absent = m.absentKeys(tn)
-		for _, k := range keys {
-			t.Rows = append(t.Rows, twin.Row{Key: k, JSON: twin.Render(m.base[tn][k], twin.StylePythonU)})
+		t.Rows = make([]twin.Row, len(keys))
+		for i, k := range keys {
+			t.Rows[i].Key = k // rendered once fit is done (renderRows)
 		}
 		for ix := range ti.indexes {
 			t.Indexes = append(t.Indexes, ix)
@@ -216,6 +218,18 @@ func (m *model) bundle() *twin.Bundle {
 	}
 	m.recordings(b)
 	return b
+}
+
+// renderRows renders the bundle's base rows from the build's parsed ones. It runs after fit, whose runtime
+// takes the parsed rows themselves: the rendered copy of a large world (as large as its canonical form,
+// which that runtime holds) need not be in memory beside it.
+func (m *model) renderRows(b *twin.Bundle) {
+	for i := range b.Tables {
+		t := &b.Tables[i]
+		for j := range t.Rows {
+			t.Rows[j].JSON = twin.Render(m.base[t.Name][t.Rows[j].Key], twin.StylePythonU)
+		}
+	}
 }
 
 // newModel indexes prepared traces' calls by tool, beside the tools and code opts declare.

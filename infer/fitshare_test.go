@@ -23,6 +23,7 @@ func TestFitSharesTheRowsTheBundleRenders(t *testing.T) {
 			}
 			m := newModel(pts, &opts, w, false)
 			b := m.learn()
+			m.renderRows(b)
 			rows := 0
 			for _, tb := range b.Tables {
 				for _, r := range tb.Rows {

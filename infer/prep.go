@@ -18,8 +18,12 @@ type call struct {
 	trace  int // index of its trace in the prepared set
 	idx    int
 	tool   string
-	args   *jsonvalue.Object // nil when the arguments are not a JSON object
+	args   *jsonvalue.Object // nil when the arguments are not a JSON object (or while released)
 	canon  string            // canonical JSON of args ("" when args is nil)
+	// argsText is the arguments' text args was parsed from, for Prepared.finish to parse again once a build
+	// released args (argsReleased).
+	argsText     string
+	argsReleased bool
 	answer bool              // an answer was recorded
 	text   string
 	val    any // the answer parsed as JSON (valid only when isJSON; nil while released)
@@ -37,12 +41,15 @@ type ptrace struct {
 	warns []warnAt // its messy input, replayed in trace-id order when the set is complete
 }
 
-// release drops the parsed answers of t's calls (their text stays): Prepared.finish restores them for
-// a next use of the set.
+// release drops the parsed answers and arguments of t's calls (their text stays): Prepared.finish restores
+// them for a next use of the set.
 func (t *ptrace) release() {
 	for _, c := range t.calls {
 		if c.isJSON && !c.released {
 			c.val, c.released = nil, true
+		}
+		if c.args != nil && !c.argsReleased {
+			c.args, c.argsReleased = nil, true
 		}
 	}
 }
@@ -245,9 +252,21 @@ func (p *Prepared) finish() ([]*ptrace, *warnings, error) {
 		}
 		p.sorted = true
 	}
+	// The answers by text served sharing while traces were added; the calls keep what they share, and a later
+	// Add shares among its own batches. A large set's map need not outlive adding.
+	p.answers = nil
 	parsed := map[string]any{} // calls with one text share one tree again
 	for _, pt := range p.pts {
 		for _, c := range pt.calls {
+			if c.argsReleased {
+				// As prepareTrace parsed them (the text parsed to an object then, and does again).
+				o, err := parseArgs(c.argsText)
+				if err != nil {
+					return nil, nil, fmt.Errorf("infer: trace %s call %d: prepared arguments no longer parse: %w", pt.id, c.idx, err)
+				}
+				p.intern(o)
+				c.args, c.argsReleased = o, false
+			}
 			if !c.released {
 				continue
 			}
@@ -304,18 +323,14 @@ func (p *Prepared) prepareTrace(t *trace.Trace) *ptrace {
 			warn("tool_message_without_call_id", fmt.Sprintf("%s messages[%d]", t.ID, j))
 		}
 	}
-	for _, c := range trace.Calls(*t) {
+	for _, c := range trace.RawCalls(*t) {
 		pc := &call{idx: c.Index, tool: c.Tool, answer: c.Answered, text: c.Result}
 		if c.Tool == "" {
 			warn("call_without_tool_name", fmt.Sprintf("%s call %d", t.ID, c.Index))
 			continue
 		}
-		if v, err := jsonvalue.ParseStringShared(c.RawArgs); err == nil {
-			if o, ok := v.(*jsonvalue.Object); ok {
-				pc.args = o
-			}
-		} else if strings.TrimSpace(c.RawArgs) == "" {
-			pc.args = jsonvalue.NewObject(0)
+		if o, err := parseArgs(c.RawArgs); err == nil {
+			pc.args, pc.argsText = o, c.RawArgs
 		}
 		if pc.args == nil {
 			warn("arguments_not_json_object", fmt.Sprintf("%s %s(%s)", t.ID, c.Tool, c.RawArgs))
@@ -334,6 +349,23 @@ func (p *Prepared) prepareTrace(t *trace.Trace) *ptrace {
 		pt.calls = append(pt.calls, pc)
 	}
 	return pt
+}
+
+// parseArgs parses a call's arguments text: a JSON object, or nothing (no arguments). Its strings share the
+// text's memory.
+func parseArgs(text string) (*jsonvalue.Object, error) {
+	v, err := jsonvalue.ParseStringShared(text)
+	if err != nil {
+		if strings.TrimSpace(text) == "" {
+			return jsonvalue.NewObject(0), nil
+		}
+		return nil, err
+	}
+	o, ok := v.(*jsonvalue.Object)
+	if !ok {
+		return nil, fmt.Errorf("arguments are not a JSON object")
+	}
+	return o, nil
 }
 
 // answer reads c's answer text: error or not, and its parse when it is JSON, shared with an earlier call
