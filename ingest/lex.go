@@ -389,7 +389,7 @@ func (p *parser) str(nullOK bool) (s string, ok, null bool, err error) {
 		if err != nil {
 			return "", false, false, err
 		}
-		return string(b), true, false, nil
+		return p.share(b), true, false, nil
 	case 'n':
 		if err := p.literal("null"); err != nil {
 			return "", false, false, err

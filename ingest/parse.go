@@ -39,6 +39,33 @@ type parser struct {
 	callIDs  map[string]struct{}
 	// traceBytes are the bytes each trace of the body takes, in order.
 	traceBytes []int64
+	// long holds the long strings met so far (up to maxShared), so that a text every trace repeats (a system
+	// prompt: some 7 KB in each tau trace, a third of a batch's text) is one string rather than one per trace.
+	long map[string]string
+}
+
+// Strings of sharedMinLen bytes or more are shared within one body, at most maxShared distinct ones.
+const (
+	sharedMinLen = 1024
+	maxShared    = 64
+)
+
+// share answers b as a string, the one met before where a long string repeats.
+func (p *parser) share(b []byte) string {
+	if len(b) < sharedMinLen {
+		return string(b)
+	}
+	if s, ok := p.long[string(b)]; ok { // the conversion in a map index allocates nothing
+		return s
+	}
+	s := string(b)
+	if len(p.long) < maxShared {
+		if p.long == nil {
+			p.long = map[string]string{}
+		}
+		p.long[s] = s
+	}
+	return s
 }
 
 func newParser(buf []byte, opts Options) *parser {
