@@ -114,8 +114,10 @@ func peakHeap(f func()) (objects, live uint64) {
 	return peak.Load(), peakLive.Load()
 }
 
-// writeHeapProfile writes the heap profile to name (errors ignored: it is a diagnostic).
+// writeHeapProfile writes the heap profile to name (errors ignored: it is a diagnostic), after a collection so
+// that it shows what is live now rather than as of a collection or two ago.
 func writeHeapProfile(name string) {
+	runtime.GC()
 	f, err := os.Create(name)
 	if err != nil {
 		return
