@@ -270,7 +270,7 @@ func Keys() []Key {
 		{"twin.docker_host", "", "Docker engine address for twin.driver=docker; empty: DOCKER_HOST or the local socket"},
 		{"twin.docker_network", "", "Docker network twins join, for a worker that itself runs in a container on it; empty: ports published on loopback"},
 		{"twin.docker_route", "auto", "how Docker twins on the default bridge are reached: container (their bridge address, no docker-proxy), published (their loopback port) or auto (the bridge address when it answers from the worker's host, else the port)"},
-		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, GOMEMLIMIT for process twins; 0: none"},
+		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, and the soft limit (GOMEMLIMIT) of every twin's Go runtime; 0: none"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
 		{"mcp.token_ttl", "1h", "lifetime of an MCP access token (mcp_at_) issued through OAuth at /oauth/token"},

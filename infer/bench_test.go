@@ -166,23 +166,21 @@ func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
 
 // BenchmarkBuildStream10k, 30k and 100k build bundles as a build activity does: the relabelled traces
 // stored beforehand as batch blobs of 500 traces in files, then read, decoded and prepared one batch at a
-// time, and the bundle written out streamed (hashed, then written). Each reports seconds and CPU-seconds
-// per build and the peak heap (live and not yet swept) beside the limits of issue 21 (2 minutes, 2 GiB);
-// DOPPEL_BENCH_HEAPPROFILE=file writes a heap profile near the peak. Run BenchmarkBuild10k in the same run
+// time, and the bundle spooled into a store (hashed on its way to a temporary file), all on a worker's
+// runtime defaults. Each reports seconds and CPU-seconds per build, the peak heap (live and not yet swept)
+// beside the limits of issue 21 (2 minutes, 2 GiB), and the live heap's peak; DOPPEL_BENCH_HEAPPROFILE=file
+// writes a heap profile at the live peak. Run BenchmarkBuild10k in the same run
 // for today's figures:
 //
 //	go test ./infer -run '^$' -bench 'BenchmarkBuild(Stream)?10k$' -benchtime 1x
 func BenchmarkBuildStream10k(b *testing.B) { benchBuildStream(b, 10000) }
 func BenchmarkBuildStream100k(b *testing.B) {
-	// Measured on a 2-core VM at 96.6 and 102.2 s (130 and 135 CPU-s) and 3.0 GB of peak heap in two runs,
-	// against 113–131 s and 3.8–4.7 GB before this session's round (recordings written directly, one pass for
-	// every write's examples, base rows compared by hash, id-keyed schema positions as maps, the next batch
-	// decoded while one is prepared; 276 s and 8.2 GB the round before that). Still over 2 GB: the relabelled
-	// copies make new entities, so the world (base rows, distinct answers and their parsed trees, recordings)
-	// grows with the traces; the live heap is some 1.3 GB once every batch is prepared, and the peak counts
-	// uncollected garbage besides. Run it only when asked.
+	// Measured on a 2-core VM, on a worker's defaults (gc_percent 400, a 2 GiB soft memory limit), at 99.5 and
+	// 108.4 s (142 and 153 CPU-s) and 2,033 and 2,018 MiB of peak heap, the live heap peaking at 1.3-1.5 GB:
+	// the relabelled copies make new entities, so the world (base rows, distinct answers and their parsed
+	// trees, recordings) grows with the traces. Run it only when asked.
 	if os.Getenv("DOPPEL_BENCH_100K") == "" {
-		b.Skip("set DOPPEL_BENCH_100K=1 to build from 100,000 traces (minutes, and some 5 GB of memory)")
+		b.Skip("set DOPPEL_BENCH_100K=1 to build from 100,000 traces (minutes, and some 2 GB of memory)")
 	}
 	benchBuildStream(b, 100000)
 }
