@@ -15,19 +15,19 @@ import (
 
 // call is one recorded tool call, parsed once.
 type call struct {
-	trace  int // index of its trace in the prepared set
-	idx    int
-	tool   string
-	args   *jsonvalue.Object // nil when the arguments are not a JSON object (or while released)
-	canon  string            // canonical JSON of args ("" when args is nil)
+	trace int // index of its trace in the prepared set
+	idx   int
+	tool  string
+	args  *jsonvalue.Object // nil when the arguments are not a JSON object (or while released)
+	canon string            // canonical JSON of args ("" when args is nil)
 	// argsText is the arguments' text args was parsed from, for Prepared.finish to parse again once a build
 	// released args (argsReleased).
 	argsText     string
 	argsReleased bool
-	answer bool              // an answer was recorded
-	text   string
-	val    any // the answer parsed as JSON (valid only when isJSON; nil while released)
-	isJSON bool
+	answer       bool // an answer was recorded
+	text         string
+	val          any // the answer parsed as JSON (valid only when isJSON; nil while released)
+	isJSON       bool
 	// released: val was dropped by a build done with it; Prepared.finish parses text again.
 	released bool
 	isErr    bool
