@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"strings"
@@ -62,12 +61,15 @@ const DefaultContentType = "application/octet-stream"
 // (just the hex digest when prefix is empty). Equal data gives equal keys.
 func ContentKey(prefix string, data []byte) string {
 	sum := sha256.Sum256(data)
-	h := hex.EncodeToString(sum[:])
-	prefix = strings.TrimSuffix(prefix, "/")
-	if prefix == "" {
-		return h
+	return keyOf(prefix, hex.EncodeToString(sum[:]))
+}
+
+// keyOf is the content address under prefix of the bytes whose hex SHA-256 is sum.
+func keyOf(prefix, sum string) string {
+	if prefix = strings.TrimSuffix(prefix, "/"); prefix != "" {
+		return prefix + "/" + sum
 	}
-	return prefix + "/" + h
+	return sum
 }
 
 // Putter is the part of a Store that writes.
@@ -95,10 +97,7 @@ func PutContentFrom(ctx context.Context, s Putter, prefix string, write func(io.
 		return "", "", err
 	}
 	sum = hex.EncodeToString(h.Sum(nil))
-	key = sum
-	if prefix = strings.TrimSuffix(prefix, "/"); prefix != "" {
-		key = prefix + "/" + sum
-	}
+	key = keyOf(prefix, sum)
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
@@ -125,10 +124,11 @@ func PutContentSpooled(ctx context.Context, s Putter, prefix, dir string, write 
 		os.Remove(f.Name())
 	}()
 	fw := &errWriter{w: f}
-	sw := &spoolWriter{h: sha256.New(), w: bufio.NewWriterSize(fw, 1<<20)}
-	werr := write(sw)
+	h, bw := sha256.New(), bufio.NewWriterSize(fw, 1<<20)
+	n := &countWriter{w: io.MultiWriter(h, bw)}
+	werr := write(n)
 	if werr == nil {
-		werr = sw.w.Flush()
+		werr = bw.Flush()
 	}
 	if fw.err != nil {
 		return PutContentFrom(ctx, s, prefix, write, contentType)
@@ -139,26 +139,9 @@ func PutContentSpooled(ctx context.Context, s Putter, prefix, dir string, write 
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return PutContentFrom(ctx, s, prefix, write, contentType)
 	}
-	sum = hex.EncodeToString(sw.h.Sum(nil))
-	key = sum
-	if prefix = strings.TrimSuffix(prefix, "/"); prefix != "" {
-		key = prefix + "/" + sum
-	}
-	return key, sum, s.Put(ctx, key, f, sw.n, contentType)
-}
-
-// spoolWriter hashes and counts what it passes on to w.
-type spoolWriter struct {
-	h hash.Hash
-	w *bufio.Writer
-	n int64
-}
-
-func (s *spoolWriter) Write(p []byte) (int, error) {
-	s.h.Write(p) // a hash never fails
-	n, err := s.w.Write(p)
-	s.n += int64(n)
-	return n, err
+	sum = hex.EncodeToString(h.Sum(nil))
+	key = keyOf(prefix, sum)
+	return key, sum, s.Put(ctx, key, f, n.n, contentType)
 }
 
 // errWriter keeps the first error of w, so a spool's own failure is told from its writer's.
