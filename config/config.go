@@ -120,6 +120,21 @@ type Runtime struct {
 	ReturnMemoryEvery time.Duration `koanf:"return_memory_every"`
 }
 
+// Effective answers what a process applies of r: the GC percent and the soft memory limit, 0 for one it leaves as
+// the Go runtime has it (set by GOGC or GOMEMLIMIT in environ, or a memory limit of 0: none).
+func (r Runtime) Effective(environ []string) (gcPercent int, memLimit int64) {
+	gcPercent, memLimit = r.GCPercent, r.MemoryBytes
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GOGC=") {
+			gcPercent = 0
+		}
+		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			memLimit = 0
+		}
+	}
+	return gcPercent, memLimit
+}
+
 // Log configures logging.
 type Log struct {
 	Level  string `koanf:"level"`

@@ -312,12 +312,13 @@ func workerRuntime(b *testing.B) (gcPercent int, memLimit int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if os.Getenv("GOGC") == "" {
-		old := debug.SetGCPercent(cfg.Runtime.GCPercent)
+	gc, mem := cfg.Runtime.Effective(os.Environ())
+	if gc != 0 {
+		old := debug.SetGCPercent(gc)
 		b.Cleanup(func() { debug.SetGCPercent(old) })
 	}
-	if os.Getenv("GOMEMLIMIT") == "" && cfg.Runtime.MemoryBytes > 0 {
-		old := debug.SetMemoryLimit(cfg.Runtime.MemoryBytes)
+	if mem != 0 {
+		old := debug.SetMemoryLimit(mem)
 		b.Cleanup(func() { debug.SetMemoryLimit(old) })
 	}
 	gcPercent = debug.SetGCPercent(-1)

@@ -45,28 +45,13 @@ func parseConfig(e env, name string, extra func(*pflag.FlagSet)) (*config.Config
 // applyRuntime sets the Go GC target from runtime.gc_percent and the soft memory limit from
 // runtime.memory_bytes, each unless the environment set it (GOGC, GOMEMLIMIT).
 func applyRuntime(cfg *config.Config, environ []string) {
-	gcPercent, memLimit := runtimeSettings(cfg, environ)
+	gcPercent, memLimit := cfg.Runtime.Effective(environ)
 	if gcPercent != 0 {
 		debug.SetGCPercent(gcPercent)
 	}
 	if memLimit != 0 {
 		debug.SetMemoryLimit(memLimit)
 	}
-}
-
-// runtimeSettings is what applyRuntime sets: the GC percent and the memory limit, 0 for one it leaves as the Go
-// runtime has it (set by the environment, or a memory limit of 0: none).
-func runtimeSettings(cfg *config.Config, environ []string) (gcPercent int, memLimit int64) {
-	gcPercent, memLimit = cfg.Runtime.GCPercent, cfg.Runtime.MemoryBytes
-	for _, kv := range environ {
-		if strings.HasPrefix(kv, "GOGC=") {
-			gcPercent = 0
-		}
-		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
-			memLimit = 0
-		}
-	}
-	return gcPercent, memLimit
 }
 
 // newLogger builds the process logger from the log.* keys.
