@@ -50,6 +50,41 @@ func TestDecodeBlobGzip(t *testing.T) {
 	}
 }
 
+// DecodeBlob reuses the memory of a blob's JSON for the next blob: a batch read earlier must not share it, so
+// reading others after it leaves it as it was.
+func TestDecodeBlobKeepsNoJSON(t *testing.T) {
+	p, err := Decode(readData(t, "tau-retail-dev.json"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := p.Batch.Traces
+	var blobs [][]byte
+	for i := 0; i+10 <= len(all) && i < 40; i += 10 {
+		p.Batch.Traces = all[i : i+10]
+		blob, err := EncodeBlob(&p.Batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs = append(blobs, blob)
+	}
+	first, err := DecodeBlob(blobs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := AppendJSON(nil, first)
+	for range 3 {
+		for _, blob := range blobs[1:] {
+			if _, err := DecodeBlob(blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p.Batch.Traces = all[:10]
+	if got := AppendJSON(nil, first); !bytes.Equal(got, want) || !bytes.Equal(got, AppendJSON(nil, &p.Batch)) {
+		t.Fatal("a batch read earlier changed as later blobs were read")
+	}
+}
+
 func TestDecodeBlobRejects(t *testing.T) {
 	p, err := Decode([]byte(`{"project":"p","traces":[{"id":"t","messages":[{"role":"user","content":"hi"}]}]}`), Options{})
 	if err != nil {
@@ -168,7 +203,7 @@ func BenchmarkBlobCodecs(b *testing.B) {
 			defer runtime.UnlockOSThread()
 			cpu0 := threadCPU(b)
 			for b.Loop() {
-				got, err := blobJSON(blob)
+				got, err := blobJSON(blob, nil)
 				if err != nil || len(got) != len(js) {
 					b.Fatalf("%d bytes, %v", len(got), err)
 				}

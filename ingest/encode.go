@@ -116,10 +116,18 @@ func EncodeBlob(b *trace.Batch) ([]byte, error) {
 // zstd (told apart by their first bytes) read as well. It checks the JSON's shape and types but not
 // the field rules, so a blob stays readable when the rules change.
 func DecodeBlob(blob []byte) (*trace.Batch, error) {
-	body, err := blobJSON(blob)
+	// The JSON goes once it is parsed (the batch's strings are copies), so its buffer serves the next blob: a
+	// build reads hundreds of blobs of ~10 MB of JSON each, and fresh buffers would be most of what it allocates.
+	bufp := jsonBuffers.Get().(*[]byte)
+	body, err := blobJSON(blob, (*bufp)[:0])
 	if err != nil {
+		jsonBuffers.Put(bufp)
 		return nil, fmt.Errorf("ingest: read batch blob: %w", err)
 	}
+	defer func() {
+		*bufp = body[:0]
+		jsonBuffers.Put(bufp)
+	}()
 	p := newParser(body, Options{MaxErrors: 1, MaxTraces: int(^uint(0) >> 1)})
 	p.lenient = true
 	var b trace.Batch
@@ -130,8 +138,8 @@ func DecodeBlob(blob []byte) (*trace.Batch, error) {
 	return &b, nil
 }
 
-// blobJSON answers the canonical JSON inside a batch blob, zstd or gzip.
-func blobJSON(blob []byte) ([]byte, error) {
+// blobJSON answers the canonical JSON inside a batch blob, zstd or gzip, in dst's memory when it has room.
+func blobJSON(blob, dst []byte) ([]byte, error) {
 	if bytes.HasPrefix(blob, gzipMagic) {
 		return gzipJSON(blob)
 	}
@@ -147,7 +155,7 @@ func blobJSON(blob []byte) ([]byte, error) {
 	}
 	zr := zstdDecoders.Get().(*zstd.Decoder)
 	defer zstdDecoders.Put(zr)
-	body, err := zr.DecodeAll(blob[8+n:], nil)
+	body, err := zr.DecodeAll(blob[8+n:], dst[:0])
 	if err != nil {
 		return nil, fmt.Errorf("decompress: %w", err)
 	}
