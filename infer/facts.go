@@ -156,7 +156,7 @@ func (f *facts) conflict(table, key, field string, old, v any, newWins bool, src
 		kept, dropped = old, v
 	}
 	f.examples = append(f.examples, FactConflict{Table: table, Key: key, Field: field,
-		Kept: string(jsonvalue.Canonical(kept)), KeptBy: "recency", Dropped: string(jsonvalue.Canonical(dropped))})
+		Kept: jsonvalue.CanonicalText(kept), KeptBy: "recency", Dropped: jsonvalue.CanonicalText(dropped)})
 	_ = src
 }
 

@@ -148,7 +148,7 @@ func (p loopSub) failAt(c *ectx) (int, bool) {
 	}
 	idx := c.subs[p.table+"\x00"+p.name]
 	for i, e := range l {
-		o := idx[string(jsonvalue.Canonical(e))]
+		o := idx[jsonvalue.CanonicalText(e)]
 		if o == nil {
 			return i, true
 		}
@@ -516,7 +516,7 @@ func (m *model) guardCandidates(c *ectx, succ []*ectx) []pexpr {
 					break
 				}
 				for _, e := range els {
-					o := idx[string(jsonvalue.Canonical(e))]
+					o := idx[jsonvalue.CanonicalText(e)]
 					if o == nil {
 						resolvable = false
 						break

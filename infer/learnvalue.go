@@ -195,7 +195,7 @@ func (m *model) directCandidatesAll(c *ectx, t any) []vexpr {
 				if !ok {
 					continue
 				}
-				if so := o[string(jsonvalue.Canonical(kv))]; so != nil {
+				if so := o[jsonvalue.CanonicalText(kv)]; so != nil {
 					for _, f := range so.Keys {
 						add(subE{table: tn, index: ix, key: k, field: f})
 					}
@@ -431,7 +431,7 @@ func (m *model) numericAtoms(c *ectx) []vexpr {
 		}
 		for _, name := range m.subNames() {
 			tn, ix := splitSub(name)
-			if so := c.subs[name][string(jsonvalue.Canonical(kv))]; so != nil {
+			if so := c.subs[name][jsonvalue.CanonicalText(kv)]; so != nil {
 				for fi, f := range so.Keys {
 					if _, ok := so.Vals[fi].(jsonvalue.Number); ok {
 						r = append(r, subE{table: tn, index: ix, key: key, field: f})

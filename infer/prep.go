@@ -336,7 +336,7 @@ func (p *Prepared) prepareTrace(t *trace.Trace) *ptrace {
 			warn("arguments_not_json_object", fmt.Sprintf("%s %s(%s)", t.ID, c.Tool, c.RawArgs))
 		} else {
 			p.intern(pc.args)
-			pc.canon = string(jsonvalue.Canonical(pc.args))
+			pc.canon = jsonvalue.CanonicalText(pc.args)
 		}
 		if !c.Answered {
 			warn("call_without_result", fmt.Sprintf("%s %s call %d", t.ID, c.Tool, c.Index))

@@ -155,7 +155,7 @@ func (m *model) errorText(msg string) string {
 	case seen && obj:
 		o := jsonvalue.NewObject(1)
 		o.Set(key, msg)
-		return string(jsonvalue.Canonical(o))
+		return jsonvalue.CanonicalText(o)
 	case seen && text:
 		return prefix + msg
 	}

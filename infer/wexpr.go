@@ -192,7 +192,7 @@ func (e subE) eval(c *ectx) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	o := c.subs[e.table+"\x00"+e.index][string(jsonvalue.Canonical(k))]
+	o := c.subs[e.table+"\x00"+e.index][jsonvalue.CanonicalText(k)]
 	if o == nil {
 		return nil, false
 	}

@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"sort"
 	"strconv"
+	"sync"
 )
 
 // Canonical is the canonical JSON of v: object keys sorted, no insignificant
@@ -19,9 +20,42 @@ import (
 // (json.Number, float64, map[string]any); both forms of the same JSON give the
 // same bytes.
 func Canonical(v any) []byte {
-	var b bytes.Buffer
-	writeCanonical(&b, v)
-	return b.Bytes()
+	b := scratch.Get().(*bytes.Buffer)
+	defer putScratch(b)
+	writeCanonical(b, v)
+	return bytes.Clone(b.Bytes())
+}
+
+// CanonicalText is string(Canonical(v)), in one allocation of its exact size.
+func CanonicalText(v any) string {
+	b := scratch.Get().(*bytes.Buffer)
+	defer putScratch(b)
+	writeCanonical(b, v)
+	return b.String()
+}
+
+// WithCanonical calls f with the canonical JSON of v, in memory that f must not keep (it serves later
+// calls): for hashing without an allocation.
+func WithCanonical(v any, f func([]byte)) {
+	b := scratch.Get().(*bytes.Buffer)
+	defer putScratch(b)
+	writeCanonical(b, v)
+	f(b.Bytes())
+}
+
+// scratch holds the buffers Canonical writes in before copying out what it made: a large build makes
+// millions of canonical forms, and a buffer grown from empty for each would allocate about twice each one.
+var scratch = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxScratch is the largest buffer the pool keeps, so one huge value does not pin its memory.
+const maxScratch = 1 << 20
+
+func putScratch(b *bytes.Buffer) {
+	if b.Cap() > maxScratch {
+		return
+	}
+	b.Reset()
+	scratch.Put(b)
 }
 
 // CanonicalString is string(Canonical(s)) for a string s, in one allocation when s needs no escape.

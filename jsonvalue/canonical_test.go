@@ -185,3 +185,30 @@ func TestCanonicalString(t *testing.T) {
 		}
 	}
 }
+
+// Canonical, CanonicalText and WithCanonical write from one pool of buffers: what the first two answer is the
+// caller's own, so later calls never change it.
+func TestCanonicalOwnsItsBytes(t *testing.T) {
+	docs := []string{`{"b":[1,2.50,"x\u0001"],"a":null}`, `"plain"`, `[{"z":1,"y":{"k":true}}]`, `{}`}
+	var got [][]byte
+	var texts []string
+	for _, d := range docs {
+		v, err := ParseString(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, Canonical(v))
+		texts = append(texts, CanonicalText(v))
+		WithCanonical(v, func(b []byte) {
+			if string(b) != texts[len(texts)-1] {
+				t.Errorf("WithCanonical %q, CanonicalText %q", b, texts[len(texts)-1])
+			}
+		})
+	}
+	want := []string{`{"a":null,"b":[1,2.5,"x\u0001"]}`, `"plain"`, `[{"y":{"k":true},"z":1}]`, `{}`}
+	for i := range want {
+		if string(got[i]) != want[i] || texts[i] != want[i] {
+			t.Errorf("%s: Canonical %s, CanonicalText %s, want %s", docs[i], got[i], texts[i], want[i])
+		}
+	}
+}

@@ -226,7 +226,7 @@ func parseSeed(out string, ents []Entity) (SeedResult, error) {
 			if !ok || kv == nil {
 				return SeedResult{}, fmt.Errorf("rows.%s[%d]: missing key field %q", name, i, e.Key)
 			}
-			ks := string(jsonvalue.Canonical(kv))
+			ks := jsonvalue.CanonicalText(kv)
 			if seen[ks] {
 				return SeedResult{}, fmt.Errorf("rows.%s[%d]: key %s=%s appears twice", name, i, e.Key, ks)
 			}

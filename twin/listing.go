@@ -180,7 +180,7 @@ next:
 				if !ok {
 					continue next
 				}
-				if _, isID := idKind(string(jsonvalue.Canonical(s))); !isID || seen[s] {
+				if _, isID := idKind(jsonvalue.CanonicalText(s)); !isID || seen[s] {
 					continue next
 				}
 				seen[s] = true

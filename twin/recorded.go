@@ -30,7 +30,7 @@ func (s *Session) replaySameState(t *rtTool, args *jsonvalue.Object) *answer {
 	if state == "" {
 		return nil
 	}
-	for _, r := range t.byArgs[string(jsonvalue.Canonical(args))] {
+	for _, r := range t.byArgs[jsonvalue.CanonicalText(args)] {
 		if r.state == state {
 			a := &answer{content: r.answer, isErr: r.isErr}
 			if t.def.Kind == KindWrite && !r.isErr {
@@ -43,7 +43,7 @@ func (s *Session) replaySameState(t *rtTool, args *jsonvalue.Object) *answer {
 }
 
 func (s *Session) replay(t *rtTool, args *jsonvalue.Object) (*answer, string) {
-	recs := t.byArgs[string(jsonvalue.Canonical(args))]
+	recs := t.byArgs[jsonvalue.CanonicalText(args)]
 	if len(recs) == 0 {
 		return nil, "no recording with these arguments"
 	}
@@ -235,7 +235,7 @@ func flatten(v any) map[string]string {
 				out[p] = "[]"
 			}
 		default:
-			out[p] = string(jsonvalue.Canonical(v))
+			out[p] = jsonvalue.CanonicalText(v)
 		}
 	}
 	walk("", v)

@@ -292,10 +292,10 @@ func (s *Session) sub(table, name string, v any, e *callEnv) *jsonvalue.Object {
 	if !ok {
 		return nil
 	}
-	cv := string(jsonvalue.Canonical(v))
+	cv := jsonvalue.CanonicalText(v)
 	look := func(r *jsonvalue.Object) *jsonvalue.Object {
 		for _, o := range subObjects(r, sd.Path) {
-			if f, ok := o.Get(sd.Field); ok && string(jsonvalue.Canonical(f)) == cv {
+			if f, ok := o.Get(sd.Field); ok && jsonvalue.CanonicalText(f) == cv {
 				return o
 			}
 		}

@@ -35,7 +35,7 @@ type SimExample struct {
 }
 
 func (s *Session) simulate(ctx context.Context, t *rtTool, args *jsonvalue.Object) (*answer, string) {
-	ck := s.currentHash() + "\x00" + t.def.Name + "\x00" + string(jsonvalue.Canonical(args))
+	ck := s.currentHash() + "\x00" + t.def.Name + "\x00" + jsonvalue.CanonicalText(args)
 	s.rt.simMu.Lock()
 	cached, ok := s.rt.simCache[ck]
 	s.rt.simMu.Unlock()

@@ -69,7 +69,7 @@ func indexValue(v any, fold bool) string {
 			v = strings.ToLower(s)
 		}
 	}
-	return string(jsonvalue.Canonical(v))
+	return jsonvalue.CanonicalText(v)
 }
 
 // PathGet walks a dotted path ("name.first_name") through nested objects.
@@ -202,7 +202,7 @@ func newBaseTable(def *Table, parsed map[string]*jsonvalue.Object) (*baseTable, 
 		for _, k := range t.keys {
 			for _, o := range subObjects(t.rows[k], sd.Path) {
 				if v, ok := o.Get(sd.Field); ok {
-					cv := string(jsonvalue.Canonical(v))
+					cv := jsonvalue.CanonicalText(v)
 					if _, seen := m[cv]; !seen {
 						m[cv] = subHit{key: k, obj: o}
 					}
@@ -292,7 +292,8 @@ func fingerprint(row *jsonvalue.Object) string {
 	if row == nil {
 		return "-"
 	}
-	s := sha256.Sum256(jsonvalue.Canonical(row))
+	var s [sha256.Size]byte
+	jsonvalue.WithCanonical(row, func(b []byte) { s = sha256.Sum256(b) })
 	return hex.EncodeToString(s[:12])
 }
 
