@@ -175,7 +175,7 @@ func (b *Builds) loadInputs(ctx context.Context, plan BuildPlan) (*inputs, error
 		if err != nil {
 			return nil, err
 		}
-		batch, err := ingest.DecodeBlob(data)
+		batch, err := ingest.DecodeBlobCalls(data)
 		if err != nil {
 			return nil, badInput("trace batch %s: %v", key, err)
 		}

@@ -216,7 +216,7 @@ func benchBuildStream(b *testing.B, n int) {
 				if err != nil {
 					return nil, err
 				}
-				batch, err := ingest.DecodeBlob(data)
+				batch, err := ingest.DecodeBlobCalls(data)
 				if err != nil {
 					return nil, err
 				}

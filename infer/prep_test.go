@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -259,5 +260,52 @@ func TestBuildReleaseKeepsBuild(t *testing.T) {
 		if a, b := marshalBuild(t, got.Marshal, gotRep), marshalBuild(t, want.Marshal, wantRep); a != b {
 			t.Fatalf("horizon %d: the build that released its answers differs from the one that kept them", horizon)
 		}
+	}
+}
+
+// A build reads its batches with ingest.DecodeBlobCalls, which leaves out the conversation's texts: the
+// bundle (agent profile included), the report and the framework detected equal those of the whole traces.
+func TestBuildFromLeanBlobs(t *testing.T) {
+	traces := streamInput(t)
+	wantB, wantRep, err := Build(traces, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Prepared
+	var dropped int
+	for i := 0; i < len(traces); i += 50 {
+		full := &trace.Batch{Project: "p", Traces: traces[i:min(i+50, len(traces))]}
+		blob, err := ingest.EncodeBlob(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lean, err := ingest.DecodeBlobCalls(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range lean.Traces {
+			for j, m := range lean.Traces[k].Messages {
+				if m.Content == nil && full.Traces[k].Messages[j].Content != nil {
+					dropped++
+				}
+			}
+		}
+		if a, b := ingest.Detect(lean, ingest.Hints{}), ingest.Detect(full, ingest.Hints{}); a != b {
+			t.Errorf("batch %d: detected %+v from the lean batch, %+v from the whole one", i/50, a, b)
+		}
+		p.Add(lean.Traces)
+	}
+	if dropped == 0 {
+		t.Fatal("DecodeBlobCalls kept every text")
+	}
+	b, rep, err := BuildFrom(&p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantB.Agent == nil || len(wantB.Agent.Runs) == 0 {
+		t.Fatal("the whole traces gave no agent runs to compare")
+	}
+	if got, want := marshalBuild(t, b.Marshal, rep), marshalBuild(t, wantB.Marshal, wantRep); got != want {
+		t.Fatal("the build from lean batches differs from Build's")
 	}
 }

@@ -115,7 +115,16 @@ func EncodeBlob(b *trace.Batch) ([]byte, error) {
 // DecodeBlob reads a blob written by EncodeBlob back into its batch; blobs written with gzip before
 // zstd (told apart by their first bytes) read as well. It checks the JSON's shape and types but not
 // the field rules, so a blob stays readable when the rules change.
-func DecodeBlob(blob []byte) (*trace.Batch, error) {
+func DecodeBlob(blob []byte) (*trace.Batch, error) { return decodeBlob(blob, false) }
+
+// DecodeBlobCalls is DecodeBlob for a build, which reads a trace's tool calls, their answers and system prompts
+// but few of its other texts: of the user and assistant messages' contents it keeps just the first user text
+// that is not empty and the last text the assistant said without tool calls that is not blank; the others read
+// as absent (nil). Every other field is as DecodeBlob reads it. Most
+// of a batch's text is the conversation's, so a build reading hundreds of blobs allocates far less.
+func DecodeBlobCalls(blob []byte) (*trace.Batch, error) { return decodeBlob(blob, true) }
+
+func decodeBlob(blob []byte, lean bool) (*trace.Batch, error) {
 	// The JSON goes once it is parsed (the batch's strings are copies), so its buffer serves the next blob: a
 	// build reads hundreds of blobs of ~10 MB of JSON each, and fresh buffers would be most of what it allocates.
 	bufp := jsonBuffers.Get().(*[]byte)
@@ -129,7 +138,7 @@ func DecodeBlob(blob []byte) (*trace.Batch, error) {
 		jsonBuffers.Put(bufp)
 	}()
 	p := newParser(body, Options{MaxErrors: 1, MaxTraces: int(^uint(0) >> 1)})
-	p.lenient = true
+	p.lenient, p.lean = true, lean
 	var b trace.Batch
 	p.parseBody(&b)
 	if len(p.errs) > 0 {

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,6 +40,10 @@ type parser struct {
 	callIDs  map[string]struct{}
 	// traceBytes are the bytes each trace of the body takes, in order.
 	traceBytes []int64
+	// lean leaves out the message texts a build does not read (DecodeBlobCalls); contentAt holds, while a trace's
+	// messages are read, where each message's content string starts (-1: none), to read the kept ones after.
+	lean      bool
+	contentAt []int
 	// long holds the long strings met so far (up to maxShared), so that a text every trace repeats (a system
 	// prompt: some 7 KB in each tau trace, a third of a batch's text) is one string rather than one per trace.
 	long map[string]string
@@ -366,9 +371,15 @@ func (p *parser) messages(t *trace.Trace) (bool, error) {
 			return false, err
 		}
 		if end {
+			if p.lean {
+				return true, p.keepTexts(t)
+			}
 			return true, nil
 		}
 		t.Messages = append(t.Messages, trace.Message{})
+		if p.lean {
+			p.contentAt = append(p.contentAt[:j], -1)
+		}
 		p.pushIdx(j)
 		err = p.message(&t.Messages[j])
 		p.pop()
@@ -379,6 +390,83 @@ func (p *parser) messages(t *trace.Trace) (bool, error) {
 			return false, errStop
 		}
 	}
+}
+
+// skipContent reads a message's content (lean) without making a string of it, noting where it starts for
+// keepTexts.
+func (p *parser) skipContent() error {
+	p.push("content")
+	defer p.pop()
+	c, err := p.peek()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '"':
+		p.contentAt[len(p.contentAt)-1] = p.pos
+		_, err := p.rawString()
+		return err
+	case 'n':
+		return p.literal("null")
+	}
+	return p.wrongType("a string")
+}
+
+// keepTexts gives t's messages the texts a build reads (see DecodeBlobCalls), read again from where skipContent
+// noted them: every tool and system message's (system prompts repeat, so they are shared and cost little), the
+// first user text that is not empty and the last text the assistant said without tool calls that is not blank.
+func (p *parser) keepTexts(t *trace.Trace) error {
+	at := p.pos
+	defer func() { p.pos = at }()
+	read := func(j int) ([]byte, error) {
+		p.pos = p.contentAt[j]
+		return p.rawString()
+	}
+	keep := func(j int) error {
+		b, err := read(j)
+		if err != nil {
+			return err
+		}
+		s := p.share(b)
+		t.Messages[j].Content = &s
+		return nil
+	}
+	user, answer := false, -1
+	for j := range t.Messages {
+		if p.contentAt[j] < 0 {
+			continue
+		}
+		m := &t.Messages[j]
+		switch {
+		case m.Role == trace.RoleTool || m.Role == trace.RoleSystem:
+			if err := keep(j); err != nil {
+				return err
+			}
+		case m.Role == trace.RoleUser && !user:
+			b, err := read(j)
+			if err != nil {
+				return err
+			}
+			if len(b) > 0 {
+				user = true
+				if err := keep(j); err != nil {
+					return err
+				}
+			}
+		case m.Role == trace.RoleAssistant && len(m.ToolCalls) == 0:
+			b, err := read(j)
+			if err != nil {
+				return err
+			}
+			if len(bytes.TrimSpace(b)) > 0 {
+				answer = j
+			}
+		}
+	}
+	if answer >= 0 {
+		return keep(answer)
+	}
+	return nil
 }
 
 // Field bits of a message. Spelling bits tell the two names of an aliased field apart.
@@ -429,6 +517,12 @@ func (p *parser) message(m *trace.Message) error {
 				break
 			}
 			present |= mContent
+			if p.lean {
+				if err := p.skipContent(); err != nil {
+					return err
+				}
+				break
+			}
 			p.push(k)
 			s, ok, null, err := p.str(true)
 			p.pop()
