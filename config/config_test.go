@@ -160,10 +160,10 @@ func TestRuntimeEffective(t *testing.T) {
 		gc      int
 		mem     int64
 	}{
-		{"defaults", nil, 400, 2 << 30},
+		{"defaults", nil, 400, 1920 << 20},
 		{"configured", []string{"DOPPEL_RUNTIME_GC_PERCENT=150", "DOPPEL_RUNTIME_MEMORY_BYTES=1073741824"}, 150, 1 << 30},
 		{"no limit", []string{"DOPPEL_RUNTIME_MEMORY_BYTES=0"}, 400, 0},
-		{"GOGC wins", []string{"GOGC=50"}, 0, 2 << 30},
+		{"GOGC wins", []string{"GOGC=50"}, 0, 1920 << 20},
 		{"GOMEMLIMIT wins", []string{"GOMEMLIMIT=3GiB", "DOPPEL_RUNTIME_MEMORY_BYTES=1073741824"}, 400, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
