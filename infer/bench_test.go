@@ -175,10 +175,10 @@ func BenchmarkBuild10k(b *testing.B) { benchBuild(b, 10000) }
 //	go test ./infer -run '^$' -bench 'BenchmarkBuild(Stream)?10k$' -benchtime 1x
 func BenchmarkBuildStream10k(b *testing.B) { benchBuildStream(b, 10000) }
 func BenchmarkBuildStream100k(b *testing.B) {
-	// Measured on a 2-core VM, on a worker's defaults (gc_percent 400, a 2 GiB soft memory limit), at 99.5,
-	// 108.4, 117.3 and 122.6 s (142-179 CPU-s) and 2,002-2,085 MiB of peak heap in four runs, the live heap
-	// peaking at 1.3-1.5 GB: the relabelled copies make new entities, so the world (base rows, distinct answers
-	// and their parsed trees, recordings) grows with the traces. Run it only when asked.
+	// Measured on a 2-core VM, on a worker's defaults (gc_percent 400, a 1,920 MiB soft memory limit), at 81.4,
+	// 88.2 and 98.0 s (129-157 CPU-s) and 1,777-1,858 MiB of peak heap in three runs, the live heap peaking at
+	// 1.3 GB: the relabelled copies make new entities, so the world (base rows, distinct answers and their parsed
+	// trees, recordings) grows with the traces. Run it only when asked.
 	if os.Getenv("DOPPEL_BENCH_100K") == "" {
 		b.Skip("set DOPPEL_BENCH_100K=1 to build from 100,000 traces (minutes, and some 2 GB of memory)")
 	}
