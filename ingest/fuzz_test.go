@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/doppel-dev/doppel/trace"
@@ -71,5 +72,99 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(*back, p.Batch) {
 			t.Fatalf("blob round trip: %v", err)
 		}
+		lean, err := DecodeBlobCalls(blob)
+		if err != nil {
+			t.Fatalf("DecodeBlobCalls: %v", err)
+		}
+		checkLean(t, &p.Batch, lean)
 	})
+}
+
+// checkLean checks that lean is full with just the texts DecodeBlobCalls leaves out absent: every tool and system
+// text, the first non-empty user text and the last non-blank text the assistant said without tool calls stay.
+func checkLean(t *testing.T, full, lean *trace.Batch) {
+	t.Helper()
+	if full.Project != lean.Project || len(full.Traces) != len(lean.Traces) {
+		t.Fatalf("lean batch %q with %d traces, whole %q with %d", lean.Project, len(lean.Traces), full.Project, len(full.Traces))
+	}
+	for i := range full.Traces {
+		ft, lt := &full.Traces[i], &lean.Traces[i]
+		if ft.ID != lt.ID || ft.Model != lt.Model || len(ft.Messages) != len(lt.Messages) {
+			t.Fatalf("traces[%d] differ beyond their texts", i)
+		}
+		keep := make([]bool, len(ft.Messages))
+		user, answer := false, -1
+		for j, m := range ft.Messages {
+			switch {
+			case m.Content == nil:
+			case m.Role == trace.RoleTool || m.Role == trace.RoleSystem:
+				keep[j] = true
+			case m.Role == trace.RoleUser && !user && *m.Content != "":
+				keep[j], user = true, true
+			case m.Role == trace.RoleAssistant && len(m.ToolCalls) == 0 && strings.TrimSpace(*m.Content) != "":
+				answer = j
+			}
+		}
+		if answer >= 0 {
+			keep[answer] = true
+		}
+		for j := range ft.Messages {
+			fm, lm := ft.Messages[j], lt.Messages[j]
+			if keep[j] {
+				if lm.Content == nil || *lm.Content != *fm.Content {
+					t.Fatalf("traces[%d].messages[%d] (%s): lean text %v, want %q", i, j, fm.Role, lm.Content, *fm.Content)
+				}
+			} else if lm.Content != nil {
+				t.Fatalf("traces[%d].messages[%d] (%s): lean kept %q", i, j, fm.Role, *lm.Content)
+			}
+			fm.Content, lm.Content = nil, nil
+			if !reflect.DeepEqual(fm, lm) {
+				t.Fatalf("traces[%d].messages[%d] differ beyond their text:\n%+v\n%+v", i, j, fm, lm)
+			}
+		}
+	}
+}
+
+// DecodeBlobCalls keeps the texts a build reads, on the tau traces and on conversations that test its rules.
+func TestDecodeBlobCalls(t *testing.T) {
+	p, err := Decode(readData(t, "tau-retail-dev.json"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd, err := Decode([]byte(body(
+		tr("blank-first", `{"role":"system","content":"  "}`, `{"role":"system","content":"second prompt"}`,
+			`{"role":"user","content":""}`, `{"role":"user","content":"  real \"request\"\n"}`, `{"role":"user","content":"later"}`,
+			`{"role":"assistant","content":"thinking","tool_calls":[{"id":"a","function":{"name":"f","arguments":"{}"}}]}`,
+			`{"role":"tool","tool_call_id":"a","content":""}`, `{"role":"assistant","content":"done \u00e9"}`,
+			`{"role":"assistant","content":" \t "}`),
+		tr("no-answer", `{"role":"user","content":""}`, `{"role":"assistant","content":null,"tool_calls":[{"id":"b","function":{"name":"f","arguments":"{}"}}]}`),
+	)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*trace.Batch{&p.Batch, &odd.Batch} {
+		blob, err := EncodeBlob(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lean, err := DecodeBlobCalls(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkLean(t, b, lean)
+	}
+	// The rules, spelled out on the odd trace: the blank prompt stays (every system text does), the empty user
+	// text and the later one go, and the answer is the last non-blank text said without tool calls.
+	blob, _ := EncodeBlob(&odd.Batch)
+	lean, _ := DecodeBlobCalls(blob)
+	var got []string
+	for _, m := range lean.Traces[0].Messages {
+		if m.Content != nil {
+			got = append(got, m.Role+":"+*m.Content)
+		}
+	}
+	want := []string{"system:  ", "system:second prompt", "user:  real \"request\"\n", "tool:", "assistant:done \u00e9"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("kept %q, want %q", got, want)
+	}
 }
