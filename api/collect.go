@@ -345,18 +345,23 @@ func (c *collect) storeBatch(ctx context.Context, ws string, body []byte, hints 
 
 	agent := ingest.Detect(&parsed.Batch, hints)
 	var res *store.BatchResult
-	err = db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	write := func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		env, err = store.UpsertEnvByProject(ctx, tx, ws, parsed.Batch.Project)
-		if err != nil {
-			return err
+		if env == nil {
+			// The project's first batch: its environment is made with it, and rolled back with it.
+			if env, err = store.UpsertEnvByProject(ctx, tx, ws, parsed.Batch.Project); err != nil {
+				return err
+			}
 		}
+		// An environment that exists is locked only at the end, by its counters' update: concurrent batches of one
+		// environment wait for each other only from there to their commit.
 		batch := &schema.TraceBatch{EnvID: env.ID, BlobKey: key, Bytes: n, ToolsSeen: parsed.Tools}
 		res, err = store.InsertTraceBatchSized(ctx, tx, batch, parsed.TraceIDs(), parsed.TraceBytes)
 		if err != nil {
 			return err
 		}
-		if env.CollectedBytes+res.Bytes > c.opts.MaxEnvBytes {
+		env = res.Env // as it is now, locked until the transaction ends
+		if env.CollectedBytes > c.opts.MaxEnvBytes {
 			return errEnvFull // rolls the batch back
 		}
 		var cols []string
@@ -377,10 +382,17 @@ func (c *collect) storeBatch(ctx context.Context, ws string, body []byte, hints 
 			return store.UpdateEnv(ctx, tx, env, cols...)
 		}
 		return nil
-	})
+	}
+	existed := env != nil
+	err = db.RunInTx(ctx, nil, write)
+	if existed && errors.Is(err, store.ErrNotFound) {
+		// The environment was deleted since it was looked up: the batch makes it anew, as a first batch does.
+		env = nil
+		err = db.RunInTx(ctx, nil, write)
+	}
 	switch {
 	case errors.Is(err, errEnvFull):
-		return nil, nil, c.envFull(env.Slug, env.CollectedBytes, res.Bytes)
+		return nil, nil, c.envFull(env.Slug, env.CollectedBytes-res.Bytes, res.Bytes)
 	case err != nil:
 		if e := StoreError(err, "environment"); e != err {
 			return nil, nil, e

@@ -23,6 +23,9 @@ type BatchResult struct {
 	Duplicates []string
 	// Bytes is what the environment's collected_bytes grew by.
 	Bytes int64
+	// Env is the environment's row after its counters grew, read under the row lock the counters' update takes
+	// (the transaction holds it until it ends).
+	Env *schema.Environment
 }
 
 // InsertTraceBatch records one collect batch for batch.EnvID: the batch row, and a trace row
@@ -113,17 +116,22 @@ func InsertTraceBatchSized(ctx context.Context, db bun.IDB, batch *schema.TraceB
 			bytes = max(batch.Bytes-dupBytes, 0)
 		}
 		res.Bytes = bytes
-		r, err := tx.NewUpdate().Model((*schema.Environment)(nil)).
+		// Last, so that concurrent batches of one environment wait for its row only from here to their commit.
+		var envs []schema.Environment
+		err := tx.NewUpdate().Model(&envs).
 			Set("n_traces = n_traces + ?", batch.NTraces).
 			Set("collected_bytes = collected_bytes + ?", bytes).
 			Set("updated_at = ?", batch.CreatedAt).
-			Where("id = ?", batch.EnvID).Exec(ctx)
+			Where("id = ?", batch.EnvID).
+			Returning("*").
+			Scan(ctx)
 		if err != nil {
 			return wrap(err, "count traces of env %q", batch.EnvID)
 		}
-		if n, _ := r.RowsAffected(); n == 0 {
+		if len(envs) == 0 {
 			return fmt.Errorf("store: insert trace batch: env %q: %w", batch.EnvID, ErrNotFound)
 		}
+		res.Env = &envs[0]
 		return nil
 	})
 	if err != nil {
