@@ -120,8 +120,8 @@ func DecodeBlob(blob []byte) (*trace.Batch, error) { return decodeBlob(blob, fal
 // DecodeBlobCalls is DecodeBlob for a build, which reads a trace's tool calls, their answers and system prompts
 // but few of its other texts: of the user and assistant messages' contents it keeps just the first user text
 // that is not empty and the last text the assistant said without tool calls that is not blank; the others read
-// as absent (nil). Every other field is as DecodeBlob reads it. Most
-// of a batch's text is the conversation's, so a build reading hundreds of blobs allocates far less.
+// as absent (nil). Every other field is as DecodeBlob reads it. Most of a batch's text is the conversation's, so
+// a build reading hundreds of blobs allocates far less.
 func DecodeBlobCalls(blob []byte) (*trace.Batch, error) { return decodeBlob(blob, true) }
 
 func decodeBlob(blob []byte, lean bool) (*trace.Batch, error) {
