@@ -20,27 +20,28 @@ import (
 // (json.Number, float64, map[string]any); both forms of the same JSON give the
 // same bytes.
 func Canonical(v any) []byte {
-	b := scratch.Get().(*bytes.Buffer)
-	defer putScratch(b)
-	writeCanonical(b, v)
-	return bytes.Clone(b.Bytes())
+	var out []byte
+	WithCanonical(v, func(b []byte) { out = bytes.Clone(b) })
+	return out
 }
 
 // CanonicalText is string(Canonical(v)), in one allocation of its exact size.
 func CanonicalText(v any) string {
-	b := scratch.Get().(*bytes.Buffer)
-	defer putScratch(b)
-	writeCanonical(b, v)
-	return b.String()
+	var out string
+	WithCanonical(v, func(b []byte) { out = string(b) })
+	return out
 }
 
 // WithCanonical calls f with the canonical JSON of v, in memory that f must not keep (it serves later
 // calls): for hashing without an allocation.
 func WithCanonical(v any, f func([]byte)) {
 	b := scratch.Get().(*bytes.Buffer)
-	defer putScratch(b)
 	writeCanonical(b, v)
 	f(b.Bytes())
+	if b.Cap() <= maxScratch {
+		b.Reset()
+		scratch.Put(b)
+	}
 }
 
 // scratch holds the buffers Canonical writes in before copying out what it made: a large build makes
@@ -49,14 +50,6 @@ var scratch = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxScratch is the largest buffer the pool keeps, so one huge value does not pin its memory.
 const maxScratch = 1 << 20
-
-func putScratch(b *bytes.Buffer) {
-	if b.Cap() > maxScratch {
-		return
-	}
-	b.Reset()
-	scratch.Put(b)
-}
 
 // CanonicalString is string(Canonical(s)) for a string s, in one allocation when s needs no escape.
 func CanonicalString(s string) string {
