@@ -36,49 +36,42 @@ func (p *parser) keepTexts(t *trace.Trace) error {
 		p.pos = p.contentAt[j]
 		return p.rawString()
 	}
-	keep := func(j int) error {
+	set := func(j int, b []byte) {
+		s := p.share(b)
+		t.Messages[j].Content = &s
+	}
+	user, answer := false, -1
+	for j := range t.Messages {
+		m := &t.Messages[j]
+		always := m.Role == trace.RoleTool || m.Role == trace.RoleSystem
+		wanted := always || m.Role == trace.RoleUser && !user || m.Role == trace.RoleAssistant && len(m.ToolCalls) == 0
+		if p.contentAt[j] < 0 || !wanted {
+			continue
+		}
 		b, err := read(j)
 		if err != nil {
 			return err
 		}
-		s := p.share(b)
-		t.Messages[j].Content = &s
-		return nil
-	}
-	user, answer := false, -1
-	for j := range t.Messages {
-		if p.contentAt[j] < 0 {
-			continue
-		}
-		m := &t.Messages[j]
 		switch {
-		case m.Role == trace.RoleTool || m.Role == trace.RoleSystem:
-			if err := keep(j); err != nil {
-				return err
-			}
-		case m.Role == trace.RoleUser && !user:
-			b, err := read(j)
-			if err != nil {
-				return err
-			}
+		case always:
+			set(j, b)
+		case m.Role == trace.RoleUser:
 			if len(b) > 0 {
 				user = true
-				if err := keep(j); err != nil {
-					return err
-				}
+				set(j, b)
 			}
-		case m.Role == trace.RoleAssistant && len(m.ToolCalls) == 0:
-			b, err := read(j)
-			if err != nil {
-				return err
-			}
+		default: // the assistant's text said without tool calls
 			if len(bytes.TrimSpace(b)) > 0 {
-				answer = j
+				answer = j // read again at the end: b may be the parser's scratch, which later reads overwrite
 			}
 		}
 	}
 	if answer >= 0 {
-		return keep(answer)
+		b, err := read(answer)
+		if err != nil {
+			return err
+		}
+		set(answer, b)
 	}
 	return nil
 }
