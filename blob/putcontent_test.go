@@ -30,13 +30,7 @@ func TestPutContent(t *testing.T) {
 	if err != nil || again != key {
 		t.Errorf("the same bytes again: key %q, %v; want %q", again, err, key)
 	}
-	rc, err := s.Get(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(rc)
-	rc.Close()
-	if string(got) != string(data) {
+	if got := stored(t, s, key); string(got) != string(data) {
 		t.Errorf("stored %q, want %q", got, data)
 	}
 	info, err := s.Stat(ctx, key)
@@ -95,13 +89,7 @@ func TestPutContentFrom(t *testing.T) {
 				if key != want || !strings.HasSuffix(want, "/"+sum) {
 					t.Errorf("key, sum = %q, %q; want the content address %q", key, sum, want)
 				}
-				rc, err := s.Get(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, _ := io.ReadAll(rc)
-				rc.Close()
-				if !bytes.Equal(got, tc.data) {
+				if got := stored(t, s, key); !bytes.Equal(got, tc.data) {
 					t.Errorf("stored %d bytes, want %d", len(got), len(tc.data))
 				}
 			})
@@ -111,4 +99,19 @@ func TestPutContentFrom(t *testing.T) {
 			t.Errorf("%s: a failing writer: err = %v, want %v", put.name, err, fail)
 		}
 	}
+}
+
+// stored answers the bytes s holds under key.
+func stored(t *testing.T, s blob.Store, key string) []byte {
+	t.Helper()
+	rc, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
