@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"os"
 	"reflect"
 	"runtime"
@@ -10,43 +11,81 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
 )
 
-// A blob written by the gzip encoder (before zstd) from the first three tau-retail traces.
-const gzipBlobFile = "testdata/batch-gzip-v1.blob"
+// Blobs written before S2, each of the first three tau-retail traces: by the gzip encoder, then by the zstd one.
+const (
+	gzipBlobFile = "testdata/batch-gzip-v1.blob"
+	zstdBlobFile = "testdata/batch-zstd-v1.blob"
+)
 
-func TestDecodeBlobGzip(t *testing.T) {
-	old, err := os.ReadFile(gzipBlobFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+func TestDecodeBlobLegacy(t *testing.T) {
 	p, err := Decode(readData(t, "tau-retail-dev.json"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Batch.Traces = p.Batch.Traces[:3]
-	got, err := DecodeBlob(old)
-	if err != nil {
-		t.Fatalf("DecodeBlob(gzip blob): %v", err)
+	for _, file := range []string{gzipBlobFile, zstdBlobFile} {
+		old, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeBlob(old)
+		if err != nil {
+			t.Fatalf("DecodeBlob(%s): %v", file, err)
+		}
+		if !reflect.DeepEqual(*got, p.Batch) {
+			t.Fatalf("%s does not read back as its batch", file)
+		}
+		lean, err := DecodeBlobCalls(old)
+		if err != nil {
+			t.Fatalf("DecodeBlobCalls(%s): %v", file, err)
+		}
+		checkLean(t, &p.Batch, lean)
 	}
-	if !reflect.DeepEqual(*got, p.Batch) {
-		t.Fatal("the gzip blob does not read back as its batch")
-	}
-	// The same batch now encodes as zstd, and reads back the same.
+	// The same batch now encodes as S2 (larger than zstd, smaller than gzip), and reads back the same.
 	blob, err := EncodeBlob(&p.Batch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(blob, []byte{0x50, 0x2a, 0x4d, 0x18}) || !bytes.Contains(blob[:64], []byte(BlobFormat)) ||
-		!bytes.Contains(blob[:64], []byte{0x28, 0xb5, 0x2f, 0xfd}) {
-		t.Fatalf("blob does not start with the format frame and a zstd frame: % x", blob[:48])
+	if !bytes.HasPrefix(blob, []byte("\xff\x06\x00\x00S2sTwO\x80\x16\x00\x00"+BlobFormat)) {
+		t.Fatalf("blob does not start with an S2 stream identifier and the chunk naming the format: %q", blob[:48])
 	}
 	back, err := DecodeBlob(blob)
 	if err != nil || !reflect.DeepEqual(*back, p.Batch) {
-		t.Fatalf("zstd round trip: %v", err)
+		t.Fatalf("S2 round trip: %v", err)
 	}
-	if len(blob) >= len(old) {
-		t.Errorf("zstd blob %d bytes, gzip blob %d", len(blob), len(old))
+}
+
+// A blob holds the body as it came: Decode and DecodeBlob of the blob read the same batch, whatever the body's
+// spacing, escapes, key order, spellings and unknown fields.
+func TestEncodeBodyBlob(t *testing.T) {
+	body := []byte(`{ "traces": [ {"messages": [ {"content": "caf\u00e9 \"hi\"", "role": "user", "x": [1, {"y": null}]},
+		{"toolCalls": [{"function": {"arguments": "{\"a\": 1}", "name": "f"}, "id": "c1"}], "role": "assistant", "content": null},
+		{"role": "tool", "toolCallId": "c1", "content": "{}", "name": "f"} ], "id": "t\/1", "model": null} ],
+		"project": "Caf\u00e9", "extra": true }`)
+	p, err := Decode(body, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := EncodeBodyBlob(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeBlob(blob)
+	if err != nil || !reflect.DeepEqual(*back, p.Batch) {
+		t.Fatalf("DecodeBlob = %+v, %v; want %+v", back, err, p.Batch)
+	}
+	var js []byte
+	if js, err = blobJSON(blob, nil); err != nil || !bytes.Equal(js, body) {
+		t.Fatalf("the blob holds %q (%v), want the body", js, err)
+	}
+	again, _ := EncodeBodyBlob(body)
+	if !bytes.Equal(again, blob) {
+		t.Fatal("one body gave two blobs")
 	}
 }
 
@@ -86,30 +125,46 @@ func TestDecodeBlobKeepsNoJSON(t *testing.T) {
 }
 
 func TestDecodeBlobRejects(t *testing.T) {
-	p, err := Decode([]byte(`{"project":"p","traces":[{"id":"t","messages":[{"role":"user","content":"hi"}]}]}`), Options{})
+	body := []byte(`{"project":"p","traces":[{"id":"t","messages":[{"role":"user","content":"hi"}]}]}`)
+	good, err := EncodeBodyBlob(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, err := EncodeBlob(&p.Batch)
+	s2Of := func(write func(w *s2.Writer)) []byte {
+		var out bytes.Buffer
+		w := s2.NewWriter(&out)
+		write(w)
+		w.Close()
+		return out.Bytes()
+	}
+	legacy, err := os.ReadFile(zstdBlobFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherFormat := bytes.Replace(bytes.Clone(good), []byte("batch v1"), []byte("batch v9"), 1)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Comment = "something else"
-	zw.Write(AppendJSON(nil, &p.Batch))
+	zw.Write(body)
 	zw.Close()
 	for _, tc := range []struct {
 		name string
 		blob []byte
 		want string
 	}{
-		{"empty", nil, "neither a zstd nor a gzip batch blob"},
-		{"plain JSON", AppendJSON(nil, &p.Batch), "neither a zstd nor a gzip batch blob"},
-		{"format frame only", good[:8], "truncated format frame"},
-		{"other format", otherFormat, `format "doppel collect batch v9"`},
-		{"truncated zstd", good[:len(good)-3], "decompress"},
+		{"empty", nil, "not a batch blob"},
+		{"plain JSON", body, "not a batch blob"},
+		{"other format", bytes.Replace(bytes.Clone(good), []byte("body v1"), []byte("body v9"), 1), `format "doppel collect body v9"`},
+		{"no format chunk", s2Of(func(w *s2.Writer) { w.Write(body) }), "without the chunk naming its format"},
+		{"format chunk after data", s2Of(func(w *s2.Writer) {
+			w.Write(body)
+			w.Flush()
+			w.AddSkippableBlock(blobFormatChunk, []byte(BlobFormat))
+		}), "without the chunk naming its format"},
+		{"truncated S2", good[:len(good)-3], "decompress"},
+		{"damaged S2", bytes.Replace(bytes.Clone(good), []byte(`"project"`), []byte(`"projekt"`), 1), "decompress"},
+		{"zstd format frame only", legacy[:8], "truncated format frame"},
+		{"zstd of another format", bytes.Replace(bytes.Clone(legacy), []byte("batch v1"), []byte("batch v9"), 1), `format "doppel collect batch v9"`},
+		{"truncated zstd", legacy[:len(legacy)-3], "decompress"},
 		{"gzip of another format", gz.Bytes(), `format "something else"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,11 +203,11 @@ func TestEncodeBlobDeterministic(t *testing.T) {
 	}
 }
 
-// BenchmarkBlobCodecs compresses and decompresses the canonical JSON of 50 tau-retail traces (the
-// collect benchmark's batch) with the blob codec and, beside it in the same run, the gzip level the
-// blobs used before: MB/s of JSON over wall time and over the CPU time of the benchmark's thread
-// (cpu_MB/s, which other processes on a busy machine do not slow much), and the blob's size as a
-// percentage of the JSON.
+// BenchmarkBlobCodecs compresses and decompresses the JSON of 50 tau-retail traces (the collect benchmark's batch)
+// as collect stores a body now (S2) and, beside it in the same run, as the encoders before did: canonical JSON
+// then zstd's fastest level, and before that gzip's: MB/s of JSON over wall time and over the CPU time of the
+// benchmark's thread (cpu_MB/s, which other processes on a busy machine do not slow much), and the blob's size
+// as a percentage of the JSON.
 func BenchmarkBlobCodecs(b *testing.B) {
 	p, err := Decode(readData(b, "tau-retail-dev.json"), Options{})
 	if err != nil {
@@ -160,30 +215,33 @@ func BenchmarkBlobCodecs(b *testing.B) {
 	}
 	p.Batch.Traces = p.Batch.Traces[:50]
 	js := AppendJSON(nil, &p.Batch)
-	// The gzip encoder as it was: canonical JSON, then gzip at its fastest level (writer reused).
-	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
 	var buf []byte
-	legacy := func() []byte {
-		buf = AppendJSON(buf[:0], &p.Batch)
-		var out bytes.Buffer
-		zw.Reset(&out)
-		zw.Comment = BlobFormat
-		zw.Write(buf)
-		zw.Close()
-		return out.Bytes()
-	}
+	ze, _ := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
 	for _, c := range []struct {
 		name   string
 		encode func() []byte
 	}{
-		{"zstd", func() []byte {
-			blob, err := EncodeBlob(&p.Batch)
+		{"s2", func() []byte { // collect compresses the body it received
+			blob, err := EncodeBodyBlob(js)
 			if err != nil {
 				b.Fatal(err)
 			}
 			return blob
 		}},
-		{"gzip1", legacy},
+		{"zstd1", func() []byte {
+			buf = AppendJSON(buf[:0], &p.Batch)
+			return ze.EncodeAll(buf, legacyZstdHeader())
+		}},
+		{"gzip1", func() []byte {
+			buf = AppendJSON(buf[:0], &p.Batch)
+			var out bytes.Buffer
+			zw.Reset(&out)
+			zw.Comment = legacyFormat
+			zw.Write(buf)
+			zw.Close()
+			return out.Bytes()
+		}},
 	} {
 		blob := c.encode()
 		b.Run(c.name+"/encode", func(b *testing.B) {
@@ -202,15 +260,24 @@ func BenchmarkBlobCodecs(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			cpu0 := threadCPU(b)
+			var dst []byte
 			for b.Loop() {
-				got, err := blobJSON(blob, nil)
+				got, err := blobJSON(blob, dst)
 				if err != nil || len(got) != len(js) {
 					b.Fatalf("%d bytes, %v", len(got), err)
 				}
+				dst = got[:0]
 			}
 			b.ReportMetric(float64(b.N*len(js))/1e6/(threadCPU(b)-cpu0).Seconds(), "cpu_MB/s")
 		})
 	}
+}
+
+// legacyZstdHeader is the skippable frame that started a zstd blob, naming legacyFormat.
+func legacyZstdHeader() []byte {
+	h := binary.LittleEndian.AppendUint32(nil, zstdSkippable)
+	h = binary.LittleEndian.AppendUint32(h, uint32(len(legacyFormat)))
+	return append(h, legacyFormat...)
 }
 
 // threadCPU answers the CPU time of the calling OS thread (the caller locks its goroutine to it).

@@ -95,6 +95,7 @@ func (p *parser) checkMessage(m *trace.Message, bad, present uint32, inMemory bo
 	}
 	if bad&mContent == 0 {
 		switch {
+		case present&mText != 0:
 		case m.Content != nil:
 			if p.checkUTF8 && !utf8.ValidString(*m.Content) {
 				p.failField("content", "is not valid UTF-8")

@@ -101,3 +101,13 @@ func BenchmarkAppendJSON(b *testing.B) {
 		buf = AppendJSON(buf[:0], &p.Batch)
 	}
 }
+
+func BenchmarkCheck(b *testing.B) {
+	body := readData(b, "tau-retail-dev.json")
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if _, err := Check(body, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

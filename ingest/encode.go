@@ -10,48 +10,53 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/doppel-dev/doppel/trace"
 )
 
-// BlobFormat names the batch blob's content, the canonical JSON of a batch. EncodeBlob writes it in a
-// zstd skippable frame ahead of the compressed JSON; blobs written before zstd carry it as the gzip
-// header's comment.
-const BlobFormat = "doppel collect batch v1"
+// BlobFormat names the batch blob's content: the JSON of an accepted collect body as the collector sent it (Decode
+// reads it back). EncodeBodyBlob writes it as an S2 stream (github.com/klauspost/compress/s2, the framing format
+// of Snappy extended) whose first chunk after the stream identifier is a skippable chunk (id blobFormatChunk)
+// holding this name; each block carries a CRC-32C of its data.
+const BlobFormat = "doppel collect body v1"
 
-// BlobContentType is the content type of the blobs EncodeBlob writes.
-const BlobContentType = "application/zstd"
+// legacyFormat names the content of blobs written before: the canonical JSON of a batch (AppendJSON), as one zstd
+// frame after a skippable frame holding this name, or earlier in gzip with it as the header's comment. DecodeBlob
+// reads both.
+const legacyFormat = "doppel collect batch v1"
 
-// blobLevel is the zstd level of batch blobs. Measured on the JSON of 50 tau traces (1.1 MB) per core
-// of CPU (BenchmarkBlobCodecs, one run): EncodeBlob, canonical JSON and compression, at ~370 MB/s to
-// 10.5 % of the JSON, where the gzip encoder it replaced ran at ~180 MB/s to 21 %; reading a blob back
-// at ~2,200 MB/s against ~320 MB/s. Compression alone: zstd's fastest level ~580 MB/s, its default
-// ~480 MB/s to 9.6 %. Compression was the largest cost of an ingest request, so the fastest level wins.
-const blobLevel = zstd.SpeedFastest
+// BlobContentType is the content type of the blobs EncodeBodyBlob writes.
+const BlobContentType = "application/x-s2"
 
-// maxBlobJSON bounds the JSON a blob may declare, so a damaged frame header cannot ask for more.
-const maxBlobJSON = 4 << 30
+// Measured on 50 tau traces (1.1 MB of JSON) per core of CPU, one run (BenchmarkBlobCodecs): compressing the
+// body as it came costs ~1.3 ms and gives 15 % of its size; the zstd blob this replaced cost ~5 ms (canonical
+// JSON 2 ms, zstd's fastest level 3.5 ms) for 10.5 %. An ingest request's CPU went mostly to that encoding, and
+// the machine's to ingest; S2's own "better" mode costs 2.2 ms for 12.6 %. Reading back: S2 ~2,900 MB/s, zstd
+// ~1,000.
+const (
+	// blobFormatChunk is the id of the skippable chunk naming BlobFormat (S2 reserves 0x80–0xfd for them).
+	blobFormatChunk = 0x80
+	// maxBlobJSON bounds the JSON one blob may hold, so a damaged blob cannot ask for more.
+	maxBlobJSON = 4 << 30
+	// zstdSkippable is the magic of the zstd skippable frame that carries legacyFormat (RFC 8878 §3.1.2).
+	zstdSkippable = 0x184D2A50
+)
 
-// zstdSkippable is the magic of the zstd skippable frame that carries BlobFormat (RFC 8878 §3.1.2).
-const zstdSkippable = 0x184D2A50
+// s2Magic is the start of every S2 stream: its stream identifier chunk.
+var s2Magic = []byte("\xff\x06\x00\x00S2sTwO")
 
-// blobHeader is the skippable frame every zstd blob starts with: magic, payload size, BlobFormat.
-var blobHeader = binary.LittleEndian.AppendUint32(
-	binary.LittleEndian.AppendUint32(nil, zstdSkippable), uint32(len(BlobFormat))) // payload follows
+// zstdMagic starts every zstd blob: the magic of the skippable frame naming legacyFormat.
+var zstdMagic = binary.LittleEndian.AppendUint32(nil, zstdSkippable)
 
 var gzipMagic = []byte{0x1f, 0x8b}
 
-// Encoders and decoders each serve one call at a time (concurrency 1: no goroutines of their own);
-// the pools keep their tables between calls.
+// Writers, readers and decoders each serve one call at a time (concurrency 1: no goroutines of their own); the
+// pools keep their buffers and tables between calls.
 var (
-	zstdEncoders = sync.Pool{New: func() any {
-		e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(blobLevel), zstd.WithEncoderConcurrency(1))
-		if err != nil {
-			panic(err) // only for invalid options
-		}
-		return e
-	}}
+	s2Writers    = sync.Pool{New: func() any { return s2.NewWriter(nil, s2.WriterConcurrency(1)) }}
+	s2Readers    = sync.Pool{New: func() any { return new(s2Reader) }}
 	zstdDecoders = sync.Pool{New: func() any {
 		d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxBlobJSON))
 		if err != nil {
@@ -64,7 +69,7 @@ var (
 
 // AppendJSON appends the canonical JSON of b: fields in the order of the trace types, optional fields
 // left out when empty, content written as null when nil, strings escaped minimally (only '"', '\\'
-// and control characters; everything else as UTF-8). Equal batches give equal bytes.
+// and control characters; everything else as UTF-8). Equal batches give equal bytes. It is a collect body.
 func AppendJSON(dst []byte, b *trace.Batch) []byte {
 	e := encoder{buf: dst}
 	e.batch(b)
@@ -94,27 +99,42 @@ func AppendBody(dst []byte, project string, traces [][]byte) []byte {
 	return e.buf
 }
 
-// EncodeBlob returns the blob of an accepted batch: a zstd skippable frame naming BlobFormat, then
-// the batch's canonical JSON as one zstd frame at a fixed level, so equal batches give equal blobs
-// (with one version of the compressor) and a content address names the batch.
+// EncodeBodyBlob returns the blob of an accepted collect body: body's bytes, unchanged, in BlobFormat. Equal bodies
+// give equal blobs (with one version of the compressor), so a content address names the body.
+func EncodeBodyBlob(body []byte) ([]byte, error) {
+	if len(body) > maxBlobJSON {
+		return nil, fmt.Errorf("ingest: compress batch: %d bytes of JSON, over %d", len(body), maxBlobJSON)
+	}
+	out := bytes.NewBuffer(make([]byte, 0, len(body)/5+64))
+	w := s2Writers.Get().(*s2.Writer)
+	defer s2Writers.Put(w)
+	w.Reset(out)
+	err := w.AddSkippableBlock(blobFormatChunk, []byte(BlobFormat))
+	if err == nil {
+		err = w.EncodeBuffer(body)
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	w.Reset(nil) // the pool keeps no reference to out or body
+	if err != nil {
+		return nil, fmt.Errorf("ingest: compress batch: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// EncodeBlob returns the blob of batch b: its canonical JSON (AppendJSON, itself a collect body) in BlobFormat.
 func EncodeBlob(b *trace.Batch) ([]byte, error) {
 	bufp := jsonBuffers.Get().(*[]byte)
 	defer jsonBuffers.Put(bufp)
 	js := AppendJSON((*bufp)[:0], b)
-	*bufp = js
-	if len(js) > maxBlobJSON {
-		return nil, fmt.Errorf("ingest: compress batch: %d bytes of JSON, over %d", len(js), maxBlobJSON)
-	}
-	zw := zstdEncoders.Get().(*zstd.Encoder)
-	defer zstdEncoders.Put(zw)
-	out := make([]byte, 0, len(blobHeader)+len(BlobFormat)+len(js)/6+64)
-	out = append(append(out, blobHeader...), BlobFormat...)
-	return zw.EncodeAll(js, out), nil
+	*bufp = js[:0]
+	return EncodeBodyBlob(js)
 }
 
-// DecodeBlob reads a blob written by EncodeBlob back into its batch; blobs written with gzip before
-// zstd (told apart by their first bytes) read as well. It checks the JSON's shape and types but not
-// the field rules, so a blob stays readable when the rules change.
+// DecodeBlob reads a blob back into its batch: one of BlobFormat, or of the formats written before (told apart by
+// their first bytes). It checks the JSON's shape and types but not the field rules, so a blob stays readable when
+// the rules change.
 func DecodeBlob(blob []byte) (*trace.Batch, error) { return decodeBlob(blob, false) }
 
 // DecodeBlobCalls is DecodeBlob for a build, which reads a trace's tool calls, their answers and system prompts
@@ -147,20 +167,85 @@ func decodeBlob(blob []byte, lean bool) (*trace.Batch, error) {
 	return &b, nil
 }
 
-// blobJSON answers the canonical JSON inside a batch blob, zstd or gzip, in dst's memory when it has room.
+// blobJSON answers the JSON inside a batch blob of any format, in dst's memory when it has room.
 func blobJSON(blob, dst []byte) ([]byte, error) {
-	if bytes.HasPrefix(blob, gzipMagic) {
+	switch {
+	case bytes.HasPrefix(blob, s2Magic):
+		return s2JSON(blob, dst)
+	case bytes.HasPrefix(blob, zstdMagic):
+		return zstdJSON(blob, dst)
+	case bytes.HasPrefix(blob, gzipMagic):
 		return gzipJSON(blob)
 	}
-	if !bytes.HasPrefix(blob, blobHeader[:4]) || len(blob) < 8 {
-		return nil, errors.New("neither a zstd nor a gzip batch blob")
+	return nil, errors.New("not a batch blob (neither S2, zstd nor gzip)")
+}
+
+// s2Reader reads S2 blobs, noting the format its skippable chunk names.
+type s2Reader struct {
+	r      *s2.Reader
+	format []byte
+	seen   bool
+}
+
+func (r *s2Reader) reset(blob []byte) {
+	if r.r == nil {
+		r.r = s2.NewReader(nil, s2.ReaderSkippableCB(blobFormatChunk, func(c io.Reader) error {
+			var err error
+			r.format, err = io.ReadAll(io.LimitReader(c, 256))
+			r.seen = true
+			return err
+		}))
+	}
+	r.r.Reset(bytes.NewReader(blob))
+	r.format, r.seen = r.format[:0], false
+}
+
+// s2JSON reads a blob of BlobFormat.
+func s2JSON(blob, dst []byte) ([]byte, error) {
+	r := s2Readers.Get().(*s2Reader)
+	defer s2Readers.Put(r)
+	r.reset(blob)
+	defer r.r.Reset(nil)
+	out := dst[:0]
+	for {
+		if len(out) == cap(out) {
+			if len(out) >= maxBlobJSON {
+				return nil, fmt.Errorf("decompress: more than %d bytes of JSON", maxBlobJSON)
+			}
+			out = append(out, 0)[:len(out)] // grows the capacity
+		}
+		n, err := r.r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("decompress: %w", err)
+		}
+		if !r.seen {
+			return nil, errors.New("an S2 stream without the chunk naming its format")
+		}
+	}
+	switch {
+	case !r.seen:
+		return nil, errors.New("an S2 stream without the chunk naming its format")
+	case string(r.format) != BlobFormat:
+		return nil, fmt.Errorf("format %q, want %q", r.format, BlobFormat)
+	}
+	return out, nil
+}
+
+// zstdJSON reads a blob of legacyFormat written with zstd.
+func zstdJSON(blob, dst []byte) ([]byte, error) {
+	if len(blob) < 8 {
+		return nil, errors.New("truncated format frame")
 	}
 	n := binary.LittleEndian.Uint32(blob[4:8])
 	if uint64(len(blob)-8) < uint64(n) {
 		return nil, errors.New("truncated format frame")
 	}
-	if format := string(blob[8 : 8+n]); format != BlobFormat {
-		return nil, fmt.Errorf("format %q, want %q", format, BlobFormat)
+	if format := string(blob[8 : 8+n]); format != legacyFormat {
+		return nil, fmt.Errorf("format %q, want %q", format, legacyFormat)
 	}
 	zr := zstdDecoders.Get().(*zstd.Decoder)
 	defer zstdDecoders.Put(zr)
@@ -171,14 +256,14 @@ func blobJSON(blob, dst []byte) ([]byte, error) {
 	return body, nil
 }
 
-// gzipJSON reads a blob of the gzip format, whose header comment names BlobFormat.
+// gzipJSON reads a blob of legacyFormat written with gzip, whose header comment names the format.
 func gzipJSON(blob []byte) ([]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(blob))
 	if err != nil {
 		return nil, err
 	}
-	if zr.Comment != BlobFormat {
-		return nil, fmt.Errorf("format %q, want %q", zr.Comment, BlobFormat)
+	if zr.Comment != legacyFormat {
+		return nil, fmt.Errorf("format %q, want %q", zr.Comment, legacyFormat)
 	}
 	return io.ReadAll(zr)
 }

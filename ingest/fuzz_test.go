@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 
 // FuzzDecode checks, for any body: Decode never panics; a rejected body gets field-named errors;
 // a body encoding/json finds invalid is rejected; an accepted body is valid JSON, and its canonical
-// encoding and blob read back to the same batch; every accepted trace has an id and at least one message.
+// encoding, its blob and the body's own blob read back to the same batch; every accepted trace has an id and at least one message.
 func FuzzDecode(f *testing.F) {
 	seeds := []string{
 		body(tr("t1", sys, user, call, answer, final)),
@@ -29,6 +30,10 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := Decode(b, Options{})
+		checked, cerr := Check(b, Options{})
+		if !reflect.DeepEqual(err, cerr) {
+			t.Fatalf("Decode: %v; Check: %v", err, cerr)
+		}
 		if err != nil {
 			e, ok := err.(*Error)
 			if !ok || len(e.Fields) == 0 {
@@ -46,6 +51,7 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("accepted traces[%d] with id %q and %d messages", i, tr.ID, len(tr.Messages))
 			}
 		}
+		checkChecked(t, p, checked)
 		if !json.Valid(b) {
 			t.Fatalf("accepted a body encoding/json finds invalid: %q", b)
 		}
@@ -77,7 +83,48 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("DecodeBlobCalls: %v", err)
 		}
 		checkLean(t, &p.Batch, lean)
+		// Collect stores the body as it came: its blob reads back as Decode read the body.
+		if blob, err = EncodeBodyBlob(b); err != nil {
+			t.Fatal(err)
+		}
+		if back, err = DecodeBlob(blob); err != nil || !reflect.DeepEqual(*back, p.Batch) {
+			t.Fatalf("body blob round trip: %v", err)
+		}
+		if lean, err = DecodeBlobCalls(blob); err != nil {
+			t.Fatalf("DecodeBlobCalls of the body blob: %v", err)
+		}
+		checkLean(t, &p.Batch, lean)
 	})
+}
+
+// checkChecked checks that what Check answered is what Decode did (p) with some texts absent, never a system
+// message's.
+func checkChecked(t *testing.T, p, checked *Parsed) {
+	t.Helper()
+	full, got := p.Batch, checked.Batch
+	full.Traces = slices.Clone(full.Traces)
+	for i := range full.Traces {
+		if i >= len(got.Traces) || len(got.Traces[i].Messages) != len(full.Traces[i].Messages) {
+			break // DeepEqual below says so
+		}
+		full.Traces[i].Messages = slices.Clone(full.Traces[i].Messages)
+		for j := range full.Traces[i].Messages {
+			m, c := &full.Traces[i].Messages[j], got.Traces[i].Messages[j].Content
+			switch {
+			case c != nil && (m.Content == nil || *c != *m.Content):
+				t.Fatalf("traces[%d].messages[%d]: Check read the text %q", i, j, *c)
+			case c == nil && m.Content != nil && m.Role == trace.RoleSystem:
+				t.Fatalf("traces[%d].messages[%d]: Check left out a system prompt", i, j)
+			case c == nil:
+				m.Content = nil
+			}
+		}
+	}
+	want := *p
+	want.Batch = full
+	if !reflect.DeepEqual(*checked, want) {
+		t.Fatalf("Check answered\n%+v\nwant\n%+v", *checked, want)
+	}
 }
 
 // checkLean checks that lean is full with just the texts DecodeBlobCalls leaves out absent: every tool and system

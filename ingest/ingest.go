@@ -1,4 +1,4 @@
-// Package ingest decodes and validates collect bodies (spec §2.7) and encodes accepted batches as blobs.
+// Package ingest decodes and validates collect bodies (spec §2.7) and encodes accepted ones as blobs.
 //
 // Decode is a hand-written, single-pass JSON decoder for the collect body: it fills trace.Batch,
 // checks every field while it reads, and names the exact JSON path of each problem
@@ -8,8 +8,9 @@
 //
 //   - The body is one JSON object in UTF-8; anything after it, invalid UTF-8 or nesting deeper
 //     than 10,000 levels is an error. Field names match exactly (case-sensitive).
-//   - Unknown fields are ignored and not stored (collectors that forward whole OpenAI message
-//     objects, with refusal, annotations and the like, keep working); they must still be valid JSON.
+//   - Unknown fields are ignored (collectors that forward whole OpenAI message objects, with refusal,
+//     annotations and the like, keep working); they must still be valid JSON. Collect stores a body
+//     as it came (EncodeBodyBlob), so they stay in its blob, where nothing reads them.
 //     A field given twice in one object is an error.
 //   - camelCase aliases toolCalls and toolCallId are accepted; giving both spellings with
 //     different values is an error.
@@ -134,9 +135,18 @@ func (e *Error) Error() string {
 }
 
 // Decode reads and validates a collect body. It returns *Error when the body is rejected.
-func Decode(body []byte, opts Options) (*Parsed, error) {
+func Decode(body []byte, opts Options) (*Parsed, error) { return decode(body, opts, false) }
+
+// Check is Decode for a caller that keeps the body itself, as collect does (EncodeBodyBlob): it checks the body as
+// Decode does and answers the same, except that of the messages' contents the batch holds only those of system
+// messages (Detect reads them) and of messages whose role comes after their content; the others are absent (nil).
+// Most of a body is those texts, and Check makes no copy of them.
+func Check(body []byte, opts Options) (*Parsed, error) { return decode(body, opts, true) }
+
+func decode(body []byte, opts Options, textless bool) (*Parsed, error) {
 	opts = opts.withDefaults()
 	p := newParser(body, opts)
+	p.textless = textless
 	var out Parsed
 	p.parseBody(&out.Batch)
 	if len(p.errs) > 0 {

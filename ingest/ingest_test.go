@@ -345,3 +345,37 @@ func TestDecodeTrace(t *testing.T) {
 		}
 	}
 }
+
+// Check reads the tau traces as Decode does, keeping of their texts only the system prompts: roles come first in
+// their messages, so no other text is kept.
+func TestCheckKeepsSystemPrompts(t *testing.T) {
+	for _, name := range []string{"tau-retail-dev.json", "tau-airline-dev.json"} {
+		body := readData(t, name)
+		p, err := Decode(body, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Check(body, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkChecked(t, p, c)
+		kept, system := 0, 0
+		for _, tr := range c.Batch.Traces {
+			for _, m := range tr.Messages {
+				if m.Role == trace.RoleSystem {
+					system++
+				}
+				if m.Content != nil {
+					if m.Role != trace.RoleSystem {
+						t.Fatalf("%s: Check kept a %s text", name, m.Role)
+					}
+					kept++
+				}
+			}
+		}
+		if kept == 0 || kept != system {
+			t.Fatalf("%s: Check kept %d texts of %d system messages", name, kept, system)
+		}
+	}
+}

@@ -379,27 +379,36 @@ func jsonError(b []byte) string {
 // str reads a string value. A wrong type is reported at the current path and answered with ok=false;
 // null answers ok=false, null=true and is reported only when nullOK is false.
 func (p *parser) str(nullOK bool) (s string, ok, null bool, err error) {
+	b, ok, null, err := p.strBytes(nullOK)
+	if ok {
+		s = p.share(b)
+	}
+	return s, ok, null, err
+}
+
+// strBytes is str answering the string's bytes as rawString does (valid until the next read), not a copy.
+func (p *parser) strBytes(nullOK bool) (b []byte, ok, null bool, err error) {
 	c, err := p.peek()
 	if err != nil {
-		return "", false, false, err
+		return nil, false, false, err
 	}
 	switch c {
 	case '"':
 		b, err := p.rawString()
 		if err != nil {
-			return "", false, false, err
+			return nil, false, false, err
 		}
-		return p.share(b), true, false, nil
+		return b, true, false, nil
 	case 'n':
 		if err := p.literal("null"); err != nil {
-			return "", false, false, err
+			return nil, false, false, err
 		}
 		if !nullOK {
 			p.fail("must be a string, got null")
 		}
-		return "", false, true, nil
+		return nil, false, true, nil
 	}
-	return "", false, false, p.wrongType("a string")
+	return nil, false, false, p.wrongType("a string")
 }
 
 // open consumes the '[' or '{' wanted; any other type is reported (null too unless nullOK) and skipped.

@@ -39,6 +39,8 @@ type parser struct {
 	callIDs  map[string]struct{}
 	// traceBytes are the bytes each trace of the body takes, in order.
 	traceBytes []int64
+	// textless checks message contents but keeps only system messages' (Check).
+	textless bool
 	// lean leaves out the message texts a build does not read (DecodeBlobCalls); contentAt holds, while a trace's
 	// messages are read, where each message's content string starts (-1: none), to read the kept ones after.
 	lean      bool
@@ -57,6 +59,18 @@ const (
 // share answers b as a string, the one met before where a long string repeats.
 func (p *parser) share(b []byte) string {
 	if len(b) < sharedMinLen {
+		switch string(b) { // the values every message or call repeats, without allocating
+		case trace.RoleSystem:
+			return trace.RoleSystem
+		case trace.RoleUser:
+			return trace.RoleUser
+		case trace.RoleAssistant:
+			return trace.RoleAssistant
+		case trace.RoleTool:
+			return trace.RoleTool
+		case "function":
+			return "function"
+		}
 		return string(b)
 	}
 	if s, ok := p.long[string(b)]; ok { // the conversion in a map index allocates nothing
@@ -70,6 +84,35 @@ func (p *parser) share(b []byte) string {
 		p.long[s] = s
 	}
 	return s
+}
+
+// keyName answers a key of the collect body's objects as a string, without allocating one for the keys it knows.
+func keyName(key []byte) string {
+	switch string(key) { // compared without a conversion
+	case "role":
+		return "role"
+	case "content":
+		return "content"
+	case "name":
+		return "name"
+	case "tool_calls":
+		return "tool_calls"
+	case "toolCalls":
+		return "toolCalls"
+	case "tool_call_id":
+		return "tool_call_id"
+	case "toolCallId":
+		return "toolCallId"
+	case "id":
+		return "id"
+	case "type":
+		return "type"
+	case "function":
+		return "function"
+	case "arguments":
+		return "arguments"
+	}
+	return string(key)
 }
 
 func newParser(buf []byte, opts Options) *parser {
@@ -402,6 +445,7 @@ const (
 	kToolCallsCamel
 	kToolCallID
 	kToolCallIDCamel
+	mText // content is a string, checked and not kept (Check)
 )
 
 func (p *parser) message(m *trace.Message) error {
@@ -419,7 +463,7 @@ func (p *parser) message(m *trace.Message) error {
 		if end {
 			break
 		}
-		switch k := string(key); k {
+		switch k := keyName(key); k {
 		case "role":
 			if p.twice(&seen, mRole, k) {
 				break
@@ -446,14 +490,17 @@ func (p *parser) message(m *trace.Message) error {
 				break
 			}
 			p.push(k)
-			s, ok, null, err := p.str(true)
+			b, ok, null, err := p.strBytes(true)
 			p.pop()
-			if err != nil {
+			switch {
+			case err != nil:
 				return err
-			}
-			if ok {
+			case ok && p.textless && seen&mRole != 0 && m.Role != trace.RoleSystem:
+				present |= mText
+			case ok:
+				s := p.share(b)
 				m.Content = &s
-			} else if !null {
+			case !null:
 				bad |= mContent
 			}
 		case "name":
@@ -586,7 +633,7 @@ func (p *parser) toolCall(tc *trace.ToolCall) error {
 		if end {
 			break
 		}
-		switch k := string(key); k {
+		switch k := keyName(key); k {
 		case "id", "type":
 			bit := uint32(cID)
 			dst := &tc.ID
@@ -650,7 +697,7 @@ func (p *parser) function(f *trace.Function) (uint32, error) {
 		if end {
 			return bad, nil
 		}
-		switch k := string(key); k {
+		switch k := keyName(key); k {
 		case "name", "arguments":
 			bit := uint32(cName)
 			dst := &f.Name
