@@ -153,7 +153,7 @@ func CollectRoutes(opts CollectOptions) func(huma.API, *Deps) {
 
 // RegisterCollect registers POST /api/collect (spec §4.12): a workspace key and a collect body
 // {project, traces}. The body is checked field by field (422 names every bad field's path); an
-// accepted batch is stored as one compressed blob keyed by its SHA-256 and then, in one transaction,
+// accepted body is stored as it came, as one compressed blob keyed by its SHA-256, and then, in one transaction,
 // as a batch row, one row per trace id new to the environment (created on the project's first
 // batch) and the environment's counters. Nothing is acknowledged before both are durable.
 func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
@@ -310,7 +310,8 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 // environment's counters. Nothing is acknowledged before both are durable.
 func (c *collect) storeBatch(ctx context.Context, ws string, body []byte, hints ingest.Hints) (*schema.Environment, *store.BatchResult, error) {
 	db := c.deps.DB
-	parsed, err := ingest.Decode(body, ingest.Options{MaxTraces: c.opts.MaxTraces})
+	// The body is stored as it came, so its texts need checking but no copy.
+	parsed, err := ingest.Check(body, ingest.Options{MaxTraces: c.opts.MaxTraces})
 	if err != nil {
 		return nil, nil, decodeError(err)
 	}
@@ -334,7 +335,7 @@ func (c *collect) storeBatch(ctx context.Context, ws string, body []byte, hints 
 		}
 	}
 
-	data, err := ingest.EncodeBlob(&parsed.Batch)
+	data, err := ingest.EncodeBodyBlob(body)
 	if err != nil {
 		return nil, nil, err
 	}

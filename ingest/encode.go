@@ -30,11 +30,10 @@ const legacyFormat = "doppel collect batch v1"
 // BlobContentType is the content type of the blobs EncodeBodyBlob writes.
 const BlobContentType = "application/x-s2"
 
-// Measured on 50 tau traces (1.1 MB of JSON) per core of CPU, one run (BenchmarkBlobCodecs): compressing the
-// body as it came costs ~1.3 ms and gives 15 % of its size; the zstd blob this replaced cost ~5 ms (canonical
-// JSON 2 ms, zstd's fastest level 3.5 ms) for 10.5 %. An ingest request's CPU went mostly to that encoding, and
-// the machine's to ingest; S2's own "better" mode costs 2.2 ms for 12.6 %. Reading back: S2 ~2,900 MB/s, zstd
-// ~1,000.
+// Measured per core of CPU on 50 tau traces, 1.1 MB of JSON (BenchmarkBlobCodecs, two runs on a 2-core VM):
+// compressing the body as it came costs ~1.45 ms and gives 15.2 % of its size; the zstd blob this replaced cost
+// ~6.8 ms (canonical JSON, then zstd's fastest level) for 10.5 %. An ingest request's CPU went mostly to that, and
+// the machine's to ingest. Reading back: S2 ~1,600 MB/s, zstd ~1,220.
 const (
 	// blobFormatChunk is the id of the skippable chunk naming BlobFormat (S2 reserves 0x80–0xfd for them).
 	blobFormatChunk = 0x80
