@@ -18,8 +18,7 @@ func (p *parser) skipContent() error {
 	switch c {
 	case '"':
 		p.contentAt[len(p.contentAt)-1] = p.pos
-		_, err := p.rawString()
-		return err
+		return p.skipString()
 	case 'n':
 		return p.literal("null")
 	}

@@ -171,6 +171,47 @@ func (p *parser) rawString() ([]byte, error) {
 	}
 }
 
+// skipString reads the string at p.pos (which holds '"') as rawString does, with the same errors, but only
+// checks it: nothing is unescaped or copied.
+func (p *parser) skipString() error {
+	buf := p.buf
+	i := p.pos + 1
+	for {
+		i = nextSpecial(buf, i)
+		if i >= len(buf) {
+			return p.syntax(len(buf), "unexpected end of body in a string")
+		}
+		switch c := buf[i]; {
+		case c == '"':
+			p.pos = i + 1
+			return nil
+		case c == '\\':
+			if i+1 >= len(buf) {
+				return p.syntax(len(buf), "unexpected end of body in a string")
+			}
+			switch e := buf[i+1]; e {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if _, ok := hex4(buf[i+2:]); !ok {
+					return p.syntax(i, `invalid \u escape in a string`)
+				}
+				i += 6 // a surrogate is checked no further: alone or paired, it reads as a rune
+			default:
+				return p.syntax(i, fmt.Sprintf("invalid escape %s in a string", quoteByte(e)))
+			}
+		case c < 0x20:
+			return p.syntax(i, "control character in a string (it must be escaped)")
+		default:
+			n := validRune(buf, i)
+			if n == 0 {
+				return p.syntax(i, "invalid UTF-8 in a string")
+			}
+			i += n
+		}
+	}
+}
+
 // stringSlow goes on from rawString at buf[i], a backslash or a control character, unescaping into scratch.
 func (p *parser) stringSlow(start, i int) ([]byte, error) {
 	buf := p.buf
@@ -297,8 +338,7 @@ func (p *parser) skip(depth int) error {
 			}
 		}
 	case '"':
-		_, err := p.rawString()
-		return err
+		return p.skipString()
 	case 't':
 		return p.literal("true")
 	case 'f':
@@ -379,21 +419,25 @@ func jsonError(b []byte) string {
 // str reads a string value. A wrong type is reported at the current path and answered with ok=false;
 // null answers ok=false, null=true and is reported only when nullOK is false.
 func (p *parser) str(nullOK bool) (s string, ok, null bool, err error) {
-	b, ok, null, err := p.strBytes(nullOK)
+	b, ok, null, err := p.strBytes(nullOK, true)
 	if ok {
 		s = p.share(b)
 	}
 	return s, ok, null, err
 }
 
-// strBytes is str answering the string's bytes as rawString does (valid until the next read), not a copy.
-func (p *parser) strBytes(nullOK bool) (b []byte, ok, null bool, err error) {
+// strBytes is str answering the string's bytes as rawString does (valid until the next read), not a copy; unless
+// keep, it only checks the string (skipString) and answers no bytes.
+func (p *parser) strBytes(nullOK, keep bool) (b []byte, ok, null bool, err error) {
 	c, err := p.peek()
 	if err != nil {
 		return nil, false, false, err
 	}
 	switch c {
 	case '"':
+		if !keep {
+			return nil, true, false, p.skipString()
+		}
 		b, err := p.rawString()
 		if err != nil {
 			return nil, false, false, err

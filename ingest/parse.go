@@ -489,13 +489,14 @@ func (p *parser) message(m *trace.Message) error {
 				}
 				break
 			}
+			keep := !p.textless || seen&mRole == 0 || m.Role == trace.RoleSystem
 			p.push(k)
-			b, ok, null, err := p.strBytes(true)
+			b, ok, null, err := p.strBytes(true, keep)
 			p.pop()
 			switch {
 			case err != nil:
 				return err
-			case ok && p.textless && seen&mRole != 0 && m.Role != trace.RoleSystem:
+			case ok && !keep:
 				present |= mText
 			case ok:
 				s := p.share(b)

@@ -1,6 +1,9 @@
 package ingest
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestNextSpecial(t *testing.T) {
 	slow := func(b []byte, i int) int {
@@ -24,6 +27,21 @@ func TestNextSpecial(t *testing.T) {
 					t.Fatalf("nextSpecialString(%q, %d) = %d, want %d", b, start, got, want)
 				}
 			}
+		}
+	}
+}
+
+// skipString checks a string as rawString reads it: the same error, or the same end.
+func TestSkipStringAsRawString(t *testing.T) {
+	for _, in := range []string{
+		`"plain"`, `""`, `"a\"b\\c\/d\b\f\n\r\tx"`, `"\u00e9\ud83d\ude00\ud800x\udc00"`, `"é 😀"`, `"\u12"`, `"\u12g4"`,
+		`"\ud83d\u12"`, `"\x"`, `"\`, `"abc`, "\"a\x01b\"", "\"a\xffb\"", "\"\xe2\x82\"", `"a\u0000b" tail`,
+	} {
+		raw, skip := newParser([]byte(in), Options{}.withDefaults()), newParser([]byte(in), Options{}.withDefaults())
+		_, rerr := raw.rawString()
+		serr := skip.skipString()
+		if fmt.Sprint(rerr) != fmt.Sprint(serr) || fmt.Sprint(raw.errs) != fmt.Sprint(skip.errs) || rerr == nil && raw.pos != skip.pos {
+			t.Errorf("%q: rawString %v %v at %d; skipString %v %v at %d", in, rerr, raw.errs, raw.pos, serr, skip.errs, skip.pos)
 		}
 	}
 }
