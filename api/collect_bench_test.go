@@ -62,7 +62,8 @@ func BenchmarkCollect(b *testing.B) {
 	for _, be := range collectBackends {
 		b.Run(be.name, func(b *testing.B) {
 			serverGC(b)
-			fx := newCollectFx(b, be.driver, api.CollectOptions{RatePerSecond: -1, MaxEnvBytes: 1 << 50}, nil)
+			// As doppel serve runs it: with its key cache.
+			fx := newCollectServer(b, be.driver, api.CollectOptions{RatePerSecond: -1, MaxEnvBytes: 1 << 50}, nil, api.Options{KeyCacheTTL: api.DefaultKeyCacheTTL})
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 			var (
 				mu        sync.Mutex

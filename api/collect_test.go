@@ -84,6 +84,12 @@ func (s *schedRecorder) calls() []string {
 // proxy is non-nil) and serves the API with opts.
 func newCollectFx(t testing.TB, driver string, opts api.CollectOptions, proxy **tcpProxy) *collectFx {
 	t.Helper()
+	return newCollectServer(t, driver, opts, proxy, api.Options{})
+}
+
+// newCollectServer is newCollectFx on a server with serve's options beside the database and the collect route.
+func newCollectServer(t testing.TB, driver string, opts api.CollectOptions, proxy **tcpProxy, serve api.Options) *collectFx {
+	t.Helper()
 	ctx := context.Background()
 	fx := &collectFx{db: schematest.Open(t, driver), sched: &schedRecorder{}}
 	if driver == schema.DriverPostgres {
@@ -123,7 +129,8 @@ func newCollectFx(t testing.TB, driver string, opts api.CollectOptions, proxy **
 	if opts.Scheduler == nil {
 		opts.Scheduler = fx.sched
 	}
-	h, _ := api.New(api.Options{DB: fx.db, Routes: []func(huma.API, *api.Deps){api.CollectRoutes(opts)}})
+	serve.DB, serve.Routes = fx.db, []func(huma.API, *api.Deps){api.CollectRoutes(opts)}
+	h, _ := api.New(serve)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	fx.url = srv.URL
@@ -138,7 +145,13 @@ type collectReply struct {
 
 func (fx *collectFx) post(t testing.TB, body []byte, headers ...string) collectReply {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, fx.url+"/api/collect", bytes.NewReader(body))
+	return fx.postFrom(t, bytes.NewReader(body), headers...)
+}
+
+// postFrom is post of a body read from r: one of unknown length (not a bytes.Reader, say) is sent chunked.
+func (fx *collectFx) postFrom(t testing.TB, body io.Reader, headers ...string) collectReply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, fx.url+"/api/collect", body)
 	if err != nil {
 		t.Fatal(err)
 	}
