@@ -99,8 +99,8 @@ type CollectAccepted struct {
 	Batch      string `json:"batch" doc:"Id of the stored batch." example:"tb_0123456789abcdef"`
 }
 
+// collectInput has no body field: gate reads the body (readCollectBody), and document describes it.
 type collectInput struct {
-	RawBody   []byte `contentType:"application/json"`
 	Framework string `header:"X-Doppel-Framework" maxLength:"64" doc:"The agent's framework, when the sender knows it (e.g. langgraph); detected from the traces and User-Agent otherwise."`
 	Language  string `header:"X-Doppel-Language" maxLength:"64" doc:"The agent's language, when the sender knows it (e.g. python); detected from the User-Agent otherwise."`
 }
@@ -178,13 +178,9 @@ func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
 			"answers with Retry-After. 503 means the blob store or the database is not answering: nothing was " +
 			"stored, retry.",
 		Tags:            []string{"collect"},
-		DefaultStatus:   http.StatusAccepted,
-		MaxBodyBytes:    opts.MaxRequestBytes + 1, // huma answers 413 when it reads MaxBodyBytes bytes
-		BodyReadTimeout: collectBodyReadTimeout,
-		// ingest.Decode checks the body; huma's reflective validation would cost more than the rest.
-		SkipValidateBody: true,
-		Metadata:         map[string]any{metaRawStrings: true, MetaVerb: false}, // ingest.Decode checks the text it stores; plain HTTP (spec §1), not a verb
-		Middlewares:      huma.Middlewares{c.gate},
+		DefaultStatus: http.StatusAccepted,
+		Metadata:      map[string]any{metaRawStrings: true, MetaVerb: false}, // ingest.Check checks the text it stores; plain HTTP (spec §1), not a verb
+		Middlewares:   huma.Middlewares{c.gate},
 	}, c.handle)
 	document(a)
 }
@@ -237,8 +233,8 @@ type collect struct {
 	limiter *keyedLimiter
 }
 
-// gate runs before the body is read: the rate limit, then the workspace key. A key that cannot be
-// checked because the database does not answer is a 503 (the collector retries), not a 500.
+// gate runs the rate limit, then checks the workspace key, then reads the body. A key that cannot be checked
+// because the database does not answer is a 503 (the collector retries), not a 500.
 func (c *collect) gate(ctx huma.Context, next func(huma.Context)) {
 	if c.limiter != nil {
 		if ok, wait := c.limiter.allow(c.address(ctx)); !ok {
@@ -257,7 +253,14 @@ func (c *collect) gate(ctx huma.Context, next func(huma.Context)) {
 		writeHumaError(ctx, err)
 		return
 	}
+	body, release, err := readCollectBody(ctx, c.opts.MaxRequestBytes)
+	if err != nil {
+		writeHumaError(ctx, err)
+		return
+	}
+	defer release() // the answer is written: nothing holds the body any more
 	ctx = huma.WithValue(ctx, principalKey{}, p)
+	ctx = huma.WithValue(ctx, bodyKey{}, body)
 	next(huma.WithValue(ctx, uaKey{}, ctx.Header("User-Agent")))
 }
 
@@ -280,7 +283,7 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if c.opts.Blobs == nil || c.deps.DB == nil {
 		return nil, Unavailable("collect is not configured with a blob store and a database")
 	}
-	body, err := c.fromUpload(ctx, p.Workspace.ID, in.RawBody)
+	body, err := c.fromUpload(ctx, p.Workspace.ID, requestBody(ctx))
 	if err != nil {
 		return nil, err
 	}

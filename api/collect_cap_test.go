@@ -1,10 +1,13 @@
 package api_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"testing"
 
 	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/schema"
 )
 
 // Issue #13: traces the environment already holds never count against its byte cap. A resent batch always answers
@@ -45,5 +48,39 @@ func TestCollectDuplicatesNeverCountAgainstTheCap(t *testing.T) {
 				t.Errorf("the refused batch changed the env: n_traces %d, collected %d", after.NTraces, after.CollectedBytes)
 			}
 		})
+	}
+}
+
+// A body over the request cap answers 413 whether or not it declares its length, and stores nothing; a body of
+// exactly the cap is read whole. Bodies are read into buffers that serve later requests: each reads as its own.
+func TestCollectRequestCap(t *testing.T) {
+	_, retail := readCollectData(t, "tau-retail-dev.json")
+	atCap := collectBody("shop", retail.Traces[:2], "")
+	fx := newCollectFx(t, schema.DriverSQLite, api.CollectOptions{MaxRequestBytes: int64(len(atCap))}, nil)
+	over := collectBody("shop", retail.Traces[:3], "")
+	for name, r := range map[string]io.Reader{"declared": bytes.NewReader(over), "chunked": io.MultiReader(bytes.NewReader(over))} {
+		reply := fx.postFrom(t, r)
+		reply.want(t, http.StatusRequestEntityTooLarge)
+		if reply.body["code"] != api.CodeTooLarge {
+			t.Errorf("%s: envelope %v", name, reply.body)
+		}
+	}
+	if rc := fx.rows(t); rc != (rowCount{}) {
+		t.Fatalf("a refused body wrote rows: %+v", rc)
+	}
+	reply := fx.postFrom(t, io.MultiReader(bytes.NewReader(atCap)))
+	reply.want(t, http.StatusAccepted)
+	if reply.num("accepted") != 2 {
+		t.Fatalf("body at the cap: %v", reply.body)
+	}
+	for i := 2; i < 6; i++ { // shorter bodies after a longer one, in the buffers it left
+		reply = fx.post(t, collectBody("shop", retail.Traces[i:i+1], ""))
+		reply.want(t, http.StatusAccepted)
+		if reply.num("accepted") != 1 {
+			t.Fatalf("traces[%d]: %v", i, reply.body)
+		}
+	}
+	if env := fx.env(t, "shop"); env.NTraces != 6 {
+		t.Fatalf("n_traces %d, want 6", env.NTraces)
 	}
 }
