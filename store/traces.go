@@ -76,9 +76,7 @@ func InsertTraceBatchSized(ctx context.Context, db bun.IDB, batch *schema.TraceB
 
 	res := &BatchResult{Batch: batch}
 	err := inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewInsert().Model(batch).Exec(ctx); err != nil {
-			return wrap(err, "insert trace batch for env %q", batch.EnvID)
-		}
+		// The trace rows first (their batch is not a foreign key), so that the batch row is written once, counted.
 		fresh := make(map[string]bool, len(rows))
 		for start := 0; start < len(rows); start += insertChunk {
 			chunk := rows[start:min(start+insertChunk, len(rows))]
@@ -108,8 +106,8 @@ func InsertTraceBatchSized(ctx context.Context, db bun.IDB, batch *schema.TraceB
 			dupSeen[id] = true
 		}
 		batch.NTraces, batch.NDuplicates = int64(len(res.Inserted)), int64(len(res.Duplicates))
-		if _, err := tx.NewUpdate().Model(batch).Column("n_traces", "n_duplicates").WherePK().Exec(ctx); err != nil {
-			return wrap(err, "count trace batch %q", batch.ID)
+		if _, err := tx.NewInsert().Model(batch).Exec(ctx); err != nil {
+			return wrap(err, "insert trace batch for env %q", batch.EnvID)
 		}
 		bytes := int64(0)
 		if batch.NTraces > 0 {
