@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 )
 
@@ -14,7 +15,8 @@ const (
 )
 
 // special reports, in the high bit of each byte of w, the bytes that are '"', '\\', a control
-// character or not ASCII (it may flag a byte after a flagged one too; callers look at the first).
+// character or not ASCII. It may flag a byte after a flagged one too (a borrow carries up), never one
+// before: the lowest byte flagged is the first such byte.
 func special(w uint64) uint64 {
 	q := w ^ quo8
 	s := w ^ bsl8
@@ -25,8 +27,8 @@ func special(w uint64) uint64 {
 // character or not ASCII, or len(b).
 func nextSpecial(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		if special(binary.LittleEndian.Uint64(b[i:])) != 0 {
-			break
+		if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3 // the lowest byte flagged is one
 		}
 	}
 	for ; i < len(b); i++ {
@@ -42,8 +44,8 @@ func nextSpecialString(s string, i int) int {
 	for ; i+8 <= len(s); i += 8 {
 		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
 			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if special(w) != 0 {
-			break
+		if m := special(w); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
 		}
 	}
 	for ; i < len(s); i++ {

@@ -6,14 +6,7 @@ import (
 )
 
 func TestNextSpecial(t *testing.T) {
-	slow := func(b []byte, i int) int {
-		for ; i < len(b); i++ {
-			if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-				return i
-			}
-		}
-		return i
-	}
+	slow := nextSpecialSlow
 	// Every byte value at every position of a 17-byte window, from every start.
 	for v := 0; v < 256; v++ {
 		for pos := 0; pos < 17; pos++ {
@@ -29,6 +22,40 @@ func TestNextSpecial(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Two bytes at once, special or next to special values, at every pair of positions of a 17-byte window: a word
+// with several flagged bytes (a borrow may flag bytes after the first) still answers the first.
+func TestNextSpecialPairs(t *testing.T) {
+	vals := []byte{0x00, 0x01, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7f, 0x80, 0xa0, 0xff}
+	for _, v1 := range vals {
+		for _, v2 := range vals {
+			for p1 := 0; p1 < 17; p1++ {
+				for p2 := p1 + 1; p2 < 17; p2++ {
+					b := []byte("abcdefghijklmnopq")
+					b[p1], b[p2] = v1, v2
+					for start := 0; start <= p1; start++ {
+						want := nextSpecialSlow(b, start)
+						if got := nextSpecial(b, start); got != want {
+							t.Fatalf("nextSpecial(%q, %d) = %d, want %d", b, start, got, want)
+						}
+						if got := nextSpecialString(string(b), start); got != want {
+							t.Fatalf("nextSpecialString(%q, %d) = %d, want %d", b, start, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func nextSpecialSlow(b []byte, i int) int {
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			return i
+		}
+	}
+	return i
 }
 
 // skipString checks a string as rawString reads it: the same error, or the same end.
