@@ -177,7 +177,7 @@ func RegisterCollect(a huma.API, d *Deps, opts CollectOptions) {
 			"client address may send 50 requests a second with bursts of 100 (defaults), above which 429 " +
 			"answers with Retry-After. 503 means the blob store or the database is not answering: nothing was " +
 			"stored, retry.",
-		Tags:            []string{"collect"},
+		Tags:          []string{"collect"},
 		DefaultStatus: http.StatusAccepted,
 		Metadata:      map[string]any{metaRawStrings: true, MetaVerb: false}, // ingest.Check checks the text it stores; plain HTTP (spec §1), not a verb
 		Middlewares:   huma.Middlewares{c.gate},
