@@ -23,6 +23,7 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/internal/testenv"
 )
 
@@ -67,6 +68,24 @@ func figure(t *testing.T, format string, args ...any) {
 }
 
 func (s *faultStack) url() string { return "http://" + s.apiAddr }
+
+// reapProcessTwins stops the process twins recorded under a stack's data directory dir and clears their records, as a
+// worker's reconciler would for twins no deployment keeps.
+func reapProcessTwins(t testing.TB, dir string) {
+	t.Helper()
+	d, err := driver.NewProcess(driver.ProcessOptions{StateDir: filepath.Join(dir, "twins")})
+	if err != nil {
+		t.Errorf("process twins under %s: %v", dir, err)
+		return
+	}
+	reaped, err := d.Reconcile(context.Background(), nil, 0)
+	if err != nil {
+		t.Errorf("stop the process twins left under %s: %v", dir, err)
+	}
+	for _, h := range reaped {
+		t.Logf("stopped process twin %s (pid %d) left by the stack", h.ID, h.PID)
+	}
+}
 
 // start runs `doppel <cmd>` and waits until it says it is up (the API: /readyz 200; the worker: polling).
 func (s *faultStack) start(cmd string) *crashProc {

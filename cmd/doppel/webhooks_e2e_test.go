@@ -57,6 +57,9 @@ func TestWebhooksE2E(t *testing.T) {
 			"DOPPEL_WEBHOOKS_BACKOFF_INITIAL=300ms", "DOPPEL_WEBHOOKS_BACKOFF_MAX=2s",
 			"DOPPEL_WEBHOOKS_ATTEMPT_TIMEOUT=2s", "DOPPEL_WEBHOOKS_SWEEP_EVERY=1s",
 		}, be.env...)}
+	// The worker is killed (-9) on the way and at the end. The process twins it leaves running, which a next worker
+	// would adopt, are stopped once every process of the stack is gone (cleanups run last first).
+	t.Cleanup(func() { reapProcessTwins(t, dir) })
 	migrate := exec.Command(bin, "migrate")
 	migrate.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, s.env...)
 	if out, err := migrate.CombinedOutput(); err != nil {
