@@ -30,9 +30,11 @@ type bodyKey struct{}
 // body must not be used.
 func readCollectBody(ctx huma.Context, limit int64) (body []byte, release func(), err error) {
 	r, _ := humago.Unwrap(ctx)
-	tooLarge := TooLarge("the body is over the collect cap of %d bytes; send fewer traces a request", limit)
+	tooLarge := func() error {
+		return TooLarge("the body is over the collect cap of %d bytes; send fewer traces a request", limit)
+	}
 	if r.ContentLength > limit {
-		return nil, nil, tooLarge
+		return nil, nil, tooLarge()
 	}
 	ctx.SetReadDeadline(time.Now().Add(collectBodyReadTimeout))
 	bufp := collectBodies.Get().(*[]byte)
@@ -56,7 +58,7 @@ func readCollectBody(ctx huma.Context, limit int64) (body []byte, release func()
 		switch {
 		case int64(len(buf)) > limit:
 			release()
-			return nil, nil, tooLarge
+			return nil, nil, tooLarge()
 		case rerr == io.EOF:
 			return buf, release, nil
 		case errors.As(rerr, &nerr) && nerr.Timeout():
