@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/uptrace/bun"
+
 	"github.com/doppel-dev/doppel/schema"
 )
 
@@ -13,22 +15,7 @@ func TestMigrationStartsInputsFromLatestUpload(t *testing.T) {
 	for _, driver := range []string{schema.DriverSQLite, schema.DriverPostgres} {
 		t.Run(driver, func(t *testing.T) {
 			ctx := context.Background()
-			_, db := openDSN(t, driver)
-			migs, err := schema.Migrations(driver)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exec := func(q string, args ...any) {
-				t.Helper()
-				if _, err := db.ExecContext(ctx, q, args...); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-			}
-			exec(`CREATE TABLE doppel_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`)
-			for _, m := range migs[:2] {
-				exec(m.SQL)
-				exec(`INSERT INTO doppel_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, "2026-01-01T00:00:00Z")
-			}
+			db, exec := atVersion(t, driver, 2)
 			exec(`INSERT INTO workspaces (id, name, access, created_at) VALUES ('ws_1', 'acme', 'granted', '2026-01-01T00:00:00Z')`)
 			for _, env := range []string{"env_up", "env_none"} {
 				exec(`INSERT INTO environments (id, workspace_id, slug, name, status, created_at, updated_at)
@@ -57,4 +44,27 @@ func TestMigrationStartsInputsFromLatestUpload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// atVersion opens a fresh database of driver with its first n migrations applied and recorded, as an older doppel
+// left it, and answers it with a function that runs a statement on it (failing the test on an error).
+func atVersion(t *testing.T, driver string, n int) (*bun.DB, func(q string, args ...any)) {
+	t.Helper()
+	_, db := openDSN(t, driver)
+	migs, err := schema.Migrations(driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`CREATE TABLE doppel_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`)
+	for _, m := range migs[:n] {
+		exec(m.SQL)
+		exec(`INSERT INTO doppel_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, "2026-01-01T00:00:00Z")
+	}
+	return db, exec
 }

@@ -13,22 +13,7 @@ func TestMigrationKeepsTracesWithoutBatchKey(t *testing.T) {
 	for _, driver := range []string{schema.DriverSQLite, schema.DriverPostgres} {
 		t.Run(driver, func(t *testing.T) {
 			ctx := context.Background()
-			_, db := openDSN(t, driver)
-			migs, err := schema.Migrations(driver)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exec := func(q string, args ...any) {
-				t.Helper()
-				if _, err := db.ExecContext(ctx, q, args...); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-			}
-			exec(`CREATE TABLE doppel_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`)
-			for _, m := range migs[:10] {
-				exec(m.SQL)
-				exec(`INSERT INTO doppel_migrations (version, name, applied_at) VALUES (?, ?, ?)`, m.Version, m.Name, "2026-01-01T00:00:00Z")
-			}
+			db, exec := atVersion(t, driver, 10)
 			const at = "2026-01-01T00:00:00Z"
 			exec(`INSERT INTO workspaces (id, name, access, created_at) VALUES ('ws_1', 'acme', 'granted', ?)`, at)
 			for _, env := range []string{"env_a", "env_b"} {
