@@ -54,14 +54,17 @@ func applyRuntime(cfg *config.Config, environ []string) {
 	}
 }
 
-// newLogger builds the process logger from the log.* keys.
-func newLogger(cfg *config.Config, w *os.File) *slog.Logger {
+// newLogger builds the process logger from the log.* keys, writing to w through a LogOutput (buffered per
+// log.flush_every) that the caller closes last, to write what is buffered.
+func newLogger(cfg *config.Config, w *os.File) (*slog.Logger, *telemetry.LogOutput) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.Log.Level)))
 	opts := &slog.HandlerOptions{Level: level}
-	// Records logged with a request's context carry its trace and span ids when tracing is on.
+	out := telemetry.NewLogOutput(w, cfg.Log.FlushEvery)
+	var h slog.Handler = slog.NewTextHandler(out, opts)
 	if cfg.Log.Format == "json" {
-		return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
+		h = slog.NewJSONHandler(out, opts)
 	}
-	return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
+	// Records logged with a request's context carry its trace and span ids when tracing is on.
+	return slog.New(telemetry.LogHandler(telemetry.FlushOnWarn(h, out))), out
 }

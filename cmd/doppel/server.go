@@ -47,12 +47,14 @@ func runDev(ctx context.Context, e env) error {
 		return err
 	}
 	started := time.Now()
-	logger := newLogger(cfg, os.Stderr)
+	logger, logOut := newLogger(cfg, os.Stderr)
+	defer logOut.Close() // last: what the stack logs while it closes is written too
 	st, err := startStack(ctx, cfg, e.environ, logger, true, true)
 	if err != nil {
 		return err
 	}
 	defer st.close()
+	st.logOut = logOut
 
 	key, err := devKey(cfg)
 	if err != nil {
@@ -152,10 +154,14 @@ func openServer(ctx context.Context, e env, name string) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := startStack(ctx, cfg, e.environ, newLogger(cfg, os.Stderr), false, false)
+	logger, logOut := newLogger(cfg, os.Stderr)
+	st, err := startStack(ctx, cfg, e.environ, logger, false, false)
 	if err != nil {
+		_ = logOut.Close()
 		return nil, err
 	}
+	st.logOut = logOut
+	st.onClose(logOut.Close) // the stack's closers run last to first: lines logged after this one go out at once
 	if err := checkSchema(ctx, st.db); err != nil {
 		_ = st.close()
 		return nil, err
@@ -180,6 +186,7 @@ func runServe(ctx context.Context, e env) error {
 	}
 	return serveHTTP(ctx, st, func(addr string) {
 		logger.Info("doppel API listening", "addr", addr, "url", publicURL(cfg, addr))
+		_ = st.logOut.Flush()
 	})
 }
 
@@ -216,6 +223,7 @@ func runWorker(ctx context.Context, e env) error {
 	}
 	defer stopPprof()
 	logger.Info("doppel worker polling", "task_queue", cfg.Temporal.TaskQueue, "namespace", cfg.Temporal.Namespace)
+	_ = st.logOut.Flush()
 	<-ctx.Done()
 	return nil
 }

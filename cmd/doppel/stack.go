@@ -35,8 +35,11 @@ import (
 
 // stack holds the concrete parts a server process runs on; close releases them in reverse order.
 type stack struct {
-	cfg      *config.Config
-	log      *slog.Logger
+	cfg *config.Config
+	log *slog.Logger
+	// logOut is where log's lines go (buffered per log.flush_every): flushed after a line that says the process
+	// is ready, which scripts and supervisors wait for.
+	logOut   *telemetry.LogOutput
 	db       *bun.DB
 	blobs    blob.Store
 	dev      *devserver.Server

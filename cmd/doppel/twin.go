@@ -33,7 +33,9 @@ func runTwin(ctx context.Context, e env) error {
 	if (*bundleFile == "") == (*bundleKey == "") {
 		return usageError{"twin: give exactly one of --bundle FILE or --bundle-key KEY"}
 	}
-	logger := newLogger(cfg, os.Stderr).With("component", "twin")
+	logger, logOut := newLogger(cfg, os.Stderr)
+	defer logOut.Close()
+	logger = logger.With("component", "twin")
 	opts, err := twinRuntimeOptions(cfg)
 	if err != nil {
 		return err
