@@ -46,3 +46,28 @@ func TestCPUMark(t *testing.T) {
 		t.Errorf("without the metric or requests: %+v, %q", none, none.since(b, 10))
 	}
 }
+
+// TestParseProcStat: the machine's line of /proc/stat gives its total, idle (with iowait) and stolen ticks, and
+// since turns two readings into shares; other text gives nothing and since leaves the machine out.
+func TestParseProcStat(t *testing.T) {
+	a := parseProcStat([]byte("cpu  100 0 50 800 20 0 5 25 0 0\ncpu0 50 0 25 400 10 0 2 12 0 0\n"))
+	if want := (machineCPU{total: 1000, idle: 820, steal: 25, ok: true}); a != want {
+		t.Fatalf("parsed %+v, want %+v", a, want)
+	}
+	b := parseProcStat([]byte("cpu  400 0 150 1100 20 0 5 125 0 0\n"))
+	at := time.Now()
+	from := cpuMark{server: 1, machine: a, at: at}
+	to := cpuMark{server: 2, machine: b, at: at.Add(time.Second)}
+	if got := from.since(to, 100); !strings.Contains(got, "this machine 38% idle, 12.5% stolen") {
+		t.Errorf("since: %q lacks the machine's idle and stolen shares", got)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu 1 2 3\n", "cpu a b c d e f g h\n"} {
+		if m := parseProcStat([]byte(bad)); m.ok {
+			t.Errorf("parseProcStat(%q) = %+v, want nothing", bad, m)
+		}
+	}
+	from.machine = machineCPU{}
+	if got := from.since(to, 100); strings.Contains(got, "this machine") {
+		t.Errorf("since without /proc/stat: %q", got)
+	}
+}
