@@ -254,7 +254,7 @@ func Keys() []Key {
 		{"bootstrap_key", "", "fixes the first workspace key (mk_live_…) so scripts can use it; empty: minted once and printed"},
 		{"log.level", "info", "debug, info, warn or error"},
 		{"log.format", "text", "text or json"},
-		{"log.flush_every", 100 * time.Millisecond, "info and debug lines (one a request) are buffered and written at least this often, or when 64 KiB gather; a warning or error writes at once with what is buffered; 0: each line written as it comes (a line then costs about 3.5× the CPU, a write(2) each: 7.7 µs instead of 2.2 µs to a file, of a session call's ~150 µs at the API's peak)"},
+		{"log.flush_every", 100 * time.Millisecond, "info and debug lines (one a request) are buffered and written at least this often, or when 64 KiB gather; a warning or error writes at once with what is buffered (a crash loses at most that long of info lines); 0: each line written as it comes (a line then costs about 3.5× the CPU, a write(2) each: 7.7 µs instead of 2.2 µs to a file, of a session call's ~150 µs at the API's peak)"},
 		{"api.addr", "127.0.0.1:8080", "address the HTTP API listens on"},
 		{"api.public_url", "", "URL clients reach the API at (printed, used in links); empty: derived from api.addr"},
 		{"api.body_budget_bytes", int64(256 << 20), "most request-body bytes the API holds at once over all requests (collect, builds, REST and tRPC bodies); a request over it answers 503 with Retry-After; 0: no budget"},
