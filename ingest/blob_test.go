@@ -155,6 +155,7 @@ func TestDecodeBlobRejects(t *testing.T) {
 		{"plain JSON", body, "not a batch blob"},
 		{"other format", bytes.Replace(bytes.Clone(good), []byte("body v1"), []byte("body v9"), 1), `format "doppel collect body v9"`},
 		{"no format chunk", s2Of(func(w *s2.Writer) { w.Write(body) }), "without the chunk naming its format"},
+		{"S2 stream identifier alone", bytes.Clone(s2Magic), "without the chunk naming its format"},
 		{"format chunk after data", s2Of(func(w *s2.Writer) {
 			w.Write(body)
 			w.Flush()

@@ -215,20 +215,18 @@ func s2JSON(blob, dst []byte) ([]byte, error) {
 		}
 		n, err := r.r.Read(out[len(out):cap(out)])
 		out = out[:len(out)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
+		if err != nil && err != io.EOF {
 			return nil, fmt.Errorf("decompress: %w", err)
 		}
+		// The chunk naming the format comes first, so the first read has seen it, even of an empty stream.
 		if !r.seen {
 			return nil, errors.New("an S2 stream without the chunk naming its format")
 		}
+		if err == io.EOF {
+			break
+		}
 	}
-	switch {
-	case !r.seen:
-		return nil, errors.New("an S2 stream without the chunk naming its format")
-	case string(r.format) != BlobFormat:
+	if string(r.format) != BlobFormat {
 		return nil, fmt.Errorf("format %q, want %q", r.format, BlobFormat)
 	}
 	return out, nil
