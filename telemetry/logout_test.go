@@ -77,6 +77,25 @@ func TestLogOutputBuffersInfoAndWritesWarningsAtOnce(t *testing.T) {
 	}
 }
 
+// TestFlushOnWarnKeptByDerivedLoggers: a logger made with With or WithGroup (a component's) still writes a warning
+// at once.
+func TestFlushOnWarnKeptByDerivedLoggers(t *testing.T) {
+	for _, derive := range []func(*slog.Logger) *slog.Logger{
+		func(l *slog.Logger) *slog.Logger { return l.With("component", "journal") },
+		func(l *slog.Logger) *slog.Logger { return l.WithGroup("journal") },
+	} {
+		var dst lockedBuffer
+		log, out := newTestLogger(&dst, time.Hour)
+		derived := derive(log)
+		derived.Info("request")
+		derived.Warn("disk low")
+		if got := dst.String(); !strings.Contains(got, "msg=request") || !strings.Contains(got, "disk low") {
+			t.Errorf("a derived logger's warning was held back: written %q", got)
+		}
+		_ = out.Close()
+	}
+}
+
 func TestLogOutputUnbufferedWritesEachLine(t *testing.T) {
 	var dst lockedBuffer
 	log, out := newTestLogger(&dst, 0)
