@@ -35,6 +35,10 @@ type Options[T any] struct {
 	// default) commits what is queued at once: batches then grow on their own while a commit is in flight,
 	// which gives the lowest latency at low load and full batches under load.
 	Linger time.Duration
+	// LingerFrom makes Linger wait only after a batch of at least this many records (0: after any batch). Batches
+	// that grow on their own mean load: the wait then lets the requests that are running reach Submit and join the
+	// batch, while a lone record at low load still commits at once.
+	LingerFrom int
 	// NoYield takes a batch at once, without first letting the goroutines that are ready to run reach Submit
 	// (see Writer): for comparing the two.
 	NoYield bool
@@ -70,6 +74,9 @@ type Writer[T any] struct {
 
 	batches, items, failed atomic.Int64
 	maxSeen                atomic.Int64
+	last                   atomic.Int64 // size of the batch committed last
+
+	sleep func(time.Duration) // time.Sleep; tests replace it to see and time the linger
 }
 
 type waiter[T any] struct {
@@ -86,7 +93,7 @@ func New[T any](o Options[T]) (*Writer[T], error) {
 	if o.Insert == nil {
 		return nil, errors.New("journal: Options.Insert is nil")
 	}
-	if o.MaxBatch < 0 || o.Linger < 0 || o.Workers < 0 || o.CommitTimeout < 0 || o.Queue < 0 {
+	if o.MaxBatch < 0 || o.Linger < 0 || o.LingerFrom < 0 || o.Workers < 0 || o.CommitTimeout < 0 || o.Queue < 0 {
 		return nil, errors.New("journal: negative option")
 	}
 	if o.MaxBatch == 0 {
@@ -101,7 +108,7 @@ func New[T any](o Options[T]) (*Writer[T], error) {
 	if o.Queue == 0 {
 		o.Queue = 4 * o.MaxBatch
 	}
-	return &Writer[T]{o: o, slots: make(chan struct{}, o.Queue)}, nil
+	return &Writer[T]{o: o, slots: make(chan struct{}, o.Queue), sleep: time.Sleep}, nil
 }
 
 // Submit queues item and waits until it is durably committed. If ctx ends first, Submit returns ctx's
@@ -197,8 +204,8 @@ func (w *Writer[T]) lead(self *waiter[T]) {
 		if len(batch) == 0 {
 			continue // another leader took the queue while this one yielded
 		}
-		if w.o.Linger > 0 && len(batch) < w.o.MaxBatch {
-			time.Sleep(w.o.Linger)
+		if w.o.Linger > 0 && len(batch) < w.o.MaxBatch && w.last.Load() >= int64(w.o.LingerFrom) {
+			w.sleep(w.o.Linger)
 			w.mu.Lock()
 			batch = w.take(batch)
 			w.mu.Unlock()
@@ -246,6 +253,7 @@ func (w *Writer[T]) commit(items []T) error {
 	}
 	w.batches.Add(1)
 	w.items.Add(int64(len(items)))
+	w.last.Store(int64(len(items)))
 	for {
 		m := w.maxSeen.Load()
 		if int64(len(items)) <= m || w.maxSeen.CompareAndSwap(m, int64(len(items))) {

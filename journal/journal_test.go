@@ -270,6 +270,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"no insert", Options[schema.Call]{DB: db}},
 		{"negative batch", Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: -1}},
 		{"negative linger", Options[schema.Call]{DB: db, Insert: InsertCalls, Linger: -time.Millisecond}},
+		{"negative linger from", Options[schema.Call]{DB: db, Insert: InsertCalls, LingerFrom: -1}},
 	}
 	for _, tt := range tests {
 		if _, err := New(tt.o); err == nil {

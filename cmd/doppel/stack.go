@@ -148,7 +148,7 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	if s.plane != nil {
 		return s.plane, nil
 	}
-	var co journal.CallOptions
+	co := journal.CallOptions{Linger: journal.DefaultLinger, LingerFrom: journal.DefaultLingerFrom}
 	if s.metrics != nil {
 		co.OnCommit = s.metrics.JournalCommit
 	}

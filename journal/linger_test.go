@@ -1,0 +1,90 @@
+package journal
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/schema/schematest"
+)
+
+// With LingerFrom, a batch waits Linger only after a batch of at least LingerFrom records: a lone record at low load
+// commits at once, and under load the wait gathers the records that arrive meanwhile.
+func TestLingerFrom(t *testing.T) {
+	db := schematest.Open(t, schema.DriverSQLite)
+	sessions := seedSessions(t, db, 1)
+	ctx := context.Background()
+	g := newGate()
+	var mu sync.Mutex
+	var sizes []int
+	w, err := New(Options[schema.Call]{DB: db, Insert: g.insert, Linger: time.Hour, LingerFrom: 3,
+		OnCommit: func(n int, _ time.Duration, _ error) {
+			mu.Lock()
+			defer mu.Unlock()
+			sizes = append(sizes, n)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lingering, goOn := make(chan time.Duration), make(chan struct{})
+	w.sleep = func(d time.Duration) {
+		lingering <- d
+		<-goOn
+	}
+	submit := func(seq int64) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- w.Submit(ctx, call(sessions[0], seq)) }()
+		return done
+	}
+	wait := func(done <-chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case d := <-lingering:
+			t.Fatalf("a batch lingered %s after batches of %v (LingerFrom 3)", d, sizes)
+		}
+	}
+
+	// A first record holds its batch open while three queue behind it: a batch of one, then one of three, neither
+	// after a batch of three or more.
+	first := submit(1)
+	<-g.entered
+	rest := []<-chan error{submit(2), submit(3), submit(4)}
+	waitQueued(t, w, 3)
+	close(g.release)
+	wait(first)
+	for _, done := range rest {
+		wait(done)
+	}
+
+	// After the batch of three, the next batch lingers, and what arrives meanwhile joins it.
+	fifth := submit(5)
+	if d := <-lingering; d != time.Hour {
+		t.Fatalf("lingered %s, want the Linger of 1h", d)
+	}
+	sixth := submit(6)
+	waitQueued(t, w, 1)
+	goOn <- struct{}{}
+	wait(fifth)
+	wait(sixth)
+
+	// After that batch of two, a lone record commits at once.
+	wait(submit(7))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, 3, 2, 1}; !slices.Equal(sizes, want) {
+		t.Errorf("batches of %v, want %v", sizes, want)
+	}
+	if got := countCalls(t, db); got != 7 {
+		t.Errorf("%d calls committed, want 7", got)
+	}
+}
