@@ -61,9 +61,18 @@ var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // checkBodyStrings is a huma middleware: a JSON body with a NUL in a string (or a key) answers 422 naming the field,
 // and the route never runs. The body is read up to the operation's cap and handed on unchanged.
+//
+// For a verb declared with FastBody, it also checks the body against the schema (fastBody), in place of huma.
 func checkBodyStrings(ctx huma.Context, next func(huma.Context)) {
 	op := ctx.Operation()
-	if op == nil || op.RequestBody == nil || op.Metadata[metaRawStrings] == true || !jsonContent(ctx.Header("Content-Type")) {
+	if op == nil || op.RequestBody == nil || op.Metadata[metaRawStrings] == true {
+		next(ctx)
+		return
+	}
+	fb, _ := op.Metadata[metaFastBody].(*fastBody)
+	ct := ctx.Header("Content-Type")
+	isJSON := jsonContent(ct)
+	if !isJSON && fb == nil {
 		next(ctx)
 		return
 	}
@@ -83,15 +92,20 @@ func checkBodyStrings(ctx huma.Context, next func(huma.Context)) {
 			bodyBufs.Put(buf)
 		}
 	}()
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit)); err != nil {
+	// One byte past the cap tells a body over it (the route answers 413) from one that fills it.
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1)); err != nil {
 		writeHumaError(ctx, Invalid("body", "could not read the body: "+err.Error()))
 		return
 	}
-	if bytes.Contains(buf.Bytes(), []byte(`\u0000`)) {
+	if isJSON && bytes.Contains(buf.Bytes(), []byte(`\u0000`)) {
 		if loc := nulField(buf.Bytes()); loc != "" {
 			writeHumaError(ctx, Invalid(loc, nulMessage))
 			return
 		}
+	}
+	if fb != nil && buf.Len() > 0 && int64(buf.Len()) <= limit && !(isJSON && fb.passes(buf.Bytes())) &&
+		fb.validate(ctx, ct, buf.Bytes()) {
+		return
 	}
 	// The route reads what was read, then the rest (which answers 413 when over the cap).
 	r.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(buf.Bytes()), r.Body), Closer: r.Body}

@@ -70,6 +70,7 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
 		Errors:   []int{http.StatusPaymentRequired, http.StatusConflict, http.StatusServiceUnavailable},
+		FastBody: true,
 		Handler:  sr.call,
 	})
 
