@@ -61,7 +61,7 @@ func benchCallServer(b *testing.B, plans *usage.Plans, history int, log bool) {
 		logger = slog.New(slog.NewTextHandler(f, nil))
 	}
 	p := newPlane(b, schema.DriverSQLite, bundle, planeOptions{local: true, observer: m, plans: plans, logger: logger,
-		journal: journal.CallOptions{OnCommit: m.JournalCommit, Linger: journal.DefaultLinger,
+		journal: journal.CallOptions{OnCommit: m.JournalCommit, Linger: journal.DefaultLinger, LingerStep: journal.DefaultLingerStep,
 			LingerFrom: journal.DefaultLingerFrom}})
 	if history > 0 {
 		seedHistory(b, p, history)

@@ -39,6 +39,10 @@ type Options[T any] struct {
 	// that grow on their own mean load: the wait then lets the requests that are running reach Submit and join the
 	// batch, while a lone record at low load still commits at once.
 	LingerFrom int
+	// LingerStep, when set, cuts the Linger into waits of this long, and the batch commits after the first that
+	// brought no record: once the running requests are in, the CPU goes back to work instead of idling out the
+	// Linger. 0: one wait of Linger.
+	LingerStep time.Duration
 	// NoYield takes a batch at once, without first letting the goroutines that are ready to run reach Submit
 	// (see Writer): for comparing the two.
 	NoYield bool
@@ -93,7 +97,7 @@ func New[T any](o Options[T]) (*Writer[T], error) {
 	if o.Insert == nil {
 		return nil, errors.New("journal: Options.Insert is nil")
 	}
-	if o.MaxBatch < 0 || o.Linger < 0 || o.LingerFrom < 0 || o.Workers < 0 || o.CommitTimeout < 0 || o.Queue < 0 {
+	if o.MaxBatch < 0 || o.Linger < 0 || o.LingerFrom < 0 || o.LingerStep < 0 || o.Workers < 0 || o.CommitTimeout < 0 || o.Queue < 0 {
 		return nil, errors.New("journal: negative option")
 	}
 	if o.MaxBatch == 0 {
@@ -205,10 +209,7 @@ func (w *Writer[T]) lead(self *waiter[T]) {
 			continue // another leader took the queue while this one yielded
 		}
 		if w.o.Linger > 0 && len(batch) < w.o.MaxBatch && w.last.Load() >= int64(w.o.LingerFrom) {
-			w.sleep(w.o.Linger)
-			w.mu.Lock()
-			batch = w.take(batch)
-			w.mu.Unlock()
+			batch = w.linger(batch)
 		}
 		items := make([]T, len(batch))
 		for i, wt := range batch {
@@ -224,6 +225,25 @@ func (w *Writer[T]) lead(self *waiter[T]) {
 			}
 		}
 	}
+}
+
+// linger waits for more records to join batch: Linger at most, in LingerSteps, until a step brings none.
+func (w *Writer[T]) linger(batch []*waiter[T]) []*waiter[T] {
+	step := w.o.LingerStep
+	if step <= 0 || step > w.o.Linger {
+		step = w.o.Linger
+	}
+	for waited := time.Duration(0); waited < w.o.Linger && len(batch) < w.o.MaxBatch; waited += step {
+		w.sleep(step)
+		w.mu.Lock()
+		n := len(batch)
+		batch = w.take(batch)
+		w.mu.Unlock()
+		if len(batch) == n {
+			break
+		}
+	}
+	return batch
 }
 
 // take moves queued records onto batch, up to MaxBatch. w.mu is held.

@@ -271,6 +271,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"negative batch", Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: -1}},
 		{"negative linger", Options[schema.Call]{DB: db, Insert: InsertCalls, Linger: -time.Millisecond}},
 		{"negative linger from", Options[schema.Call]{DB: db, Insert: InsertCalls, LingerFrom: -1}},
+		{"negative linger step", Options[schema.Call]{DB: db, Insert: InsertCalls, LingerStep: -1}},
 	}
 	for _, tt := range tests {
 		if _, err := New(tt.o); err == nil {

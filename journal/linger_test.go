@@ -11,8 +11,8 @@ import (
 	"github.com/doppel-dev/doppel/schema/schematest"
 )
 
-// With LingerFrom, a batch waits Linger only after a batch of at least LingerFrom records: a lone record at low load
-// commits at once, and under load the wait gathers the records that arrive meanwhile.
+// With LingerFrom, a batch waits only after a batch of at least LingerFrom records: a lone record at low load commits
+// at once, and under load the wait gathers the records that arrive meanwhile, a LingerStep at a time while they come.
 func TestLingerFrom(t *testing.T) {
 	db := schematest.Open(t, schema.DriverSQLite)
 	sessions := seedSessions(t, db, 1)
@@ -20,7 +20,7 @@ func TestLingerFrom(t *testing.T) {
 	g := newGate()
 	var mu sync.Mutex
 	var sizes []int
-	w, err := New(Options[schema.Call]{DB: db, Insert: g.insert, Linger: time.Hour, LingerFrom: 3,
+	w, err := New(Options[schema.Call]{DB: db, Insert: g.insert, Linger: time.Hour, LingerStep: time.Minute, LingerFrom: 3,
 		OnCommit: func(n int, _ time.Duration, _ error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -63,13 +63,18 @@ func TestLingerFrom(t *testing.T) {
 		wait(done)
 	}
 
-	// After the batch of three, the next batch lingers, and what arrives meanwhile joins it.
+	// After the batch of three, the next batch lingers a step, and what arrives meanwhile joins it; as a record came,
+	// it lingers another step, which brings none: the batch commits without waiting out the Linger.
 	fifth := submit(5)
-	if d := <-lingering; d != time.Hour {
-		t.Fatalf("lingered %s, want the Linger of 1h", d)
+	if d := <-lingering; d != time.Minute {
+		t.Fatalf("lingered %s, want a LingerStep of 1m", d)
 	}
 	sixth := submit(6)
 	waitQueued(t, w, 1)
+	goOn <- struct{}{}
+	if d := <-lingering; d != time.Minute {
+		t.Fatalf("lingered %s, want a second LingerStep of 1m", d)
+	}
 	goOn <- struct{}{}
 	wait(fifth)
 	wait(sixth)
@@ -86,5 +91,60 @@ func TestLingerFrom(t *testing.T) {
 	}
 	if got := countCalls(t, db); got != 7 {
 		t.Errorf("%d calls committed, want 7", got)
+	}
+}
+
+// While records keep coming, the steps stop at Linger: two steps of a minute for a Linger of two.
+func TestLingerStepsStopAtLinger(t *testing.T) {
+	db := schematest.Open(t, schema.DriverSQLite)
+	sessions := seedSessions(t, db, 1)
+	ctx := context.Background()
+	g := newGate()
+	var mu sync.Mutex
+	var sizes []int
+	w, err := New(Options[schema.Call]{DB: db, Insert: g.insert, Linger: 2 * time.Minute, LingerStep: time.Minute,
+		LingerFrom: 1, OnCommit: func(n int, _ time.Duration, _ error) {
+			mu.Lock()
+			defer mu.Unlock()
+			sizes = append(sizes, n)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lingering, goOn := make(chan struct{}), make(chan struct{})
+	w.sleep = func(time.Duration) {
+		lingering <- struct{}{}
+		<-goOn
+	}
+	close(g.release)
+	var done []chan error
+	submit := func(seq int64) {
+		c := make(chan error, 1)
+		done = append(done, c)
+		go func() { c <- w.Submit(ctx, call(sessions[0], seq)) }()
+	}
+	submit(1) // the first batch: nothing committed before it, so no linger
+	if err := <-done[0]; err != nil {
+		t.Fatal(err)
+	}
+	submit(2)
+	for seq := int64(3); seq <= 4; seq++ {
+		<-lingering
+		submit(seq)
+		waitQueued(t, w, 1)
+		goOn <- struct{}{}
+	}
+	for _, c := range done[1:] {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{1, 3}; !slices.Equal(sizes, want) {
+		t.Errorf("batches of %v, want %v", sizes, want)
 	}
 }

@@ -148,7 +148,8 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	if s.plane != nil {
 		return s.plane, nil
 	}
-	co := journal.CallOptions{Linger: journal.DefaultLinger, LingerFrom: journal.DefaultLingerFrom}
+	co := journal.CallOptions{Linger: journal.DefaultLinger, LingerStep: journal.DefaultLingerStep,
+		LingerFrom: journal.DefaultLingerFrom}
 	if s.metrics != nil {
 		co.OnCommit = s.metrics.JournalCommit
 	}
