@@ -283,7 +283,7 @@ func bit(b bool) int64 {
 // DefaultLingerStep while records keep coming, DefaultLinger at most. `doppel dev` at its peak, 64 sessions on 2
 // cores, in runs taken in turn: one wait of 200 µs gave 17-18 calls a commit instead of 8-9, and 131-151 µs of
 // server CPU a call instead of 140-161 (waits of 100 and 400 µs did as well); steps of 50 µs, ending at the first
-// that brought nothing, then gave 12,310 calls/s on average over 7 runs against 11,430 for the single wait (the
+// that brought nothing, then gave 12,310 calls/s on average over 7 runs against 11,440 for the single wait (the
 // machine less idle while the leader waited). At 1,000 calls/s the median call is unchanged (440-450 µs, against
 // 460-490 without a linger).
 const (
