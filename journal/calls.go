@@ -278,7 +278,8 @@ func bit(b bool) int64 {
 	return 0
 }
 
-// The linger doppel's processes give their calls journal: once batches reach DefaultLingerFrom records (load: at
+// The linger doppel's processes give their calls journal on SQLite (on PostgreSQL, whose commits wait on the server,
+// batches grow on their own and the linger only added idle time): once batches reach DefaultLingerFrom records (load: at
 // 1,000 calls/s they hold one), a batch waits for the requests that are running to reach the journal, in steps of
 // DefaultLingerStep while records keep coming, DefaultLinger at most. `doppel dev` at its peak, 64 sessions on 2
 // cores, in runs taken in turn: one wait of 200 µs gave 17-18 calls a commit instead of 8-9, and 131-151 µs of

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
@@ -148,8 +149,13 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	if s.plane != nil {
 		return s.plane, nil
 	}
-	co := journal.CallOptions{Linger: journal.DefaultLinger, LingerStep: journal.DefaultLingerStep,
-		LingerFrom: journal.DefaultLingerFrom}
+	var co journal.CallOptions
+	if s.db.Dialect().Name() == dialect.SQLite {
+		// Only SQLite's journal lingers: on PostgreSQL, whose commits wait on the server, batches already hold
+		// 27-28 calls at peak, and the linger only added idle time (9,468-10,398 calls/s with it against
+		// 10,972-11,135 without, three pairs; see journal.DefaultLinger).
+		co.Linger, co.LingerStep, co.LingerFrom = journal.DefaultLinger, journal.DefaultLingerStep, journal.DefaultLingerFrom
+	}
 	if s.metrics != nil {
 		co.OnCommit = s.metrics.JournalCommit
 	}
