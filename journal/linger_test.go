@@ -11,6 +11,24 @@ import (
 	"github.com/doppel-dev/doppel/schema/schematest"
 )
 
+// batchLog records the size of each committed batch (an OnCommit).
+type batchLog struct {
+	mu sync.Mutex
+	n  []int
+}
+
+func (l *batchLog) commit(n int, _ time.Duration, _ error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n = append(l.n, n)
+}
+
+func (l *batchLog) sizes() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.n)
+}
+
 // With LingerFrom, a batch waits only after a batch of at least LingerFrom records: a lone record at low load commits
 // at once, and under load the wait gathers the records that arrive meanwhile, a LingerStep at a time while they come.
 func TestLingerFrom(t *testing.T) {
@@ -18,14 +36,9 @@ func TestLingerFrom(t *testing.T) {
 	sessions := seedSessions(t, db, 1)
 	ctx := context.Background()
 	g := newGate()
-	var mu sync.Mutex
-	var sizes []int
+	var batches batchLog
 	w, err := New(Options[schema.Call]{DB: db, Insert: g.insert, Linger: time.Hour, LingerStep: time.Minute, LingerFrom: 3,
-		OnCommit: func(n int, _ time.Duration, _ error) {
-			mu.Lock()
-			defer mu.Unlock()
-			sizes = append(sizes, n)
-		}})
+		OnCommit: batches.commit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +60,7 @@ func TestLingerFrom(t *testing.T) {
 				t.Fatal(err)
 			}
 		case d := <-lingering:
-			t.Fatalf("a batch lingered %s after batches of %v (LingerFrom 3)", d, sizes)
+			t.Fatalf("a batch lingered %s after batches of %v (LingerFrom 3)", d, batches.sizes())
 		}
 	}
 
@@ -84,10 +97,8 @@ func TestLingerFrom(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{1, 3, 2, 1}; !slices.Equal(sizes, want) {
-		t.Errorf("batches of %v, want %v", sizes, want)
+	if got, want := batches.sizes(), []int{1, 3, 2, 1}; !slices.Equal(got, want) {
+		t.Errorf("batches of %v, want %v", got, want)
 	}
 	if got := countCalls(t, db); got != 7 {
 		t.Errorf("%d calls committed, want 7", got)
@@ -100,14 +111,9 @@ func TestLingerStepsStopAtLinger(t *testing.T) {
 	sessions := seedSessions(t, db, 1)
 	ctx := context.Background()
 	g := newGate()
-	var mu sync.Mutex
-	var sizes []int
+	var batches batchLog
 	w, err := New(Options[schema.Call]{DB: db, Insert: g.insert, Linger: 2 * time.Minute, LingerStep: time.Minute,
-		LingerFrom: 1, OnCommit: func(n int, _ time.Duration, _ error) {
-			mu.Lock()
-			defer mu.Unlock()
-			sizes = append(sizes, n)
-		}})
+		LingerFrom: 1, OnCommit: batches.commit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +148,7 @@ func TestLingerStepsStopAtLinger(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{1, 3}; !slices.Equal(sizes, want) {
-		t.Errorf("batches of %v, want %v", sizes, want)
+	if got, want := batches.sizes(), []int{1, 3}; !slices.Equal(got, want) {
+		t.Errorf("batches of %v, want %v", got, want)
 	}
 }
