@@ -72,6 +72,9 @@ type Runtime struct {
 	idxMu sync.Mutex // guards lazily added base indexes
 
 	rowsOnce sync.Once // learns the listings and preconditions (learnRows) on first need
+
+	traceOnce sync.Once         // indexes the recordings by trace (byTrace) on first need
+	byTrace   map[string][]*rec // a trace's recordings in call order
 }
 
 type rtTool struct {
@@ -107,6 +110,9 @@ type rec struct {
 	// trace and call place the recording (for what a write did to rows seen before and after it: listed.go).
 	trace string
 	call  int
+	// tool and canon are the recording's tool and canonical arguments (for the trace a session opened from).
+	tool  *rtTool
+	canon string
 }
 
 // NewRuntime loads a bundle: parses the base world, builds its indexes and
@@ -176,7 +182,8 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: recordings[%d].args: %w", ErrBadBundle, i, err)
 		}
-		x := &rec{args: args, flat: flatten(args), answer: b.Answers[r.Answer], isErr: r.Error, state: r.State, trace: r.Trace, call: r.Call}
+		x := &rec{args: args, flat: flatten(args), answer: b.Answers[r.Answer], isErr: r.Error, state: r.State, trace: r.Trace, call: r.Call,
+			tool: t, canon: r.Args}
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
 	}
