@@ -111,6 +111,7 @@ func checkByTask(t *testing.T, name string, tr []trace.Trace, perTrace *SelfChec
 		t.Fatal(err)
 	}
 	t.Log("\n" + formatCheck(sc))
+	t.Log("\n" + formatRepro(sc))
 	if sc.Split != splitTask || sc.Mode != "leave-one-task-out" || sc.Tasks == 0 {
 		t.Errorf("%s self-check: split %q mode %q tasks %d, want leave-one-task-out", name, sc.Split, sc.Mode, sc.Tasks)
 	}

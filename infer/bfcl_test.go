@@ -15,6 +15,7 @@ func TestSelfCheckBFCL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + formatCheck(sc))
+	t.Log("\n" + formatRepro(sc))
 	if sc.Split != splitTask || sc.Tasks != 134 {
 		t.Errorf("bfcl self-check: split %q over %d tasks, want by task over 134", sc.Split, sc.Tasks)
 	}

@@ -568,4 +568,5 @@ func (r *Report) AddSelfCheck(sc *SelfCheckReport) {
 	r.SelfCheckSplit = sc.Split
 	r.Headline += fmt.Sprintf("; self-check (%s) %.1f%% of %d calls exact, %.1f%% shape, %.1f%% error agreement",
 		sc.Mode, sc.AgreementPct, sc.Calls, sc.ShapeAgreePct, sc.ErrorAgreePct)
+	r.Headline += sc.Reproduction.Headline()
 }

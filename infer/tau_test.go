@@ -68,3 +68,19 @@ func formatCheck(r *SelfCheckReport) string {
 	}
 	return b.String()
 }
+
+// formatRepro prints a self-check's reproduction fidelity, overall and per tool.
+func formatRepro(r *SelfCheckReport) string {
+	rp := r.Reproduction
+	if rp == nil {
+		return "no reproduction measured\n"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "reproduction (%d traces from their first write): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; state-changing calls %d, %d reproduced (%.2f%%)\n",
+		rp.Traces, rp.Agree, rp.Calls, rp.AgreementPct, rp.ShapeAgreePct, rp.ErrorAgreePct, rp.StateChanging, rp.StateChangingAgree, rp.StateChangingAgreePct)
+	fmt.Fprintf(&b, "%-36s %-5s %6s %8s %8s %8s\n", "tool", "write", "calls", "exact", "shape", "error")
+	for _, t := range rp.Tools {
+		fmt.Fprintf(&b, "%-36s %-5v %6d %7.2f%% %7.2f%% %7.2f%%\n", t.Name, t.Write, t.Calls, t.AgreementPct, t.ShapeAgreePct, t.ErrorAgreePct)
+	}
+	return b.String()
+}
