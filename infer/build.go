@@ -176,7 +176,9 @@ func (m *model) bundle() *twin.Bundle {
 		if ti.def != nil {
 			t.Description = ti.def.Description
 			t.InputSchema = ti.def.InputSchema
+			t.Defined = true
 		}
+		t.Args = m.argRules(ti, &t)
 		if t.Description == "" {
 			t.Description = fmt.Sprintf("%s (described from %d recorded calls)", strings.ReplaceAll(name, "_", " "), len(ti.calls))
 		}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"sort"
 	"strings"
-	"unicode"
 
 	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
@@ -89,30 +88,7 @@ func set(xs ...string) map[string]bool {
 }
 
 // nameWords splits a tool name (snake, kebab or camel case) into lower-case words.
-func nameWords(name string) []string {
-	var words []string
-	var cur []rune
-	flush := func() {
-		if len(cur) > 0 {
-			words = append(words, strings.ToLower(string(cur)))
-			cur = cur[:0]
-		}
-	}
-	rs := []rune(name)
-	for i, r := range rs {
-		switch {
-		case r == '_' || r == '-' || r == '.' || r == ' ':
-			flush()
-		case unicode.IsUpper(r) && i > 0 && (unicode.IsLower(rs[i-1]) || (i+1 < len(rs) && unicode.IsLower(rs[i+1]))):
-			flush()
-			cur = append(cur, r)
-		default:
-			cur = append(cur, r)
-		}
-	}
-	flush()
-	return words
-}
+func nameWords(name string) []string { return twin.NameWords(name) }
 
 func verbOf(name string) string {
 	w := nameWords(name)

@@ -41,6 +41,10 @@ type SelfCheckReport struct {
 	Fidelity      map[string]int `json:"fidelity"`
 	// Unanswered counts calls no rung could answer (or whose tool the build did not know).
 	Unanswered int `json:"unanswered"`
+	// ArgsRefused counts the calls production answered without an error that the twin refused by its argument
+	// rules (twin.ArgRules): rules learned from the other traces that were stricter than production. The build
+	// drops every rule a recorded success breaks, so against the traces it was built from this is 0.
+	ArgsRefused int `json:"args_refused"`
 	// Covered counts the calls the twin's world could know the answer to: the tool has no
 	// entity, or the entity it names (or a lookup finds) was in the session's world before
 	// the call, or production answered with an error. CoveredAgree is how many of them agree.
@@ -75,6 +79,7 @@ type ToolCheck struct {
 	// AgreeByFidelity counts agreeing answers per fidelity label.
 	AgreeByFidelity map[string]int `json:"agree_by_fidelity"`
 	Unanswered      int            `json:"unanswered"`
+	ArgsRefused     int            `json:"args_refused"`
 	// Known counts the calls of a read tool whose entity the session's world held before
 	// the call; KnownTwin those of them the twin rung answered.
 	Known        int `json:"known"`
@@ -221,6 +226,8 @@ type CheckedCall struct {
 	Known     bool   `json:"known,omitempty"`
 	KnownTwin bool   `json:"known_twin,omitempty"`
 	NoAnswer  bool   `json:"no_answer,omitempty"`
+	// ArgsRefused: production answered without an error, the twin refused the arguments.
+	ArgsRefused bool `json:"args_refused,omitempty"`
 	// Write: the call's tool is a write (in the build from every trace): a state-changing call.
 	Write bool      `json:"write,omitempty"`
 	Miss  CheckMiss `json:"miss"`
@@ -377,6 +384,10 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 				tc.Fidelity[r.Fidelity]++
 				rep.Fidelity[r.Fidelity]++
 			}
+			if r.ArgsRefused {
+				tc.ArgsRefused++
+				rep.ArgsRefused++
+			}
 			if r.Shape {
 				tc.ShapeAgree++
 				rep.ShapeAgree++
@@ -508,6 +519,7 @@ func score(r *CheckedCall, res twin.Result, err error, pt *ptrace, c *call, maps
 	r.Agree = twin.AnswersAgree(res.Content, c.text)
 	r.Shape = twin.ShapesAgreeMaps(res.Content, c.text, maps[c.tool])
 	r.ErrAgree = (res.Error || twin.IsErrorAnswer(res.Content)) == c.isErr
+	r.ArgsRefused = !c.isErr && res.Note == twin.ArgsRefusedNote
 	if !r.Agree {
 		r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
 	}

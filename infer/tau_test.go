@@ -52,8 +52,8 @@ func loadToolDefs(t testing.TB, name string) []ToolDef {
 
 func formatCheck(r *SelfCheckReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (split %s, %d traces, %d tasks): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; on the %d calls the world could know: %.2f%%; unanswered %d; fidelity %v\n",
-		r.Mode, r.Split, r.Traces, r.Tasks, r.Agree, r.Calls, r.AgreementPct, r.ShapeAgreePct, r.ErrorAgreePct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.Fidelity)
+	fmt.Fprintf(&b, "%s (split %s, %d traces, %d tasks): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; on the %d calls the world could know: %.2f%%; unanswered %d; arguments refused %d; fidelity %v\n",
+		r.Mode, r.Split, r.Traces, r.Tasks, r.Agree, r.Calls, r.AgreementPct, r.ShapeAgreePct, r.ErrorAgreePct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.ArgsRefused, r.Fidelity)
 	fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6s %8s %8s %8s %8s %10s  %s\n", "tool", "binding", "rung", "kind", "calls", "exact", "shape", "error", "covered", "known/twin", "fidelity")
 	for _, t := range r.Tools {
 		cov := "-"

@@ -188,6 +188,12 @@ type Tool struct {
 	PreferRecorded bool `json:"prefer_recorded,omitempty"`
 	// StringsAsJSON: string answers are JSON-quoted ("\"x\"") rather than bare text.
 	StringsAsJSON bool `json:"strings_as_json,omitempty"`
+	// Defined: the tool has an uploaded definition (a tool the traces never called is then answered, without a
+	// model, from the recorded tool most like it: similar.go).
+	Defined bool `json:"defined,omitempty"`
+	// Args are the argument rules calls are refused by before any rung answers (nil: only the input schema's
+	// types are checked, as bundles built before them did).
+	Args *ArgRules `json:"args,omitempty"`
 	// Attention lists what a user should know about this tool's twin.
 	Attention []string `json:"attention,omitempty"`
 	Scores    Scores   `json:"scores"`

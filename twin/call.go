@@ -45,7 +45,7 @@ func (s *Session) Call(ctx context.Context, tool string, args json.RawMessage) (
 	if s.closed {
 		return Result{}, ErrClosed
 	}
-	if p := t.argsProblem(args, ao); p != "" {
+	if p := t.args.problem(t, args, ao); p != "" {
 		return s.argsError(t, p), nil
 	}
 	return s.call(ctx, t, ao, nil)
@@ -74,6 +74,7 @@ type answer struct {
 	env      *callEnv
 	apply    *jsonvalue.Object // a replayed write's row to store, under applyKey
 	applyKey string
+	note     string // said in the result's note
 }
 
 func (s *Session) call(ctx context.Context, t *rtTool, args *jsonvalue.Object, journaled *string) (Result, error) {
@@ -144,6 +145,9 @@ func (s *Session) call(ctx context.Context, t *rtTool, args *jsonvalue.Object, j
 				notes = append(notes, "a recording with these arguments answered instead of an entity made up for them")
 			}
 		}
+		if a.note != "" {
+			notes = append(notes, a.note)
+		}
 		res := Result{Content: a.content, Error: a.isErr, Rung: rung, Fidelity: FidelityOf(rung), Downgraded: rungIndex(rung) > start}
 		if a.env != nil && len(a.env.matOrder) > 0 {
 			// The answer rests on entities made up for ids the world did not hold.
@@ -180,6 +184,9 @@ func (s *Session) call(ctx context.Context, t *rtTool, args *jsonvalue.Object, j
 				notes = append(notes, rung+": "+why)
 			}
 			continue
+		}
+		if a.note != "" {
+			notes = append(notes, a.note)
 		}
 		res := Result{Content: a.content, Error: a.isErr, Rung: rung, Fidelity: FidelityOf(rung), Downgraded: true,
 			Note: strings.Join(append(notes, rung+": the bound rung could not answer, so the recordings did"), "; ")}

@@ -30,8 +30,8 @@ var (
 	samples   = map[string]*sampleData{}
 )
 
-// sample builds a dev sample's runtime (retail, airline, bfcl: the last with its tool definitions) from all its
-// traces, once per test binary, and answers it with the traces sorted by id.
+// sample builds a dev sample's runtime (retail, airline, bfcl: the last with its tool definitions; retail+defs and
+// airline+defs with theirs) from all its traces, once per test binary, and answers it with the traces sorted by id.
 func sample(t testing.TB, name string) (*twin.Runtime, []trace.Trace) {
 	t.Helper()
 	samplesMu.Lock()
@@ -43,7 +43,18 @@ func sample(t testing.TB, name string) (*twin.Runtime, []trace.Trace) {
 		d.err = func() error {
 			var opts infer.Options
 			var err error
-			if name == "bfcl" {
+			if domain, ok := strings.CutSuffix(name, "+defs"); ok {
+				if d.traces, err = taudata.Traces("..", domain); err != nil {
+					return err
+				}
+				data, err := taudata.File("..", "tau-"+domain+"-tools.json")
+				if err != nil {
+					return err
+				}
+				if opts.Tools, err = infer.ParseToolDefs(data); err != nil {
+					return err
+				}
+			} else if name == "bfcl" {
 				if d.traces, err = taudata.BFCL(".."); err != nil {
 					return err
 				}

@@ -111,6 +111,9 @@ func (rt *Runtime) rowFromAnswer(t *rtTool, args *jsonvalue.Object, text string)
 
 func (s *Session) infer(t *rtTool, args *jsonvalue.Object) (*answer, string) {
 	if len(t.all) == 0 {
+		if t.def.Defined {
+			return s.inferFromSimilar(t, args)
+		}
 		return nil, "no recordings of this tool"
 	}
 	s.rt.rowsOnce.Do(s.rt.learnRows)

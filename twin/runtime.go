@@ -84,8 +84,9 @@ type rtTool struct {
 	synth    starlark.Callable
 	byArgs   map[string][]*rec
 	all      []*rec
-	// schema is the input schema, checked before the rung ladder (nil: none).
+	// schema is the input schema, checked before the rung ladder (nil: none); args its argument rules.
 	schema *jsonvalue.Schema
+	args   *ArgChecker
 	// listing answers a search from the rows recorded answers list (nil: not learned; see listing.go).
 	listing *listing
 	// preconds are a write's relations on those rows, learned from its recorded refusals (see precond.go).
@@ -186,6 +187,9 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 			tool: t, canon: r.Args}
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
+	}
+	for _, name := range rt.toolNames {
+		rt.tools[name].args = rt.newArgCheck(rt.tools[name])
 	}
 	rt.opts.Parsed = nil // the tables hold what they use
 	rt.baseHash = rt.baseWorldHash()
