@@ -33,6 +33,9 @@ type model struct {
 	subDefs map[string]twin.SubIndex
 	// release has the build drop answers' parsed trees once done with them (buildPrepared).
 	release bool
+	// stateTable names the table of state beyond rows and stateTools the tools answering from it (state.go).
+	stateTable string
+	stateTools map[string]*stateTool
 }
 
 // toolInfo is what the build learns about one tool.
@@ -52,6 +55,8 @@ type toolInfo struct {
 	stringsAsJSON bool
 	// lookupCrit maps a lookup's argument to the row field it matches.
 	lookupCrit map[string]string
+	// state says which variables the tool's answers show and set (state.go).
+	state *twin.ToolState
 }
 
 // tableInfo is an entity type.
@@ -293,12 +298,45 @@ func (m *model) classify() {
 			}
 		}
 	}
+	m.dropKeyOnlyTables()
 	m.tableNames = m.tableNames[:0]
 	for tn := range m.tables {
 		m.tableNames = append(m.tableNames, tn)
 	}
 	sort.Strings(m.tableNames)
 	m.behaviouralWrites()
+}
+
+// dropKeyOnlyTables dissolves the tables whose recorded rows hold nothing but their key (cd answering
+// {"current_working_directory": "temp"} for folder "temp"): an argument echoed is no entity, and its tools are
+// left to the other rules (the state learner's).
+func (m *model) dropKeyOnlyTables() {
+	for _, tn := range sortedKeys(m.tables) {
+		t := m.tables[tn]
+		keyOnly, rows := true, 0
+		for _, name := range t.tools {
+			for _, c := range m.tools[name].calls {
+				o, ok := c.val.(*jsonvalue.Object)
+				if !c.success || !c.isJSON || !ok {
+					continue
+				}
+				rows++
+				for _, k := range o.Keys {
+					if k != t.keyField {
+						keyOnly = false
+					}
+				}
+			}
+		}
+		if !keyOnly || rows == 0 {
+			continue
+		}
+		for _, name := range t.tools {
+			ti := m.tools[name]
+			ti.table, ti.keyArg, ti.keyField = "", "", ""
+		}
+		delete(m.tables, tn)
+	}
 }
 
 // resembles finds the table whose rows a write's answers are: the answers carry the

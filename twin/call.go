@@ -258,6 +258,9 @@ func (s *Session) commit(t *rtTool, args *jsonvalue.Object, a *answer) bool {
 		s.put(t.def.Table, a.applyKey, a.apply)
 		changed = true
 	}
+	if a.env == nil && !a.isErr && t.def.State != nil && s.adoptState(t, args, a.content) {
+		changed = true
+	}
 	if t.def.Kind == KindWrite && !a.isErr {
 		s.rt.rowsOnce.Do(s.rt.learnRows)
 		if s.applyEffects(t, args) {

@@ -127,7 +127,11 @@ func (s *Session) observe(t *rtTool, args *jsonvalue.Object, canon, answer strin
 		s.over[name][canon] = rec
 		s.dirty = true
 	}
-	if isErr || !jsonvalue.LooksJSON(answer) {
+	if isErr {
+		return
+	}
+	if !jsonvalue.LooksJSON(answer) {
+		s.observeState(t, args, answer, seen) // a text answer's holes
 		return
 	}
 	if t.def.Table != "" && (t.def.Kind == KindRead || t.def.Kind == KindLookup) {
@@ -142,6 +146,7 @@ func (s *Session) observe(t *rtTool, args *jsonvalue.Object, canon, answer strin
 	if t.def.Kind == KindQuery {
 		s.observeListed(t, args, answer)
 	}
+	s.observeState(t, args, answer, seen)
 }
 
 // observeListed lays the rows a search answer lists over the session's copies of every listing that holds them.

@@ -1,0 +1,921 @@
+package infer
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
+	"github.com/doppel-dev/doppel/twin"
+)
+
+// State beyond rows, learned from the recordings (see twin/state.go for how a twin holds it). The tools it
+// explains are those whose answers are no entity's row: JSON objects (a vehicle's {"fuelLevel": 22.5}) or text
+// (a phone's "Mobile Data is now OFF."), whose fields — or the holes of the tool's text template — are
+//
+//   - functions of the arguments: a constant, an argument, text with arguments in it, an argument scaled by a
+//     constant, a sum, mean, least or greatest of a list argument;
+//   - or variables: a field of the same name (or a text hole after the same words) seen before in the trace —
+//     as it was (a read), plus or minus an argument (a fuel tank filled, a balance funded), plus a step (a
+//     counter), turned between two values (a switch), with an argument appended or removed (a watch list); a
+//     variable may be keyed by an argument's value (a file's content by its name).
+//
+// Each trace is walked in call order with the variables it has shown so far (a field's value is its variable's
+// value after the call), so every rule is checked on every recorded call it applies to; the rule kept for a field
+// is one no recorded answer contradicts (the arguments' rules checked on every call, the variables' on the calls
+// whose variable the trace had shown), else the one explaining the most answers when at most a fifth contradict
+// it. A field is a variable when some tool's rule for it rests on its value before the call; a tool's field of
+// that name then sets it. The base world holds each variable as each trace first showed it (before a call that
+// set it; a write's answer with a learned rule is inverted), the value most traces showed. A tool whose answers
+// have more than one set of fields is explained when an argument's value picks the set (cd "..": {}).
+
+// stateTool is one tool the state learner considers: its answers' fields, per call.
+type stateTool struct {
+	ti     *toolInfo
+	text   []string // a text tool's template literals (holes between)
+	holes  []string // a text tool's hole names (holeName, made unique)
+	obs    []*stateObs
+	sel    string              // the argument whose value picks the answer's fields ("" when one set)
+	picks  map[string]int      // selector value → shape index
+	def    int                 // the shape of other selector values
+	shape  [][]string          // answer field lists
+	rules  []map[string]*sRule // per shape: field → rule
+	floats map[string]bool     // fields production spells as floats
+	sets   map[string]bool     // fields that set their variable
+	shows  map[string]bool     // fields that read their variable
+	keyOf  map[string]string   // field → the argument its variable is keyed by
+}
+
+// stateObs is one successful call's answer as fields, with what the trace showed before it.
+type stateObs struct {
+	c      *call
+	trace  int
+	shape  int
+	fields *jsonvalue.Object
+	// known snapshots the variables the trace had shown before the call (shared until a later call changes one).
+	known map[string]any
+}
+
+// sRule is a field's learned rule and how many recorded answers it explained.
+type sRule struct {
+	e             sexpr
+	correct, seen int
+}
+
+// minStateCalls is how many successful recorded calls a tool needs before its answers are explained by rules.
+const minStateCalls = 2
+
+// learnState explains the answers of the tools no entity table explains (see above), and answers the tools it
+// synthesized handlers for, the variables' base values and the fields each tool shows.
+func (m *model) learnState() {
+	tools := map[string]*stateTool{}
+	for _, name := range m.toolNames {
+		ti := m.tools[name]
+		if st := m.stateCandidate(ti); st != nil {
+			tools[name] = st
+		}
+	}
+	if len(tools) == 0 {
+		return
+	}
+	m.stateObserve(tools)
+	vars := map[string]bool{}
+	for _, name := range sortedKeys(tools) {
+		st := tools[name]
+		st.pickShapes()
+		st.learnRules()
+		for _, rs := range st.rules {
+			for f, r := range rs {
+				if r != nil && r.e.stateful() {
+					vars[varOf(r.e, f)] = true
+				}
+			}
+		}
+	}
+	var synth []*stateTool
+	for _, name := range sortedKeys(tools) {
+		st := tools[name]
+		if st.complete() && st.worthIt(vars) {
+			st.bindVars(vars)
+			synth = append(synth, st)
+		}
+	}
+	if len(synth) == 0 {
+		return
+	}
+	base := m.stateBase(synth)
+	m.addStateTable(base)
+	m.stateTools = map[string]*stateTool{}
+	for _, st := range synth {
+		m.synthState(st)
+		m.stateTools[st.ti.name] = st
+		st.obs = nil // the answers' fields are read again only by fit, through fieldsOf
+	}
+}
+
+// varOf is the variable a stateful rule for field f reads.
+func varOf(e sexpr, f string) string {
+	switch x := e.(type) {
+	case readS:
+		return x.v.name
+	case addS:
+		return x.v.name
+	case notS:
+		return x.v.name
+	case flipS:
+		return x.v.name
+	case listS:
+		return x.v.name
+	}
+	return f
+}
+
+// stateCandidate answers t's state tool when its answers may be explained by rules: no entity table of its own
+// (or one whose rows are only their key), every success a JSON object, or every success text fitting one template.
+func (m *model) stateCandidate(ti *toolInfo) *stateTool {
+	if ti.table != "" && !m.echoKeyed(ti) || len(ti.calls) == 0 {
+		return nil
+	}
+	succ := successes(ti)
+	if len(succ) < minStateCalls {
+		return nil
+	}
+	st := &stateTool{ti: ti}
+	objects := 0
+	for _, c := range succ {
+		if _, ok := c.val.(*jsonvalue.Object); ok && c.isJSON && c.args != nil {
+			objects++
+		}
+	}
+	switch {
+	case objects == len(succ):
+	case objects == 0 && !jsonvalue.LooksJSON(succ[0].text):
+		if st.text = textTemplate(succ); st.text == nil {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return st
+}
+
+// fieldsOf reads a successful call's answer as fields: a JSON object's, or a text answer's holes ("#0", …).
+func (st *stateTool) fieldsOf(c *call) *jsonvalue.Object {
+	if !c.success || c.args == nil {
+		return nil
+	}
+	if st.text == nil {
+		o, _ := c.val.(*jsonvalue.Object)
+		return o
+	}
+	holes, ok := twin.TextHoles(c.text, st.text)
+	if !ok {
+		return nil
+	}
+	if st.holes == nil {
+		seen := map[string]bool{}
+		for i := range holes {
+			n := holeName(st.text, i)
+			if seen[n] {
+				n += " #" + strconv.Itoa(i)
+			}
+			seen[n] = true
+			st.holes = append(st.holes, n)
+		}
+	}
+	o := jsonvalue.NewObject(len(holes))
+	for i, h := range holes {
+		o.Keys = append(o.Keys, st.holes[i])
+		o.Vals = append(o.Vals, h)
+	}
+	return o
+}
+
+// stateObserve walks every trace in call order, noting each candidate's answers with the variables the trace had
+// shown before it. A field's value is its variable's (by the field's name) after the call, and the variable keyed
+// by each scalar argument's value too.
+func (m *model) stateObserve(tools map[string]*stateTool) {
+	for ti, t := range m.traces {
+		known := map[string]any{}
+		shared := false
+		for _, c := range t.calls {
+			st := tools[c.tool]
+			if st == nil {
+				continue
+			}
+			fields := st.fieldsOf(c)
+			if fields == nil {
+				continue
+			}
+			st.obs = append(st.obs, &stateObs{c: c, trace: ti, fields: fields, known: known})
+			shared = true
+			if fields.Len() == 0 {
+				continue
+			}
+			if shared {
+				cp := make(map[string]any, len(known)+fields.Len())
+				for k, v := range known {
+					cp[k] = v
+				}
+				known, shared = cp, false
+			}
+			for i, f := range fields.Keys {
+				known[f] = fields.Vals[i]
+				for _, a := range c.args.Vals {
+					if keyable(a) {
+						known[twin.StateKey(f, twin.StateKeyText(a))] = fields.Vals[i]
+					}
+				}
+			}
+		}
+	}
+}
+
+// pickShapes groups the tool's answers by their field lists: one list, or lists an argument's value picks (the
+// list most of its values give is the default), else the most common list (the others are not explained).
+func (st *stateTool) pickShapes() {
+	index := map[string]int{}
+	for _, o := range st.obs {
+		k := strings.Join(o.fields.Keys, "\x00")
+		i, ok := index[k]
+		if !ok {
+			i = len(st.shape)
+			index[k] = i
+			st.shape = append(st.shape, o.fields.Keys)
+		}
+		o.shape = i
+	}
+	if len(st.shape) <= 1 {
+		return
+	}
+	// An argument whose value always gives the same list picks it.
+	var names []string
+	for _, o := range st.obs {
+		for _, a := range o.c.args.Keys {
+			if !contains(names, a) {
+				names = append(names, a)
+			}
+		}
+	}
+	sort.Strings(names)
+	for _, a := range names {
+		by := map[string]int{}
+		ok := true
+		for _, o := range st.obs {
+			v, has := o.c.args.Get(a)
+			if !has || !keyable(v) {
+				ok = false
+				break
+			}
+			k := twin.StateKeyText(v)
+			if s, seen := by[k]; seen && s != o.shape {
+				ok = false
+				break
+			}
+			by[k] = o.shape
+		}
+		if !ok || len(by) < 2 {
+			continue
+		}
+		count := make([]int, len(st.shape))
+		for _, s := range by {
+			count[s]++
+		}
+		def := 0
+		for s := range count {
+			if count[s] > count[def] {
+				def = s
+			}
+		}
+		st.sel, st.def, st.picks = a, def, map[string]int{}
+		for v, s := range by {
+			if s != def {
+				st.picks[v] = s
+			}
+		}
+		return
+	}
+	// No argument picks it: the most common list.
+	count := make([]int, len(st.shape))
+	for _, o := range st.obs {
+		count[o.shape]++
+	}
+	for s := range count {
+		if count[s] > count[st.def] {
+			st.def = s
+		}
+	}
+}
+
+// shapesUsed are the shapes the handler answers with: every one an argument picks, else the most common.
+func (st *stateTool) shapesUsed() []int {
+	if st.sel == "" {
+		return []int{st.def}
+	}
+	seen := map[int]bool{st.def: true}
+	out := []int{st.def}
+	for _, s := range st.picks {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// learnRules learns each field's rule for every shape the handler answers with.
+func (st *stateTool) learnRules() {
+	st.rules = make([]map[string]*sRule, len(st.shape))
+	st.floats = map[string]bool{}
+	for _, s := range st.shapesUsed() {
+		var obs []*stateObs
+		for _, o := range st.obs {
+			if o.shape == s {
+				obs = append(obs, o)
+			}
+		}
+		st.rules[s] = map[string]*sRule{}
+		for _, f := range st.shape[s] {
+			st.rules[s][f] = st.learnField(f, obs)
+		}
+	}
+}
+
+// learnField picks field f's rule over the answers obs (see the file comment): nil when none explains them.
+func (st *stateTool) learnField(f string, obs []*stateObs) *sRule {
+	vals := make([]any, len(obs))
+	floats, nums := 0, 0
+	for i, o := range obs {
+		vals[i], _ = o.fields.Get(f)
+		if n, ok := vals[i].(jsonvalue.Number); ok {
+			nums++
+			if n.IsFloat() {
+				floats++
+			}
+		}
+	}
+	isFloat := nums > 0 && floats == nums
+	if isFloat {
+		st.floats[f] = true
+	}
+	score := func(e sexpr) *sRule {
+		r := &sRule{e: e}
+		for i, o := range obs {
+			x := &sctx{args: o.c.args, get: func(k string) (any, bool) { v, ok := o.known[k]; return v, ok }}
+			v, ok := e.eval(x)
+			if !ok {
+				continue
+			}
+			r.seen++
+			if jsonvalue.Equal(v, vals[i]) {
+				r.correct++
+			}
+		}
+		return r
+	}
+	var pure, stateful []*sRule
+	for _, e := range argCandidates(f, obs, vals, isFloat) {
+		pure = append(pure, score(e))
+	}
+	for _, e := range stateCandidates(f, obs, vals, isFloat, st.keyArgs(obs)) {
+		stateful = append(stateful, score(e))
+	}
+	n := len(obs)
+	// A function of the arguments every answer agrees with.
+	for _, r := range pure {
+		if r.correct == n {
+			return r
+		}
+	}
+	// A variable rule no answer contradicts, on the most answers.
+	var best *sRule
+	for _, r := range stateful {
+		if r.seen > 0 && r.correct == r.seen && (best == nil || r.seen > best.seen) {
+			best = r
+		}
+	}
+	if best != nil {
+		return best
+	}
+	// The rule explaining the most answers, when at most a fifth contradict it.
+	for _, r := range append(pure, stateful...) {
+		if r.correct >= 2 && 5*(r.seen-r.correct) <= r.seen && (best == nil || r.correct > best.correct) {
+			best = r
+		}
+	}
+	if best != nil {
+		return best
+	}
+	// Values that vary and nothing explains: the variable of the field's name, as the trace last showed it (its
+	// base value until then) — unless they are text made of the arguments, which no variable holds.
+	if !allEqual(vals) && !argTexts(obs, vals) {
+		return &sRule{e: readS{v: varRef{name: f}, float: isFloat}}
+	}
+	return nil
+}
+
+func allEqual(vals []any) bool {
+	for _, v := range vals[1:] {
+		if !jsonvalue.Equal(v, vals[0]) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyArgs are the arguments a variable may be keyed by: top-level, a string or integer in every call.
+func (st *stateTool) keyArgs(obs []*stateObs) []string {
+	var out []string
+	for _, a := range obs[0].c.args.Keys {
+		ok := true
+		for _, o := range obs {
+			if v, has := o.c.args.Get(a); !has || !keyable(v) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, a)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// argCandidates are the functions of the arguments field f might be, in the order they are preferred.
+func argCandidates(f string, obs []*stateObs, vals []any, isFloat bool) []sexpr {
+	out := []sexpr{constS{v: mostCommon(vals)}}
+	first := obs[0].c.args
+	for i, a := range first.Keys {
+		out = append(out, argS{name: a, float: isFloat})
+		n, isNum := first.Vals[i].(jsonvalue.Number)
+		if v, ok := vals[0].(jsonvalue.Number); ok && isNum && n.Float64() != 0 {
+			if k, ok := niceRatio(v.Float64(), n.Float64()); ok {
+				out = append(out, scaleS{name: a, k: k})
+			}
+		}
+		if _, isList := first.Vals[i].([]any); isList {
+			for _, fn := range []string{"sum", "mean", "min", "max"} {
+				out = append(out, aggS{name: a, fn: fn})
+			}
+		}
+	}
+	out = append(out, templates(obs, vals)...)
+	return out
+}
+
+// maxTemplates bounds the text templates tried for one field: the most common ones.
+const maxTemplates = 3
+
+// templates are the text templates of a string field with argument values in it, most common first.
+func templates(obs []*stateObs, vals []any) []sexpr {
+	count := map[string]int{}
+	var keys []string
+	tmpl := map[string][]part{}
+	for i, o := range obs {
+		s, ok := vals[i].(string)
+		if !ok {
+			continue
+		}
+		ps := templateOf(s, o.c.args)
+		if !hasPlaceholder(ps) {
+			continue
+		}
+		k := partsKey(ps)
+		if count[k] == 0 {
+			keys = append(keys, k)
+			tmpl[k] = ps
+		}
+		count[k]++
+	}
+	sort.SliceStable(keys, func(i, j int) bool { return count[keys[i]] > count[keys[j]] })
+	var out []sexpr
+	for _, k := range keys[:min(len(keys), maxTemplates)] {
+		out = append(out, tmplS{parts: tmpl[k]})
+	}
+	return out
+}
+
+// argTexts tells whether most of a field's values are text with argument values in it.
+func argTexts(obs []*stateObs, vals []any) bool {
+	n := 0
+	for i, o := range obs {
+		if s, ok := vals[i].(string); ok && hasPlaceholder(templateOf(s, o.c.args)) {
+			n++
+		}
+	}
+	return 2*n > len(obs)
+}
+
+// niceRatio answers v/a rounded to the fewest significant digits (up to 12) whose product with a gives v exactly.
+func niceRatio(v, a float64) (float64, bool) {
+	for d := 1; d <= 12; d++ {
+		k, err := strconv.ParseFloat(strconv.FormatFloat(v/a, 'g', d, 64), 64)
+		if err == nil && a*k == v {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// stateCandidates are the variable rules field f might be: its variable as it was, keyed by an argument, plus or
+// minus a numeric argument or a step, turned between two values, with an argument appended or removed.
+func stateCandidates(f string, obs []*stateObs, vals []any, isFloat bool, keyArgs []string) []sexpr {
+	refs := []varRef{{name: f}}
+	for _, a := range keyArgs {
+		refs = append(refs, varRef{name: f, keyArg: a})
+	}
+	var out []sexpr
+	first := obs[0].c.args
+	for _, r := range refs {
+		out = append(out, readS{v: r, float: isFloat})
+		for i, a := range first.Keys {
+			switch first.Vals[i].(type) {
+			case jsonvalue.Number:
+				out = append(out, addS{v: r, name: a, sign: 1}, addS{v: r, name: a, sign: -1})
+			default:
+				out = append(out, listS{v: r, name: a}, listS{v: r, name: a, remove: true})
+			}
+		}
+		out = append(out, addS{v: r, sign: 1, step: 1}, addS{v: r, sign: -1, step: 1}, notS{v: r})
+		if two := twoValues(vals); two != nil {
+			out = append(out, flipS{v: r, a: two[0], b: two[1]})
+		}
+	}
+	return out
+}
+
+// twoValues answers the two values vals hold, when they hold exactly two (sorted by their canonical text).
+func twoValues(vals []any) []any {
+	var out []any
+	for _, v := range vals {
+		found := false
+		for _, x := range out {
+			if jsonvalue.Equal(x, v) {
+				found = true
+			}
+		}
+		if !found {
+			if out = append(out, v); len(out) > 2 {
+				return nil
+			}
+		}
+	}
+	if len(out) != 2 {
+		return nil
+	}
+	if jsonvalue.CanonicalText(out[0]) > jsonvalue.CanonicalText(out[1]) {
+		out[0], out[1] = out[1], out[0]
+	}
+	return out
+}
+
+func mostCommon(vals []any) any {
+	best, bestN := vals[0], 0
+	for _, v := range vals {
+		n := 0
+		for _, w := range vals {
+			if jsonvalue.Equal(v, w) {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = v, n
+		}
+	}
+	return best
+}
+
+// complete tells whether every field of every shape the handler answers with has a rule.
+func (st *stateTool) complete() bool {
+	for _, s := range st.shapesUsed() {
+		for _, f := range st.shape[s] {
+			if st.rules[s][f] == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// worthIt tells whether the state handler should answer the tool: it has no handler of its own, or it reads or
+// sets a variable (a constant or template handler answers a tool whose answers need none as well).
+func (st *stateTool) worthIt(vars map[string]bool) bool {
+	if st.ti.source == "" {
+		return true
+	}
+	for _, s := range st.shapesUsed() {
+		for f, r := range st.rules[s] {
+			if r.e.stateful() || vars[f] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// bindVars decides which fields read their variable and which set it: a field whose name is a variable sets it
+// to the field's value, unless its rule is a plain read of it.
+func (st *stateTool) bindVars(vars map[string]bool) {
+	st.sets, st.shows, st.keyOf = map[string]bool{}, map[string]bool{}, map[string]string{}
+	for _, s := range st.shapesUsed() {
+		for f, r := range st.rules[s] {
+			if rd, ok := r.e.(readS); ok && rd.v.name == f {
+				st.shows[f] = true
+				st.keyOf[f] = rd.v.keyArg
+				continue
+			}
+			if vars[f] {
+				st.sets[f] = true
+				if k := keyArgOf(r.e); k != "" {
+					st.keyOf[f] = k
+				}
+			}
+		}
+	}
+}
+
+// keyArgOf is the argument a stateful rule's variable is keyed by ("" when none).
+func keyArgOf(e sexpr) string {
+	switch x := e.(type) {
+	case readS:
+		return x.v.keyArg
+	case addS:
+		return x.v.keyArg
+	case notS:
+		return x.v.keyArg
+	case flipS:
+		return x.v.keyArg
+	case listS:
+		return x.v.keyArg
+	}
+	return ""
+}
+
+// writes tells whether the tool sets a variable.
+func (st *stateTool) writes() bool { return len(st.sets) > 0 }
+
+// stateBase makes the base value of each variable: per trace, the value before the first call that showed or set
+// it (a read's value, or a learned write inverted), the value most traces gave (ties to the earlier trace).
+func (m *model) stateBase(tools []*stateTool) map[string]any {
+	type vote struct {
+		v     any
+		n     int
+		first int
+	}
+	votes := map[string][]*vote{}
+	var obs []*stateObs
+	for _, st := range tools {
+		for _, o := range st.obs {
+			obs = append(obs, o)
+		}
+	}
+	sort.SliceStable(obs, func(i, j int) bool {
+		if obs[i].trace != obs[j].trace {
+			return obs[i].trace < obs[j].trace
+		}
+		return obs[i].c.idx < obs[j].c.idx
+	})
+	byTool := map[*call]*stateTool{}
+	for _, st := range tools {
+		for _, o := range st.obs {
+			byTool[o.c] = st
+		}
+	}
+	decided := map[string]bool{} // per trace: variables whose value before the trace's writes is known or lost
+	lastTrace := -1
+	for _, o := range obs {
+		if o.trace != lastTrace {
+			clear(decided)
+			lastTrace = o.trace
+		}
+		st := byTool[o.c]
+		rules := st.rules[o.shape]
+		if rules == nil {
+			continue
+		}
+		for i, f := range o.fields.Keys {
+			r := rules[f]
+			if r == nil || (!st.shows[f] && !st.sets[f]) {
+				continue
+			}
+			ref := varRef{name: f, keyArg: st.keyOf[f]}
+			key, ok := ref.key(o.c.args)
+			if !ok || decided[key] {
+				continue
+			}
+			decided[key] = true
+			before, ok := invert(r.e, o.fields.Vals[i], o.c.args, st.shows[f])
+			if !ok {
+				continue
+			}
+			found := false
+			for _, vt := range votes[key] {
+				if jsonvalue.Equal(vt.v, before) {
+					vt.n++
+					found = true
+					break
+				}
+			}
+			if !found {
+				votes[key] = append(votes[key], &vote{v: before, n: 1, first: o.trace})
+			}
+		}
+	}
+	base := map[string]any{}
+	for key, vs := range votes {
+		best := vs[0]
+		for _, vt := range vs[1:] {
+			if vt.n > best.n || vt.n == best.n && vt.first < best.first {
+				best = vt
+			}
+		}
+		base[key] = best.v
+	}
+	return base
+}
+
+// invert answers a variable's value before a call from the field's value after it: a read's own value, a write
+// undone by its rule; false when the rule loses it (a constant or argument set).
+func invert(e sexpr, after any, args *jsonvalue.Object, shows bool) (any, bool) {
+	if shows {
+		return after, true
+	}
+	switch x := e.(type) {
+	case addS:
+		n, ok := after.(jsonvalue.Number)
+		if !ok {
+			return nil, false
+		}
+		d := x.step
+		if x.name != "" {
+			a, ok := args.Get(x.name)
+			an, isNum := a.(jsonvalue.Number)
+			if !ok || !isNum {
+				return nil, false
+			}
+			d = an.Float64()
+		}
+		r := n.Float64() - x.sign*d
+		if x.name == "" && !n.IsFloat() && r == math.Trunc(r) {
+			return jsonvalue.Number(strconv.FormatFloat(r, 'f', -1, 64)), true
+		}
+		return floatNumber(r), true
+	case notS:
+		b, ok := after.(bool)
+		return !b, ok
+	case flipS:
+		switch {
+		case jsonvalue.Equal(after, x.a):
+			return x.b, true
+		case jsonvalue.Equal(after, x.b):
+			return x.a, true
+		}
+	case listS:
+		l, ok := after.([]any)
+		a, ok2 := args.Get(x.name)
+		if ok && ok2 && !x.remove && len(l) > 0 && jsonvalue.Equal(l[len(l)-1], a) {
+			return append([]any{}, l[:len(l)-1]...), true
+		}
+	}
+	return nil, false
+}
+
+// textTemplate answers the literal pieces the text answers share, with a hole between each two where they differ
+// (a run of tokens), or nil when they do not align token by token or never differ.
+func textTemplate(succ []*call) []string {
+	toks := make([][]string, len(succ))
+	for i, c := range succ {
+		toks[i] = textTokens(c.text)
+		if len(toks[i]) != len(toks[0]) {
+			return nil
+		}
+	}
+	n := len(toks[0])
+	varies := make([]bool, n)
+	any := false
+	for j := 0; j < n; j++ {
+		for i := 1; i < len(toks); i++ {
+			if toks[i][j] != toks[0][j] {
+				varies[j], any = true, true
+				break
+			}
+		}
+	}
+	if !any {
+		return nil
+	}
+	var lits []string
+	var cur strings.Builder
+	for j := 0; j < n; j++ {
+		if !varies[j] {
+			cur.WriteString(toks[0][j])
+			continue
+		}
+		if j > 0 && varies[j-1] {
+			continue // one hole runs over adjacent differing tokens
+		}
+		lits = append(lits, cur.String())
+		cur.Reset()
+	}
+	lits = append(lits, cur.String())
+	for i, l := range lits[1 : len(lits)-1] {
+		if l == "" {
+			_ = i
+			return nil // two holes with nothing between: their split is not known
+		}
+	}
+	return lits
+}
+
+// textTokens splits a text into words (letters, digits, and the dots, dashes and underscores inside them) and
+// single other characters.
+func textTokens(s string) []string {
+	var out []string
+	word := func(c byte) bool {
+		return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80
+	}
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && (word(s[j]) || (s[j] == '.' || s[j] == '-' || s[j] == '_') && j > i && j+1 < len(s) && word(s[j+1])) {
+			j++
+		}
+		if j == i {
+			j = i + 1
+		}
+		out = append(out, s[i:j])
+		i = j
+	}
+	return out
+}
+
+// fillerWords are words between a name and its value in text ("Mobile Data is now ON").
+var fillerWords = set("is", "are", "was", "were", "now", "the", "a", "an", "to", "set", "has", "been", "currently", "be", "at", "of")
+
+// holeName names text hole i by the last words before it on its line, filler words left out ("Mobile Data is now
+// ON" and "Mobile Data: OFF" both name "mobile data"): a tool showing that value and a tool setting it say so in
+// the same words. "#i" when no word comes before it.
+func holeName(lits []string, i int) string {
+	before := lits[i]
+	if k := strings.LastIndexByte(before, '\n'); k >= 0 {
+		before = before[k+1:]
+	}
+	var words []string
+	for _, w := range twin.LetterWords(before) {
+		if !fillerWords[w] {
+			words = append(words, w)
+		}
+	}
+	if len(words) > 2 {
+		words = words[len(words)-2:]
+	}
+	if len(words) == 0 {
+		return "#" + strconv.Itoa(i)
+	}
+	return strings.Join(words, " ")
+}
+
+// echoKeyed tells a write whose table is keyed by an argument its answers echo that names no entity: the key's
+// recorded values are words or text, no id among them (a ticket's title, a tweet's content).
+func (m *model) echoKeyed(ti *toolInfo) bool {
+	if !ti.write || ti.keyArg == "" || !m.tables[ti.table].keyInRow {
+		return false
+	}
+	for _, c := range ti.calls {
+		if c.args == nil {
+			continue
+		}
+		v, ok := c.args.Get(ti.keyArg)
+		if !ok {
+			continue
+		}
+		if _, isID := idKindOf(v); isID {
+			return false
+		}
+	}
+	return true
+}
+
+// idKindOf tells a value that is an id: a string with letters and digits, or a whole number.
+func idKindOf(v any) (string, bool) {
+	switch x := v.(type) {
+	case jsonvalue.Number:
+		return "#", !x.IsFloat()
+	case string:
+		digits, letters := false, false
+		for _, r := range x {
+			switch {
+			case r >= '0' && r <= '9':
+				digits = true
+			case r == ' ':
+				return "", false
+			default:
+				letters = true
+			}
+		}
+		return x, digits && letters || digits && !letters
+	}
+	return "", false
+}

@@ -1,0 +1,197 @@
+package twin
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/doppel-dev/doppel/jsonvalue"
+)
+
+// State beyond rows. Tools whose answers are no entity's row — a vehicle's fuel level, a phone's data switch, a
+// watch list, the current directory, a file's content by its name — read and write variables the build learned
+// from the recordings (infer/state.go): which variable each answer field (or each hole of a text answer) shows,
+// and how a write sets, flips or adds to it. The variables are rows of one more table of the world (the bundle's
+// StateTable, "state" unless an entity took that name), keyed by the variable's name (a variable keyed by an
+// argument, as a file's content by its name, is "name[key]"), each row {"value": v}: so they are part of the world
+// hash, the diff and sessions.assert like any row, and the base world holds each variable's value as each trace
+// first showed it (the majority over traces). Synthesized handlers read and write them through world.get and
+// world.put.
+
+// DefaultStateTable is the name the build gives the state table unless an entity table has it.
+const DefaultStateTable = "state"
+
+// ToolState is how a tool's answers show state: the answer fields (or text holes) that read a variable as it
+// is before the call. A session opened from a trace takes the values its reads showed from them.
+type ToolState struct {
+	Shows []StateField `json:"shows,omitempty"`
+	// Sets are the answer fields that show a variable as the call left it (a write's).
+	Sets []StateField `json:"sets,omitempty"`
+	// Text, for a tool answering text, is its template: literal pieces with a hole between each two (the fields
+	// "#0", "#1", … of Shows).
+	Text []string `json:"text,omitempty"`
+}
+
+// StateField says answer field Field (a top-level key of a JSON object answer, or "#i" for the i-th hole of a text
+// answer) shows variable Var, keyed by argument KeyArg's value when KeyArg is set.
+type StateField struct {
+	Field  string `json:"field"`
+	Var    string `json:"var"`
+	KeyArg string `json:"key_arg,omitempty"`
+}
+
+// StateKey is the row key of variable name keyed by key ("" for a variable that is not keyed).
+func StateKey(name, key string) string {
+	if key == "" {
+		return name
+	}
+	return name + "[" + key + "]"
+}
+
+// StateKeyText is the text a key argument's value names a keyed variable by (strings as they are, numbers as
+// spelled, anything else its canonical JSON): what pystr gives in a handler for strings and integers.
+func StateKeyText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case jsonvalue.Number:
+		return string(x)
+	}
+	return jsonvalue.CanonicalText(v)
+}
+
+// StateRow is the row holding a variable's value.
+func StateRow(v any) *jsonvalue.Object {
+	o := jsonvalue.NewObject(1)
+	o.Set("value", v)
+	return o
+}
+
+// TextHoles splits a text answer by its template's literal pieces: the holes' texts, or false when the text does
+// not fit the template.
+func TextHoles(text string, lits []string) ([]string, bool) {
+	if len(lits) == 0 {
+		return nil, false
+	}
+	if !strings.HasPrefix(text, lits[0]) {
+		return nil, false
+	}
+	rest := text[len(lits[0]):]
+	holes := make([]string, 0, len(lits)-1)
+	for _, lit := range lits[1:] {
+		var i int
+		if lit == "" {
+			i = len(rest) // the last hole runs to the end
+		} else if i = strings.Index(rest, lit); i < 0 {
+			return nil, false
+		}
+		holes = append(holes, rest[:i])
+		rest = rest[i+len(lit):]
+	}
+	if rest != "" {
+		return nil, false
+	}
+	return holes, true
+}
+
+// stateFields answers the fields a state tool's answer holds: a JSON object's, or a text answer's holes ("#i").
+func stateFields(st *ToolState, answer string) (map[string]any, bool) {
+	vals := map[string]any{}
+	if len(st.Text) > 0 {
+		holes, ok := TextHoles(answer, st.Text)
+		if !ok {
+			return nil, false
+		}
+		for i, h := range holes {
+			vals["#"+strconv.Itoa(i)] = h
+		}
+		return vals, true
+	}
+	v, err := jsonvalue.ParseString(answer)
+	if err != nil {
+		return nil, false
+	}
+	o, ok := v.(*jsonvalue.Object)
+	if !ok {
+		return nil, false
+	}
+	for i, k := range o.Keys {
+		vals[k] = o.Vals[i]
+	}
+	return vals, true
+}
+
+// stateOf answers the row key of variable f as a call with args names it.
+func stateOf(f StateField, args *jsonvalue.Object) (string, bool) {
+	key := ""
+	if f.KeyArg != "" {
+		kv, ok := args.Get(f.KeyArg)
+		if !ok {
+			return "", false
+		}
+		key = StateKeyText(kv)
+	}
+	return StateKey(f.Var, key), true
+}
+
+// adoptState makes the session's variables what an answer no handler gave says (a recording replayed or inferred
+// for a state tool): the variables a write's answer sets, and those a read shows that the world does not hold, so
+// later answers agree with it.
+func (s *Session) adoptState(t *rtTool, args *jsonvalue.Object, answer string) bool {
+	st := t.def.State
+	table := s.rt.b.StateTable
+	if st == nil || table == "" || s.rt.tables[table] == nil {
+		return false
+	}
+	vals, ok := stateFields(st, answer)
+	if !ok {
+		return false
+	}
+	changed := false
+	for gi, group := range [][]StateField{st.Sets, st.Shows} {
+		shows := gi == 1
+		for _, f := range group {
+			v, ok := vals[f.Field]
+			key, ok2 := stateOf(f, args)
+			if !ok || !ok2 {
+				continue
+			}
+			if old, held := s.row(table, key); held {
+				if ov, _ := old.Get("value"); shows || jsonvalue.Equal(ov, v) {
+					continue // a read does not overrule the world; a write that changes nothing changes nothing
+				}
+			}
+			s.put(table, key, StateRow(v))
+			changed = true
+		}
+	}
+	return changed
+}
+
+// observeState lays the variables a read's answer shows over the session's world (the first sighting wins).
+func (s *Session) observeState(t *rtTool, args *jsonvalue.Object, answer string, seen map[tableKey]bool) {
+	st := t.def.State
+	table := s.rt.b.StateTable
+	if st == nil || len(st.Shows) == 0 || table == "" || s.rt.tables[table] == nil {
+		return
+	}
+	vals, ok := stateFields(st, answer)
+	if !ok {
+		return
+	}
+	for _, f := range st.Shows {
+		v, ok := vals[f.Field]
+		if !ok {
+			continue
+		}
+		key, ok := stateOf(f, args)
+		if !ok {
+			continue
+		}
+		tk := tableKey{table, key}
+		if seen[tk] {
+			continue
+		}
+		seen[tk] = true
+		s.put(table, tk.key, StateRow(v))
+	}
+}
