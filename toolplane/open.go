@@ -42,6 +42,9 @@ type OpenRequest struct {
 	// World overrides the build's world policy: "open", "closed" or "" (the build's). The effective policy is
 	// kept in the receipts, so a rebuilt world has the same one.
 	World string
+	// Trace opens the world a recorded conversation saw (traceopen.go): used instead of seed instructions or a
+	// scenario. The calls it used are kept in the receipts, so a rebuilt world is the same.
+	Trace *TraceParam
 }
 
 // Opened is an open session: its row, its token (shown once) and its receipts.
@@ -74,6 +77,9 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		}
 		spec.Scenario = req.Scenario
 	}
+	if req.Trace != nil && (strings.TrimSpace(req.SeedInstructions) != "" || req.Scenario != "") {
+		return nil, invalid("body.trace", "a trace is used instead of seed instructions or a scenario: give one or the other")
+	}
 	if req.Clock != "" {
 		t, err := time.Parse(time.RFC3339Nano, req.Clock)
 		if err != nil {
@@ -93,6 +99,11 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 	}
 	if env.ActiveBuildID == "" {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s)", env.Slug, env.Status)
+	}
+	if req.Trace != nil {
+		if spec.Trace, err = p.traceSpec(ctx, env.ID, env.Slug, req.Trace); err != nil {
+			return nil, err
+		}
 	}
 	var plan json.RawMessage
 	if len(req.Faults) > 0 {
@@ -199,7 +210,7 @@ func openError(err error) error {
 		msg := appErr.Message()
 		switch appErr.Type() {
 		case activities.ErrTypeSessionSpec:
-			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed"} {
+			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed", "trace"} {
 				if i := strings.Index(msg, f+":"); i >= 0 {
 					return invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
 				}
