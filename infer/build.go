@@ -420,7 +420,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 			if tn, k, row, ok := m.rowOf(c); ok {
 				s.PutRow(tn, k, row)
 			}
-			m.putState(s.PutRow, c)
+			m.putState(s.PutRow, s.StateValue, c)
 			v.observe(c)
 		}
 		if m.release {

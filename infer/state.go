@@ -2,6 +2,7 @@ package infer
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,7 +45,7 @@ type stateTool struct {
 	floats map[string]bool     // fields production spells as floats
 	sets   map[string]bool     // fields that set their variable
 	shows  map[string]bool     // fields that read their variable
-	keyOf  map[string]string   // field → the argument its variable is keyed by
+	refs   map[string]varRef   // field → its variable, when keyed
 }
 
 // stateObs is one successful call's answer as fields, with what the trace showed before it.
@@ -53,9 +54,43 @@ type stateObs struct {
 	trace  int
 	shape  int
 	fields *jsonvalue.Object
-	// known snapshots the variables the trace had shown before the call (shared until a later call changes one).
-	known map[string]any
+	// log is its trace's log of what the calls showed, and pos the call's place in it: the variables before the
+	// call are log.get(k, pos).
+	log *stateLog
+	pos int
 }
+
+// get answers a variable's value as the trace showed it before the call.
+func (o *stateObs) get(k string) (any, bool) { return o.log.get(k, o.pos) }
+
+// stateLog is one trace's record of the values its calls showed: per variable key, each value with the place of
+// the call that showed it, in order (one entry per value shown, not a copy of every variable per call).
+type stateLog struct {
+	vals map[string][]logEntry
+	pos  int
+}
+
+type logEntry struct {
+	pos int
+	v   any
+}
+
+func (l *stateLog) set(k string, v any) {
+	l.vals[k] = append(l.vals[k], logEntry{l.pos, v})
+}
+
+// get answers k's last value set before place pos.
+func (l *stateLog) get(k string, pos int) (any, bool) {
+	es := l.vals[k]
+	i := sort.Search(len(es), func(i int) bool { return es[i].pos >= pos })
+	if i == 0 {
+		return nil, false
+	}
+	return es[i-1].v, true
+}
+
+// maxKeyVars bounds the variables a call's fields are also recorded keyed by (the trace's latest short texts).
+const maxKeyVars = 32
 
 // sRule is a field's learned rule and how many recorded answers it explained.
 type sRule struct {
@@ -80,15 +115,35 @@ func (m *model) learnState() {
 		return
 	}
 	m.stateObserve(tools)
+	// Every field a tool shows: the variables another's may be keyed by.
+	seen := map[string]bool{}
+	var names []string
+	for _, name := range sortedKeys(tools) {
+		for _, o := range tools[name].obs {
+			for _, f := range o.fields.Keys {
+				if !seen[f] {
+					seen[f] = true
+					names = append(names, f)
+				}
+			}
+		}
+	}
+	sort.Strings(names)
 	vars := map[string]bool{}
 	for _, name := range sortedKeys(tools) {
 		st := tools[name]
 		st.pickShapes()
-		st.learnRules()
+		st.learnRules(names)
 		for _, rs := range st.rules {
-			for f, r := range rs {
-				if r != nil && r.e.stateful() {
-					vars[varOf(r.e, f)] = true
+			for _, r := range rs {
+				if r == nil || !r.e.stateful() {
+					continue
+				}
+				if ref, ok := refOfRule(r.e); ok {
+					vars[ref.name] = true
+					if ref.keyVar != "" {
+						vars[ref.keyVar] = true // a key variable is state too (the current directory)
+					}
 				}
 			}
 		}
@@ -112,23 +167,6 @@ func (m *model) learnState() {
 		m.stateTools[st.ti.name] = st
 		st.obs = nil // the answers' fields are read again only by fit, through fieldsOf
 	}
-}
-
-// varOf is the variable a stateful rule for field f reads.
-func varOf(e sexpr, f string) string {
-	switch x := e.(type) {
-	case readS:
-		return x.v.name
-	case addS:
-		return x.v.name
-	case notS:
-		return x.v.name
-	case flipS:
-		return x.v.name
-	case listS:
-		return x.v.name
-	}
-	return f
 }
 
 // stateCandidate answers t's state tool when its answers may be explained by rules: no entity table of its own
@@ -197,8 +235,8 @@ func (st *stateTool) fieldsOf(c *call) *jsonvalue.Object {
 // by each scalar argument's value too.
 func (m *model) stateObserve(tools map[string]*stateTool) {
 	for ti, t := range m.traces {
-		known := map[string]any{}
-		shared := false
+		log := &stateLog{vals: map[string][]logEntry{}}
+		var keyVars []string // plain variables with short texts or whole numbers, most recent last
 		for _, c := range t.calls {
 			st := tools[c.tool]
 			if st == nil {
@@ -208,28 +246,41 @@ func (m *model) stateObserve(tools map[string]*stateTool) {
 			if fields == nil {
 				continue
 			}
-			st.obs = append(st.obs, &stateObs{c: c, trace: ti, fields: fields, known: known})
-			shared = true
-			if fields.Len() == 0 {
-				continue
-			}
-			if shared {
-				cp := make(map[string]any, len(known)+fields.Len())
-				for k, v := range known {
-					cp[k] = v
-				}
-				known, shared = cp, false
-			}
+			log.pos++
+			st.obs = append(st.obs, &stateObs{c: c, trace: ti, fields: fields, log: log, pos: log.pos})
 			for i, f := range fields.Keys {
-				known[f] = fields.Vals[i]
+				v := fields.Vals[i]
+				log.set(f, v)
 				for _, a := range c.args.Vals {
 					if keyable(a) {
-						known[twin.StateKey(f, twin.StateKeyText(a))] = fields.Vals[i]
+						log.set(twin.StateKey(f, twin.StateKeyText(a)), v)
+					}
+				}
+				for _, g := range keyVars {
+					if g == f {
+						continue
+					}
+					if gv, ok := log.get(g, log.pos); ok {
+						log.set(twin.StateKey(f, twin.StateKeyText(gv)), v)
+					}
+				}
+			}
+			for i, f := range fields.Keys {
+				if shortKey(fields.Vals[i]) {
+					keyVars = slices.DeleteFunc(keyVars, func(g string) bool { return g == f })
+					if keyVars = append(keyVars, f); len(keyVars) > maxKeyVars {
+						keyVars = keyVars[1:]
 					}
 				}
 			}
 		}
 	}
+}
+
+// shortKey tells a value a variable may be keyed by: a whole number or a short text.
+func shortKey(v any) bool {
+	s, ok := v.(string)
+	return keyable(v) && (!ok || len(s) <= 64)
 }
 
 // pickShapes groups the tool's answers by their field lists: one list, or lists an argument's value picks (the
@@ -325,8 +376,9 @@ func (st *stateTool) shapesUsed() []int {
 	return out
 }
 
-// learnRules learns each field's rule for every shape the handler answers with.
-func (st *stateTool) learnRules() {
+// learnRules learns each field's rule for every shape the handler answers with; names are the variables a
+// variable may be keyed by.
+func (st *stateTool) learnRules(names []string) {
 	st.rules = make([]map[string]*sRule, len(st.shape))
 	st.floats = map[string]bool{}
 	for _, s := range st.shapesUsed() {
@@ -338,13 +390,13 @@ func (st *stateTool) learnRules() {
 		}
 		st.rules[s] = map[string]*sRule{}
 		for _, f := range st.shape[s] {
-			st.rules[s][f] = st.learnField(f, obs)
+			st.rules[s][f] = st.learnField(f, obs, keyVars(f, obs, names))
 		}
 	}
 }
 
 // learnField picks field f's rule over the answers obs (see the file comment): nil when none explains them.
-func (st *stateTool) learnField(f string, obs []*stateObs) *sRule {
+func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames []string) *sRule {
 	vals := make([]any, len(obs))
 	floats, nums := 0, 0
 	for i, o := range obs {
@@ -363,7 +415,7 @@ func (st *stateTool) learnField(f string, obs []*stateObs) *sRule {
 	score := func(e sexpr) *sRule {
 		r := &sRule{e: e}
 		for i, o := range obs {
-			x := &sctx{args: o.c.args, get: func(k string) (any, bool) { v, ok := o.known[k]; return v, ok }}
+			x := &sctx{args: o.c.args, get: o.get}
 			v, ok := e.eval(x)
 			if !ok {
 				continue
@@ -379,7 +431,7 @@ func (st *stateTool) learnField(f string, obs []*stateObs) *sRule {
 	for _, e := range argCandidates(f, obs, vals, isFloat) {
 		pure = append(pure, score(e))
 	}
-	for _, e := range stateCandidates(f, obs, vals, isFloat, st.keyArgs(obs)) {
+	for _, e := range stateCandidates(f, obs, vals, isFloat, st.keyArgs(obs), keyVarNames) {
 		stateful = append(stateful, score(e))
 	}
 	n := len(obs)
@@ -441,6 +493,28 @@ func (st *stateTool) keyArgs(obs []*stateObs) []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// keyVars are the variables field f's variable may be keyed by: of names, those (not f) every call of obs had seen
+// a whole number or short text of before it.
+func keyVars(f string, obs []*stateObs, names []string) []string {
+	var out []string
+	for _, g := range names {
+		if g == f {
+			continue
+		}
+		all := true
+		for _, o := range obs {
+			if v, ok := o.get(g); !ok || !shortKey(v) {
+				all = false
+				break
+			}
+		}
+		if all {
+			out = append(out, g)
+		}
+	}
 	return out
 }
 
@@ -522,10 +596,13 @@ func niceRatio(v, a float64) (float64, bool) {
 
 // stateCandidates are the variable rules field f might be: its variable as it was, keyed by an argument, plus or
 // minus a numeric argument or a step, turned between two values, with an argument appended or removed.
-func stateCandidates(f string, obs []*stateObs, vals []any, isFloat bool, keyArgs []string) []sexpr {
+func stateCandidates(f string, obs []*stateObs, vals []any, isFloat bool, keyArgs, keyVarNames []string) []sexpr {
 	refs := []varRef{{name: f}}
 	for _, a := range keyArgs {
 		refs = append(refs, varRef{name: f, keyArg: a})
+	}
+	for _, g := range keyVarNames {
+		refs = append(refs, varRef{name: f, keyVar: g})
 	}
 	var out []sexpr
 	first := obs[0].c.args
@@ -619,39 +696,47 @@ func (st *stateTool) worthIt(vars map[string]bool) bool {
 // bindVars decides which fields read their variable and which set it: a field whose name is a variable sets it
 // to the field's value, unless its rule is a plain read of it.
 func (st *stateTool) bindVars(vars map[string]bool) {
-	st.sets, st.shows, st.keyOf = map[string]bool{}, map[string]bool{}, map[string]string{}
+	st.sets, st.shows, st.refs = map[string]bool{}, map[string]bool{}, map[string]varRef{}
 	for _, s := range st.shapesUsed() {
 		for f, r := range st.rules[s] {
 			if rd, ok := r.e.(readS); ok && rd.v.name == f {
 				st.shows[f] = true
-				st.keyOf[f] = rd.v.keyArg
+				st.refs[f] = rd.v
 				continue
 			}
 			if vars[f] {
 				st.sets[f] = true
-				if k := keyArgOf(r.e); k != "" {
-					st.keyOf[f] = k
+				if ref, ok := refOfRule(r.e); ok && ref.name == f {
+					st.refs[f] = ref
 				}
 			}
 		}
 	}
 }
 
-// keyArgOf is the argument a stateful rule's variable is keyed by ("" when none).
-func keyArgOf(e sexpr) string {
+// refOf is the variable field f of the tool's answers reads or sets.
+func (st *stateTool) refOf(f string) varRef {
+	if r, ok := st.refs[f]; ok {
+		return r
+	}
+	return varRef{name: f}
+}
+
+// refOfRule is the variable a stateful rule rests on.
+func refOfRule(e sexpr) (varRef, bool) {
 	switch x := e.(type) {
 	case readS:
-		return x.v.keyArg
+		return x.v, true
 	case addS:
-		return x.v.keyArg
+		return x.v, true
 	case notS:
-		return x.v.keyArg
+		return x.v, true
 	case flipS:
-		return x.v.keyArg
+		return x.v, true
 	case listS:
-		return x.v.keyArg
+		return x.v, true
 	}
-	return ""
+	return varRef{}, false
 }
 
 // writes tells whether the tool sets a variable.
@@ -701,8 +786,7 @@ func (m *model) stateBase(tools []*stateTool) map[string]any {
 			if r == nil || (!st.shows[f] && !st.sets[f]) {
 				continue
 			}
-			ref := varRef{name: f, keyArg: st.keyOf[f]}
-			key, ok := ref.key(o.c.args)
+			key, ok := st.refOf(f).keyWith(o.c.args, o.get)
 			if !ok || decided[key] {
 				continue
 			}

@@ -27,22 +27,36 @@ type sexpr interface {
 	describe() string
 }
 
-// varRef names a variable: its name, keyed by an argument's value when keyArg is set.
+// varRef names a variable: its name, keyed by an argument's value when keyArg is set, or by another variable's
+// value when keyVar is (a directory's entries by the current directory).
 type varRef struct {
 	name   string
 	keyArg string
+	keyVar string
 }
 
-func (r varRef) key(args *jsonvalue.Object) (string, bool) {
-	if r.keyArg == "" {
+// key answers the variable's row key for a call with args, reading a key variable through get.
+func (r varRef) keyWith(args *jsonvalue.Object, get func(string) (any, bool)) (string, bool) {
+	var v any
+	var ok bool
+	switch {
+	case r.keyArg != "":
+		v, ok = args.Get(r.keyArg)
+	case r.keyVar != "":
+		if get == nil {
+			return "", false
+		}
+		v, ok = get(r.keyVar)
+	default:
 		return r.name, true
 	}
-	v, ok := args.Get(r.keyArg)
 	if !ok || !keyable(v) {
 		return "", false
 	}
 	return twin.StateKey(r.name, twin.StateKeyText(v)), true
 }
+
+func (r varRef) key(args *jsonvalue.Object) (string, bool) { return r.keyWith(args, nil) }
 
 // keyable tells a value a variable may be keyed by: a string or an integer (pystr spells them as StateKeyText).
 func keyable(v any) bool {
@@ -56,26 +70,32 @@ func keyable(v any) bool {
 }
 
 func (r varRef) get(x *sctx) (any, bool) {
-	k, ok := r.key(x.args)
+	k, ok := r.keyWith(x.args, x.get)
 	if !ok {
 		return nil, false
 	}
 	return x.get(k)
 }
 
-// keyCode is the Starlark expression of the variable's row key.
-func (r varRef) keyCode() string {
-	if r.keyArg == "" {
-		return strconv.Quote(r.name)
+// keyCode is the Starlark expression of the variable's row key; a key variable's value is read through g.
+func (r varRef) keyCode(g *stateGen) string {
+	switch {
+	case r.keyArg != "":
+		return strconv.Quote(r.name+"[") + " + pystr(args.get(" + strconv.Quote(r.keyArg) + ")) + \"]\""
+	case r.keyVar != "":
+		return strconv.Quote(r.name+"[") + " + pystr(" + g.read(varRef{name: r.keyVar}) + ") + \"]\""
 	}
-	return strconv.Quote(r.name+"[") + " + pystr(args.get(" + strconv.Quote(r.keyArg) + ")) + \"]\""
+	return strconv.Quote(r.name)
 }
 
 func (r varRef) String() string {
-	if r.keyArg == "" {
-		return r.name
+	switch {
+	case r.keyArg != "":
+		return r.name + "[" + r.keyArg + "]"
+	case r.keyVar != "":
+		return r.name + "[" + r.keyVar + "]"
 	}
-	return r.name + "[" + r.keyArg + "]"
+	return r.name
 }
 
 // constS: always the same value.

@@ -89,11 +89,21 @@ func (m *model) synthState(st *stateTool) {
 	}
 	b.WriteString(header(lines...))
 	fmt.Fprintf(&b, "def %s(args):\n", funcName(ti.name))
-	for i, r := range g.reads {
-		fmt.Fprintf(&b, "    row%d = world.get(%q, %s)\n", i, g.table, r.keyCode())
-		fmt.Fprintf(&b, "    if row%d == None:\n", i)
-		fmt.Fprintf(&b, "        return decline(%q)\n", "the world holds no value of "+r.String())
-		fmt.Fprintf(&b, "    v%d = row%d[\"value\"]\n", i, i)
+	// The variables read, each once: those keying others (read by keyCode) first.
+	keys := make([]string, 0, len(g.reads))
+	for i := 0; i < len(g.reads); i++ {
+		keys = append(keys, g.reads[i].keyCode(g))
+	}
+	for _, pass := range []bool{false, true} {
+		for i, r := range g.reads {
+			if (r.keyVar != "") != pass {
+				continue
+			}
+			fmt.Fprintf(&b, "    row%d = world.get(%q, %s)\n", i, g.table, keys[i])
+			fmt.Fprintf(&b, "    if row%d == None:\n", i)
+			fmt.Fprintf(&b, "        return decline(%q)\n", "the world holds no value of "+r.String())
+			fmt.Fprintf(&b, "    v%d = row%d[\"value\"]\n", i, i)
+		}
 	}
 	b.WriteString(body.String())
 	ti.source = b.String()
@@ -108,7 +118,8 @@ func (m *model) synthState(st *stateTool) {
 			if st.text != nil {
 				field = "#" + strconv.Itoa(i)
 			}
-			sf := twin.StateField{Field: field, Var: f, KeyArg: st.keyOf[f]}
+			ref := st.refOf(f)
+			sf := twin.StateField{Field: field, Var: f, KeyArg: ref.keyArg, KeyVar: ref.keyVar}
 			switch {
 			case st.shows[f] && !containsField(ts.Shows, sf):
 				ts.Shows = append(ts.Shows, sf)
@@ -153,8 +164,8 @@ func (st *stateTool) writeShape(b *strings.Builder, g *stateGen, s int, ind stri
 	}
 	for _, f := range fields {
 		if st.sets[f] {
-			ref := varRef{name: f, keyArg: st.keyOf[f]}
-			fmt.Fprintf(b, "%sworld.put(%q, %s, {\"value\": out[%q]})\n", ind, g.table, ref.keyCode(), f)
+			ref := st.refOf(f)
+			fmt.Fprintf(b, "%sworld.put(%q, %s, {\"value\": out[%q]})\n", ind, g.table, ref.keyCode(g), f)
 		}
 	}
 	if st.text == nil {
@@ -171,8 +182,9 @@ func (st *stateTool) writeShape(b *strings.Builder, g *stateGen, s int, ind stri
 	fmt.Fprintf(b, "%sreturn %s\n", ind, strings.Join(parts, " + "))
 }
 
-// putState puts what a recorded call's answer shows of the state into s (teacher forcing, as fit does with rows).
-func (m *model) putState(put func(table, key string, row *jsonvalue.Object), c *call) {
+// putState puts what a recorded call's answer shows of the state into s (teacher forcing, as fit does with rows);
+// get reads a variable's value (a key variable's).
+func (m *model) putState(put func(table, key string, row *jsonvalue.Object), get func(key string) (any, bool), c *call) {
 	st := m.stateTools[c.tool]
 	if st == nil || st.sets == nil {
 		return
@@ -185,7 +197,7 @@ func (m *model) putState(put func(table, key string, row *jsonvalue.Object), c *
 		if !st.sets[f] && !st.shows[f] {
 			continue
 		}
-		key, ok := varRef{name: f, keyArg: st.keyOf[f]}.key(c.args)
+		key, ok := st.refOf(f).keyWith(c.args, get)
 		if ok {
 			put(m.stateTable, key, twin.StateRow(fields.Vals[i]))
 		}

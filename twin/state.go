@@ -32,11 +32,13 @@ type ToolState struct {
 }
 
 // StateField says answer field Field (a top-level key of a JSON object answer, or "#i" for the i-th hole of a text
-// answer) shows variable Var, keyed by argument KeyArg's value when KeyArg is set.
+// answer) shows variable Var, keyed by argument KeyArg's value when KeyArg is set, or by variable KeyVar's value
+// (a directory's entries by the current directory) when KeyVar is.
 type StateField struct {
 	Field  string `json:"field"`
 	Var    string `json:"var"`
 	KeyArg string `json:"key_arg,omitempty"`
+	KeyVar string `json:"key_var,omitempty"`
 }
 
 // StateKey is the row key of variable name keyed by key ("" for a variable that is not keyed).
@@ -120,17 +122,25 @@ func stateFields(st *ToolState, answer string) (map[string]any, bool) {
 	return vals, true
 }
 
-// stateOf answers the row key of variable f as a call with args names it.
-func stateOf(f StateField, args *jsonvalue.Object) (string, bool) {
-	key := ""
-	if f.KeyArg != "" {
-		kv, ok := args.Get(f.KeyArg)
-		if !ok {
-			return "", false
+// stateOf answers the row key of variable f as a call with args names it in s's world.
+func (s *Session) stateOf(f StateField, args *jsonvalue.Object) (string, bool) {
+	var kv any
+	var ok bool
+	switch {
+	case f.KeyArg != "":
+		kv, ok = args.Get(f.KeyArg)
+	case f.KeyVar != "":
+		var row *jsonvalue.Object
+		if row, ok = s.row(s.rt.b.StateTable, f.KeyVar); ok {
+			kv, ok = row.Get("value")
 		}
-		key = StateKeyText(kv)
+	default:
+		return f.Var, true
 	}
-	return StateKey(f.Var, key), true
+	if !ok {
+		return "", false
+	}
+	return StateKey(f.Var, StateKeyText(kv)), true
 }
 
 // adoptState makes the session's variables what an answer no handler gave says (a recording replayed or inferred
@@ -151,7 +161,7 @@ func (s *Session) adoptState(t *rtTool, args *jsonvalue.Object, answer string) b
 		shows := gi == 1
 		for _, f := range group {
 			v, ok := vals[f.Field]
-			key, ok2 := stateOf(f, args)
+			key, ok2 := s.stateOf(f, args)
 			if !ok || !ok2 {
 				continue
 			}
@@ -183,7 +193,7 @@ func (s *Session) observeState(t *rtTool, args *jsonvalue.Object, answer string,
 		if !ok {
 			continue
 		}
-		key, ok := stateOf(f, args)
+		key, ok := s.stateOf(f, args)
 		if !ok {
 			continue
 		}
@@ -194,4 +204,15 @@ func (s *Session) observeState(t *rtTool, args *jsonvalue.Object, answer string,
 		seen[tk] = true
 		s.put(table, tk.key, StateRow(v))
 	}
+}
+
+// StateValue answers a state variable's value in the session's world (key as StateKey spells it).
+func (s *Session) StateValue(key string) (any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row, ok := s.row(s.rt.b.StateTable, key)
+	if !ok {
+		return nil, false
+	}
+	return row.Get("value")
 }
