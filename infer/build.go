@@ -391,7 +391,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		}
 	}
 	pending := len(need)
-	for _, t := range traces {
+	for ti, t := range traces {
 		if pending == 0 {
 			break
 		}
@@ -399,6 +399,10 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		s, _, err := rt.Open(twin.SessionSpec{World: twin.WorldClosed})
 		if err != nil {
 			return nil, err
+		}
+		// The state as this trace's world had it (its rows come from the base world and its own sightings).
+		for _, k := range sortedKeys(m.stateTraces[ti]) {
+			s.PutRow(m.stateTable, k, twin.StateRow(m.stateTraces[ti][k]))
 		}
 		v := m.newView()
 		for _, c := range t.calls {

@@ -36,6 +36,9 @@ type model struct {
 	// stateTable names the table of state beyond rows and stateTools the tools answering from it (state.go).
 	stateTable string
 	stateTools map[string]*stateTool
+	// stateTraces holds, by trace index, the variables as each trace's world had them before its calls (fit puts
+	// them in place, as it does the rows the trace knew).
+	stateTraces map[int]map[string]any
 }
 
 // toolInfo is what the build learns about one tool.

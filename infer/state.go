@@ -89,6 +89,16 @@ func (l *stateLog) get(k string, pos int) (any, bool) {
 	return es[i-1].v, true
 }
 
+// lastPos answers the place of k's last value set before place pos (0 when none).
+func (l *stateLog) lastPos(k string, pos int) int {
+	es := l.vals[k]
+	i := sort.Search(len(es), func(i int) bool { return es[i].pos >= pos })
+	if i == 0 {
+		return 0
+	}
+	return es[i-1].pos
+}
+
 // maxKeyVars bounds the variables a call's fields are also recorded keyed by (the trace's latest short texts).
 const maxKeyVars = 32
 
@@ -159,8 +169,9 @@ func (m *model) learnState() {
 	if len(synth) == 0 {
 		return
 	}
-	base := m.stateBase(synth)
+	base, perTrace := m.stateBase(synth)
 	m.addStateTable(base)
+	m.stateTraces = perTrace
 	m.stateTools = map[string]*stateTool{}
 	for _, st := range synth {
 		m.synthState(st)
@@ -390,13 +401,13 @@ func (st *stateTool) learnRules(names []string) {
 		}
 		st.rules[s] = map[string]*sRule{}
 		for _, f := range st.shape[s] {
-			st.rules[s][f] = st.learnField(f, obs, keyVars(f, obs, names))
+			st.rules[s][f] = st.learnField(f, obs, keyVars(f, obs, names), names)
 		}
 	}
 }
 
 // learnField picks field f's rule over the answers obs (see the file comment): nil when none explains them.
-func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames []string) *sRule {
+func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []string) *sRule {
 	vals := make([]any, len(obs))
 	floats, nums := 0, 0
 	for i, o := range obs {
@@ -412,10 +423,26 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames []string)
 	if isFloat {
 		st.floats[f] = true
 	}
+	n := len(obs)
 	score := func(e sexpr) *sRule {
 		r := &sRule{e: e}
+		alias := ""
+		if ref, ok := refOfRule(e); ok && ref.name != f {
+			alias = ref.name
+		}
 		for i, o := range obs {
 			x := &sctx{args: o.c.args, get: o.get}
+			if alias != "" && i > 0 && obs[i-1].trace == o.trace {
+				// The hypothesis sets the other variable to this field's value: after this tool's previous call
+				// the variable is what that call answered, unless the trace showed it since.
+				prev, prevVal := obs[i-1], vals[i-1]
+				x.get = func(k string) (any, bool) {
+					if k == alias && o.log.lastPos(k, o.pos) < prev.pos {
+						return prevVal, prevVal != nil
+					}
+					return o.get(k)
+				}
+			}
 			v, ok := e.eval(x)
 			if !ok {
 				continue
@@ -423,22 +450,26 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames []string)
 			r.seen++
 			if jsonvalue.Equal(v, vals[i]) {
 				r.correct++
+			} else if 5*(r.seen-r.correct) > n+5 {
+				return nil // contradicted too often for any tier below: stop scoring it
 			}
 		}
 		return r
 	}
 	var pure, stateful []*sRule
 	for _, e := range argCandidates(f, obs, vals, isFloat) {
-		pure = append(pure, score(e))
-	}
-	for _, e := range stateCandidates(f, obs, vals, isFloat, st.keyArgs(obs), keyVarNames) {
-		stateful = append(stateful, score(e))
-	}
-	n := len(obs)
-	// A function of the arguments every answer agrees with.
-	for _, r := range pure {
+		r := score(e)
+		if r == nil {
+			continue
+		}
 		if r.correct == n {
-			return r
+			return r // a function of the arguments every answer agrees with
+		}
+		pure = append(pure, r)
+	}
+	for _, e := range stateCandidates(f, obs, vals, isFloat, st.keyArgs(obs), keyVarNames, names) {
+		if r := score(e); r != nil {
+			stateful = append(stateful, r)
 		}
 	}
 	// A variable rule no answer contradicts, on the most answers.
@@ -461,11 +492,33 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames []string)
 		return best
 	}
 	// Values that vary and nothing explains: the variable of the field's name, as the trace last showed it (its
-	// base value until then) — unless they are text made of the arguments, which no variable holds.
+	// base value until then) — keyed by an argument whose value always gave the same value of it (a city's zip
+	// code), when one does — unless they are text made of the arguments, which no variable holds.
 	if !allEqual(vals) && !argTexts(obs, vals) {
-		return &sRule{e: readS{v: varRef{name: f}, float: isFloat}}
+		return &sRule{e: readS{v: varRef{name: f, keyArg: lookupArg(obs, vals, st.keyArgs(obs))}, float: isFloat}}
 	}
 	return nil
+}
+
+// lookupArg answers the argument whose value picks the field's value in every recorded call (the same argument,
+// the same value; at least two values of it), "" when none does.
+func lookupArg(obs []*stateObs, vals []any, keyArgs []string) string {
+next:
+	for _, a := range keyArgs {
+		by := map[string]any{}
+		for i, o := range obs {
+			v, _ := o.c.args.Get(a)
+			k := twin.StateKeyText(v)
+			if prev, ok := by[k]; ok && !jsonvalue.Equal(prev, vals[i]) {
+				continue next
+			}
+			by[k] = vals[i]
+		}
+		if len(by) >= 2 {
+			return a
+		}
+	}
+	return ""
 }
 
 func allEqual(vals []any) bool {
@@ -496,22 +549,21 @@ func (st *stateTool) keyArgs(obs []*stateObs) []string {
 	return out
 }
 
-// keyVars are the variables field f's variable may be keyed by: of names, those (not f) every call of obs had seen
-// a whole number or short text of before it.
+// keyVars are the variables field f's variable may be keyed by: of names, those (not f) at least minStateCalls
+// calls of obs had seen a whole number or short text of before them.
 func keyVars(f string, obs []*stateObs, names []string) []string {
 	var out []string
 	for _, g := range names {
 		if g == f {
 			continue
 		}
-		all := true
+		n := 0
 		for _, o := range obs {
-			if v, ok := o.get(g); !ok || !shortKey(v) {
-				all = false
-				break
+			if v, ok := o.get(g); ok && shortKey(v) {
+				n++
 			}
 		}
-		if all {
+		if n >= minStateCalls {
 			out = append(out, g)
 		}
 	}
@@ -596,13 +648,10 @@ func niceRatio(v, a float64) (float64, bool) {
 
 // stateCandidates are the variable rules field f might be: its variable as it was, keyed by an argument, plus or
 // minus a numeric argument or a step, turned between two values, with an argument appended or removed.
-func stateCandidates(f string, obs []*stateObs, vals []any, isFloat bool, keyArgs, keyVarNames []string) []sexpr {
+func stateCandidates(f string, obs []*stateObs, vals []any, isFloat bool, keyArgs, keyVarNames, names []string) []sexpr {
 	refs := []varRef{{name: f}}
 	for _, a := range keyArgs {
 		refs = append(refs, varRef{name: f, keyArg: a})
-	}
-	for _, g := range keyVarNames {
-		refs = append(refs, varRef{name: f, keyVar: g})
 	}
 	var out []sexpr
 	first := obs[0].c.args
@@ -619,6 +668,46 @@ func stateCandidates(f string, obs []*stateObs, vals []any, isFloat bool, keyArg
 		out = append(out, addS{v: r, sign: 1, step: 1}, addS{v: r, sign: -1, step: 1}, notS{v: r})
 		if two := twoValues(vals); two != nil {
 			out = append(out, flipS{v: r, a: two[0], b: two[1]})
+		}
+	}
+	// A variable keyed by another variable is read (a directory's entries), not computed; after the simpler
+	// rules, which win a tie.
+	for _, g := range keyVarNames {
+		out = append(out, readS{v: varRef{name: f, keyVar: g}, float: isFloat})
+	}
+	// Another variable's new value: a numeric field that is some other variable plus or minus an argument or a
+	// step (a funding's "new_balance" is the balance plus the amount; a new note's id the notes counted plus one).
+	if _, isNum := vals[0].(jsonvalue.Number); isNum {
+		for _, g := range numericVars(f, obs, names) {
+			r := varRef{name: g}
+			for i, a := range first.Keys {
+				if _, ok := first.Vals[i].(jsonvalue.Number); ok {
+					out = append(out, addS{v: r, name: a, sign: 1}, addS{v: r, name: a, sign: -1})
+				}
+			}
+			out = append(out, addS{v: r, sign: 1, step: 1}, addS{v: r, sign: -1, step: 1})
+		}
+	}
+	return out
+}
+
+// numericVars are the variables (of names, not f) at least minStateCalls calls of obs had seen a number of before.
+func numericVars(f string, obs []*stateObs, names []string) []string {
+	var out []string
+	for _, g := range names {
+		if g == f {
+			continue
+		}
+		n := 0
+		for _, o := range obs {
+			if v, ok := o.get(g); ok {
+				if _, isNum := v.(jsonvalue.Number); isNum {
+					n++
+				}
+			}
+		}
+		if n >= minStateCalls {
+			out = append(out, g)
 		}
 	}
 	return out
@@ -704,9 +793,15 @@ func (st *stateTool) bindVars(vars map[string]bool) {
 				st.refs[f] = rd.v
 				continue
 			}
-			if vars[f] {
+			ref, stateful := refOfRule(r.e)
+			switch {
+			case stateful && ref.name != f:
+				// Another variable's new value (an alias): the call sets that variable.
 				st.sets[f] = true
-				if ref, ok := refOfRule(r.e); ok && ref.name == f {
+				st.refs[f] = ref
+			case vars[f]:
+				st.sets[f] = true
+				if stateful {
 					st.refs[f] = ref
 				}
 			}
@@ -743,8 +838,10 @@ func refOfRule(e sexpr) (varRef, bool) {
 func (st *stateTool) writes() bool { return len(st.sets) > 0 }
 
 // stateBase makes the base value of each variable: per trace, the value before the first call that showed or set
-// it (a read's value, or a learned write inverted), the value most traces gave (ties to the earlier trace).
-func (m *model) stateBase(tools []*stateTool) map[string]any {
+// it (a read's value, or a learned write inverted), the value most traces gave (ties to the earlier trace). It
+// answers those per-trace values too, by trace index (what fit puts in place before a trace's calls).
+func (m *model) stateBase(tools []*stateTool) (map[string]any, map[int]map[string]any) {
+	perTrace := map[int]map[string]any{}
 	type vote struct {
 		v     any
 		n     int
@@ -795,6 +892,10 @@ func (m *model) stateBase(tools []*stateTool) map[string]any {
 			if !ok {
 				continue
 			}
+			if perTrace[o.trace] == nil {
+				perTrace[o.trace] = map[string]any{}
+			}
+			perTrace[o.trace][key] = before
 			found := false
 			for _, vt := range votes[key] {
 				if jsonvalue.Equal(vt.v, before) {
@@ -818,7 +919,7 @@ func (m *model) stateBase(tools []*stateTool) map[string]any {
 		}
 		base[key] = best.v
 	}
-	return base
+	return base, perTrace
 }
 
 // invert answers a variable's value before a call from the field's value after it: a read's own value, a write

@@ -128,6 +128,9 @@ func (m *model) synthState(st *stateTool) {
 			}
 		}
 	}
+	for _, r := range g.reads {
+		ts.Reads = append(ts.Reads, twin.StateField{Var: r.name, KeyArg: r.keyArg, KeyVar: r.keyVar})
+	}
 	ti.state = ts
 	if ti.table != "" {
 		ti.table, ti.keyArg, ti.keyField = "", "", "" // an echoed argument named no entity (echoKeyed)

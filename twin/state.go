@@ -26,6 +26,8 @@ type ToolState struct {
 	Shows []StateField `json:"shows,omitempty"`
 	// Sets are the answer fields that show a variable as the call left it (a write's).
 	Sets []StateField `json:"sets,omitempty"`
+	// Reads are the variables the tool's handler reads (Field empty).
+	Reads []StateField `json:"reads,omitempty"`
 	// Text, for a tool answering text, is its template: literal pieces with a hole between each two (the fields
 	// "#0", "#1", … of Shows).
 	Text []string `json:"text,omitempty"`
@@ -144,8 +146,8 @@ func (s *Session) stateOf(f StateField, args *jsonvalue.Object) (string, bool) {
 }
 
 // adoptState makes the session's variables what an answer no handler gave says (a recording replayed or inferred
-// for a state tool): the variables a write's answer sets, and those a read shows that the world does not hold, so
-// later answers agree with it.
+// for a state tool): the variables a write's answer sets, and those a read shows that the session has not shown or
+// set before (the base world's values are a guess it now replaces), so later answers agree with it.
 func (s *Session) adoptState(t *rtTool, args *jsonvalue.Object, answer string) bool {
 	st := t.def.State
 	table := s.rt.b.StateTable
@@ -165,9 +167,9 @@ func (s *Session) adoptState(t *rtTool, args *jsonvalue.Object, answer string) b
 			if !ok || !ok2 {
 				continue
 			}
-			if old, held := s.row(table, key); held {
+			if old, held := s.over[table][key]; held && old != nil {
 				if ov, _ := old.Get("value"); shows || jsonvalue.Equal(ov, v) {
-					continue // a read does not overrule the world; a write that changes nothing changes nothing
+					continue // a read does not overrule what the session knows; a write that changes nothing changes nothing
 				}
 			}
 			s.put(table, key, StateRow(v))
@@ -215,4 +217,27 @@ func (s *Session) StateValue(key string) (any, bool) {
 		return nil, false
 	}
 	return row.Get("value")
+}
+
+// stateUnseen tells a call whose handler reads a variable this session has never shown or set: the world holds
+// only the base value the build took from most recorded worlds.
+func (s *Session) stateUnseen(t *rtTool, args *jsonvalue.Object) bool {
+	st := t.def.State
+	table := s.rt.b.StateTable
+	if st == nil || len(st.Reads) == 0 || table == "" {
+		return false
+	}
+	for _, f := range st.Reads {
+		if f.KeyArg != "" || f.KeyVar != "" {
+			continue // a keyed variable's base value is its key's own, as specific as a recording of these arguments
+		}
+		key, ok := s.stateOf(f, args)
+		if !ok {
+			continue
+		}
+		if _, held := s.over[table][key]; !held {
+			return true
+		}
+	}
+	return false
 }
