@@ -26,6 +26,7 @@ import (
 	"github.com/doppel-dev/doppel/blob/blobtest"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
@@ -172,7 +173,7 @@ func (p *crashProc) logTail() string {
 // crashTraces are the real retail traces, each as its JSON fields, so ids can be rewritten per batch.
 func crashTraces(t testing.TB) []map[string]json.RawMessage {
 	t.Helper()
-	data, err := os.ReadFile(e2eRetailTraces)
+	data, err := sampledata.Read(e2eRetailTraces)
 	if err != nil {
 		t.Fatal(err)
 	}
