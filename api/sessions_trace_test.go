@@ -17,7 +17,7 @@ import (
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
@@ -35,7 +35,7 @@ var (
 func repoRetail(t testing.TB) ([]byte, []trace.Trace) {
 	t.Helper()
 	repoRetailOnce.Do(func() {
-		if repoRetailTraces, repoRetailErr = taudata.Traces("..", "retail"); repoRetailErr != nil {
+		if repoRetailTraces, repoRetailErr = sampledata.Traces("retail"); repoRetailErr != nil {
 			return
 		}
 		sort.Slice(repoRetailTraces, func(i, j int) bool { return repoRetailTraces[i].ID < repoRetailTraces[j].ID })

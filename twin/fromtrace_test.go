@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/infer"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -43,30 +43,30 @@ func sample(t testing.TB, name string) (*twin.Runtime, []trace.Trace) {
 		d.err = func() error {
 			var opts infer.Options
 			var err error
-			if domain, ok := strings.CutSuffix(name, "+defs"); ok {
-				if d.traces, err = taudata.Traces("..", domain); err != nil {
+			defs := ""
+			switch domain, withDefs := strings.CutSuffix(name, "+defs"); {
+			case name == "bfcl":
+				var b trace.Batch
+				if b, err = sampledata.Batch("bfcl-multi-turn-dev.json"); err != nil {
 					return err
 				}
-				data, err := taudata.File("..", "tau-"+domain+"-tools.json")
+				d.traces, defs = b.Traces, "bfcl-multi-turn-tools.json"
+			default:
+				if d.traces, err = sampledata.Traces(domain); err != nil {
+					return err
+				}
+				if withDefs {
+					defs = "tau-" + domain + "-tools.json"
+				}
+			}
+			if defs != "" {
+				data, err := sampledata.Read(defs)
 				if err != nil {
 					return err
 				}
 				if opts.Tools, err = infer.ParseToolDefs(data); err != nil {
 					return err
 				}
-			} else if name == "bfcl" {
-				if d.traces, err = taudata.BFCL(".."); err != nil {
-					return err
-				}
-				data, err := taudata.File("..", "bfcl-multi-turn-tools.json")
-				if err != nil {
-					return err
-				}
-				if opts.Tools, err = infer.ParseToolDefs(data); err != nil {
-					return err
-				}
-			} else if d.traces, err = taudata.Traces("..", name); err != nil {
-				return err
 			}
 			sort.Slice(d.traces, func(i, j int) bool { return d.traces[i].ID < d.traces[j].ID })
 			b, _, err := infer.Build(d.traces, opts)
