@@ -425,6 +425,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 				s.PutRow(tn, k, row)
 			}
 			m.putState(s.PutRow, s.StateValue, c)
+			m.putHidden(s.PutRow, c)
 			v.observe(c)
 		}
 		if m.release {

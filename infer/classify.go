@@ -39,6 +39,8 @@ type model struct {
 	// stateTraces holds, by trace index, the variables as each trace's world had them before its calls (fit puts
 	// them in place, as it does the rows the trace knew).
 	stateTraces map[int]map[string]any
+	// hidden are the effects of each tool its answers do not show (hidden.go).
+	hidden map[string][]hiddenEffect
 }
 
 // toolInfo is what the build learns about one tool.

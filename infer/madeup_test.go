@@ -25,13 +25,14 @@ type phoneWorld struct {
 	balance        float64
 	notes          int
 	cwd            string
+	user           string
 	dirs           map[string][]string
 	contacts       map[string][2]string
 }
 
 func newPhoneWorld(rng *rand.Rand) *phoneWorld {
 	w := &phoneWorld{data: "ON", airplane: "OFF", battery: 20 + rng.IntN(81), balance: float64(50+rng.IntN(450)) + 0.5,
-		notes: rng.IntN(6), cwd: "home",
+		notes: rng.IntN(6), cwd: "home", user: []string{"ann", "bob", "cy"}[rng.IntN(3)],
 		dirs: map[string][]string{"home": {"docs", "music", "notes.txt"}, "docs": {"cv.pdf", "plan.md"}, "music": {"song.mp3"}},
 		contacts: map[string][2]string{"ct_1001": {"Ada Byron", "+44 1000"}, "ct_1002": {"Alan Turing", "+44 1002"},
 			"ct_1003": {"Grace Hopper", "+1 1003"}}}
@@ -73,6 +74,11 @@ func (w *phoneWorld) answer(tool string, args map[string]any) string {
 	case "withdraw":
 		w.balance -= num("amount")
 		return fmt.Sprintf(`{"balance": %s}`, pyFloat(w.balance))
+	case "sign_in":
+		w.user = args["user"].(string)
+		return `{"signed_in": true}`
+	case "whoami":
+		return fmt.Sprintf(`{"user": %q}`, w.user)
 	case "count_notes":
 		return fmt.Sprintf(`{"count": %d}`, w.notes)
 	case "create_note":
@@ -104,6 +110,8 @@ const phoneDefs = `[
  {"name": "get_balance", "description": "The wallet's balance.", "parameters": {"type": "object", "properties": {}}},
  {"name": "deposit", "description": "Add money.", "parameters": {"type": "object", "properties": {"amount": {"type": "number"}, "currency": {"type": "string"}}, "required": ["amount", "currency"]}},
  {"name": "withdraw", "description": "Take money out.", "parameters": {"type": "object", "properties": {"amount": {"type": "number"}}, "required": ["amount"]}},
+ {"name": "sign_in", "description": "Sign in as a user.", "parameters": {"type": "object", "properties": {"user": {"type": "string"}}, "required": ["user"]}},
+ {"name": "whoami", "description": "Who is signed in.", "parameters": {"type": "object", "properties": {}}},
  {"name": "count_notes", "description": "How many notes there are.", "parameters": {"type": "object", "properties": {}}},
  {"name": "create_note", "description": "Write a note.", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
  {"name": "cd", "description": "Change directory.", "parameters": {"type": "object", "properties": {"dir": {"type": "string"}}, "required": ["dir"]}},
@@ -126,7 +134,10 @@ func phoneTraces(n int) []trace.Trace {
 		// Reads first, so each trace shows its world before writing it (as an agent checks before it acts).
 		steps := []step{{"get_status", map[string]any{}}, {"get_balance", map[string]any{}}, {"count_notes", map[string]any{}}}
 		for len(steps) < 6+rng.IntN(6) {
-			switch rng.IntN(11) {
+			switch rng.IntN(12) {
+			case 11:
+				steps = append(steps, step{"sign_in", map[string]any{"user": []string{"dee", "eve", "fay", "gus"}[rng.IntN(4)]}},
+					step{"whoami", map[string]any{}})
 			case 0:
 				steps = append(steps, step{"get_status", map[string]any{}})
 			case 1:
@@ -212,7 +223,7 @@ func TestMadeUpDomain(t *testing.T) {
 	}
 	for name, kind := range map[string]string{"get_status": twin.KindState, "count_notes": twin.KindState, "toggle_data": twin.KindWrite, "toggle_airplane": twin.KindWrite,
 		"get_balance": twin.KindState, "deposit": twin.KindWrite, "withdraw": twin.KindWrite, "create_note": twin.KindWrite,
-		"cd": twin.KindWrite, "ls": twin.KindState, "get_contact": twin.KindRead, "km_to_miles": twin.KindPure} {
+		"cd": twin.KindWrite, "ls": twin.KindState, "sign_in": twin.KindWrite, "whoami": twin.KindState, "get_contact": twin.KindRead, "km_to_miles": twin.KindPure} {
 		if tl := tool(name); tl.Kind != kind || tl.Binding != twin.BindingSynthesized {
 			t.Errorf("%s: kind %s binding %s, want %s synthesized (attention %v)\n%s", name, tl.Kind, tl.Binding, kind, tl.Attention, tl.Source)
 		}
@@ -269,6 +280,14 @@ func TestMadeUpDomain(t *testing.T) {
 	}
 	if got := phoneCall(t, s, "km_to_miles", `{"km": 10}`).Content; got != `{"miles": `+pyFloat(10*0.621371)+`}` {
 		t.Errorf("km_to_miles = %s", got)
+	}
+	// A write whose answer does not show what it sets: later reads taught it.
+	if eff := tool("sign_in").State; eff == nil || len(eff.Effects) != 1 || eff.Effects[0].Var != "user" || eff.Effects[0].From != "user" {
+		t.Errorf("sign_in's effects %+v, want it to set the variable user from its argument", eff)
+	}
+	phoneCall(t, s, "sign_in", `{"user": "zoe"}`)
+	if got := phoneCall(t, s, "whoami", `{}`).Content; got != `{"user": "zoe"}` {
+		t.Errorf("whoami after sign_in zoe = %s", got)
 	}
 
 	// State is part of the world: the diff names it and an expectation grades it.

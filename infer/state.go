@@ -46,6 +46,8 @@ type stateTool struct {
 	sets   map[string]bool     // fields that set their variable
 	shows  map[string]bool     // fields that read their variable
 	refs   map[string]varRef   // field → its variable, when keyed
+	// traceIDs are the build's trace ids by index (for a call's task).
+	traceIDs []string
 }
 
 // stateObs is one successful call's answer as fields, with what the trace showed before it.
@@ -68,6 +70,14 @@ func (o *stateObs) get(k string) (any, bool) { return o.log.get(k, o.pos) }
 type stateLog struct {
 	vals map[string][]logEntry
 	pos  int
+	// calls are the trace's answered calls with their places.
+	calls []placed
+}
+
+// placed is a call with its place in its trace's log.
+type placed struct {
+	c   *call
+	pos int
 }
 
 type logEntry struct {
@@ -115,9 +125,14 @@ const minStateCalls = 2
 // synthesized handlers for, the variables' base values and the fields each tool shows.
 func (m *model) learnState() {
 	tools := map[string]*stateTool{}
+	ids := make([]string, len(m.traces))
+	for i, t := range m.traces {
+		ids[i] = t.id
+	}
 	for _, name := range m.toolNames {
 		ti := m.tools[name]
 		if st := m.stateCandidate(ti); st != nil {
+			st.traceIDs = ids
 			tools[name] = st
 		}
 	}
@@ -176,6 +191,9 @@ func (m *model) learnState() {
 	for _, st := range synth {
 		m.synthState(st)
 		m.stateTools[st.ti.name] = st
+	}
+	m.applyHidden(m.learnHidden(synth))
+	for _, st := range synth {
 		st.obs = nil // the answers' fields are read again only by fit, through fieldsOf
 	}
 }
@@ -249,6 +267,10 @@ func (m *model) stateObserve(tools map[string]*stateTool) {
 		log := &stateLog{vals: map[string][]logEntry{}}
 		var keyVars []string // plain variables with short texts or whole numbers, most recent last
 		for _, c := range t.calls {
+			log.pos++ // every call has its place, so hidden effects (hidden.go) can be placed between sightings
+			if c.args != nil && c.answer {
+				log.calls = append(log.calls, placed{c: c, pos: log.pos})
+			}
 			st := tools[c.tool]
 			if st == nil {
 				continue
@@ -257,7 +279,6 @@ func (m *model) stateObserve(tools map[string]*stateTool) {
 			if fields == nil {
 				continue
 			}
-			log.pos++
 			st.obs = append(st.obs, &stateObs{c: c, trace: ti, fields: fields, log: log, pos: log.pos})
 			for i, f := range fields.Keys {
 				v := fields.Vals[i]
@@ -495,17 +516,20 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []
 	// base value until then) — keyed by an argument whose value always gave the same value of it (a city's zip
 	// code), when one does — unless they are text made of the arguments, which no variable holds.
 	if !allEqual(vals) && !argTexts(obs, vals) {
-		return &sRule{e: readS{v: varRef{name: f, keyArg: lookupArg(obs, vals, st.keyArgs(obs))}, float: isFloat}}
+		return &sRule{e: readS{v: varRef{name: f, keyArg: lookupArg(obs, vals, st.keyArgs(obs), st.unit)}, float: isFloat}}
 	}
 	return nil
 }
 
 // lookupArg answers the argument whose value picks the field's value in every recorded call (the same argument,
-// the same value; at least two values of it), "" when none does.
-func lookupArg(obs []*stateObs, vals []any, keyArgs []string) string {
+// the same value; at least two values of it, and one of them given in calls of two different tasks — a lookup
+// shared by worlds, not a value of one conversation), "" when none does. unit names a call's task (or trace).
+func lookupArg(obs []*stateObs, vals []any, keyArgs []string, unit func(*stateObs) string) string {
 next:
 	for _, a := range keyArgs {
 		by := map[string]any{}
+		units := map[string]map[string]bool{}
+		shared := false
 		for i, o := range obs {
 			v, _ := o.c.args.Get(a)
 			k := twin.StateKeyText(v)
@@ -513,8 +537,13 @@ next:
 				continue next
 			}
 			by[k] = vals[i]
+			if units[k] == nil {
+				units[k] = map[string]bool{}
+			}
+			units[k][unit(o)] = true
+			shared = shared || len(units[k]) > 1
 		}
-		if len(by) >= 2 {
+		if len(by) >= 2 && shared {
 			return a
 		}
 	}
@@ -528,6 +557,15 @@ func allEqual(vals []any) bool {
 		}
 	}
 	return true
+}
+
+// unit names the task (or, when its id names none, the trace) of a call.
+func (st *stateTool) unit(o *stateObs) string {
+	id := st.traceIDs[o.trace]
+	if k, ok := taskKey(id); ok {
+		return k
+	}
+	return id
 }
 
 // keyArgs are the arguments a variable may be keyed by: top-level, a string or integer in every call.
@@ -574,6 +612,18 @@ func keyVars(f string, obs []*stateObs, names []string) []string {
 func argCandidates(f string, obs []*stateObs, vals []any, isFloat bool) []sexpr {
 	out := []sexpr{constS{v: mostCommon(vals)}}
 	first := obs[0].c.args
+	// Arguments some calls leave out: production's answer then (one same value) is their default.
+	for _, a := range optionalArgs(obs) {
+		var absent []any
+		for i, o := range obs {
+			if _, ok := o.c.args.Get(a); !ok {
+				absent = append(absent, vals[i])
+			}
+		}
+		if allEqual(absent) {
+			out = append(out, argS{name: a, float: isFloat, hasDef: true, def: absent[0]})
+		}
+	}
 	for i, a := range first.Keys {
 		out = append(out, argS{name: a, float: isFloat})
 		n, isNum := first.Vals[i].(jsonvalue.Number)
@@ -633,6 +683,24 @@ func argTexts(obs []*stateObs, vals []any) bool {
 		}
 	}
 	return 2*n > len(obs)
+}
+
+// optionalArgs are the top-level arguments some calls of obs give and others do not, sorted.
+func optionalArgs(obs []*stateObs) []string {
+	count := map[string]int{}
+	for _, o := range obs {
+		for _, k := range o.c.args.Keys {
+			count[k]++
+		}
+	}
+	var out []string
+	for k, n := range count {
+		if n < len(obs) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // niceRatio answers v/a rounded to the fewest significant digits (up to 12) whose product with a gives v exactly.

@@ -106,15 +106,21 @@ func (e constS) code(*stateGen) string  { return lit(e.v) }
 func (e constS) stateful() bool         { return false }
 func (e constS) describe() string       { return "always " + lit(e.v) }
 
-// argS: an argument's value (as a float when production spells it so).
+// argS: an argument's value (as a float when production spells it so), or def when the call does not give it and
+// hasDef is set (the value production answered whenever the argument was left out).
 type argS struct {
-	name  string
-	float bool
+	name   string
+	float  bool
+	hasDef bool
+	def    any
 }
 
 func (e argS) eval(x *sctx) (any, bool) {
 	v, ok := x.args.Get(e.name)
 	if !ok {
+		if e.hasDef {
+			return e.def, true
+		}
 		return nil, false
 	}
 	if e.float {
@@ -129,12 +135,20 @@ func (e argS) eval(x *sctx) (any, bool) {
 func (e argS) code(*stateGen) string {
 	c := "args.get(" + strconv.Quote(e.name) + ")"
 	if e.float {
-		return "float(" + c + ")"
+		c = "float(" + c + ")"
+	}
+	if e.hasDef {
+		return "(" + c + " if " + strconv.Quote(e.name) + " in args else " + lit(e.def) + ")"
 	}
 	return c
 }
-func (e argS) stateful() bool   { return false }
-func (e argS) describe() string { return "argument " + e.name }
+func (e argS) stateful() bool { return false }
+func (e argS) describe() string {
+	if e.hasDef {
+		return "argument " + e.name + ", " + lit(e.def) + " when not given"
+	}
+	return "argument " + e.name
+}
 
 // tmplS: text with argument values in it.
 type tmplS struct{ parts []part }

@@ -28,6 +28,8 @@ type ToolState struct {
 	Sets []StateField `json:"sets,omitempty"`
 	// Reads are the variables the tool's handler reads (Field empty).
 	Reads []StateField `json:"reads,omitempty"`
+	// Effects are what a call sets that its answer does not show (a login's user), learned from later reads.
+	Effects []StateEffect `json:"effects,omitempty"`
 	// Text, for a tool answering text, is its template: literal pieces with a hole between each two (the fields
 	// "#0", "#1", … of Shows).
 	Text []string `json:"text,omitempty"`
@@ -41,6 +43,14 @@ type StateField struct {
 	Var    string `json:"var"`
 	KeyArg string `json:"key_arg,omitempty"`
 	KeyVar string `json:"key_var,omitempty"`
+}
+
+// StateEffect says a call sets variable Var (keyed by its argument KeyArg's value when KeyArg is set) to its
+// argument From's value.
+type StateEffect struct {
+	Var    string `json:"var"`
+	KeyArg string `json:"key_arg,omitempty"`
+	From   string `json:"from"`
 }
 
 // StateKey is the row key of variable name keyed by key ("" for a variable that is not keyed).
@@ -154,11 +164,19 @@ func (s *Session) adoptState(t *rtTool, args *jsonvalue.Object, answer string) b
 	if st == nil || table == "" || s.rt.tables[table] == nil {
 		return false
 	}
+	changed := false
+	for _, e := range st.Effects {
+		v, ok := args.Get(e.From)
+		key, ok2 := s.stateOf(StateField{Var: e.Var, KeyArg: e.KeyArg}, args)
+		if ok && ok2 {
+			s.put(table, key, StateRow(v))
+			changed = true
+		}
+	}
 	vals, ok := stateFields(st, answer)
 	if !ok {
-		return false
+		return changed
 	}
-	changed := false
 	for gi, group := range [][]StateField{st.Sets, st.Shows} {
 		shows := gi == 1
 		for _, f := range group {
