@@ -445,7 +445,7 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []
 		st.floats[f] = true
 	}
 	n := len(obs)
-	score := func(e sexpr) *sRule {
+	score := func(e sexpr, abort bool) *sRule {
 		r := &sRule{e: e}
 		alias := ""
 		if ref, ok := refOfRule(e); ok && ref.name != f {
@@ -471,7 +471,7 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []
 			r.seen++
 			if jsonvalue.Equal(v, vals[i]) {
 				r.correct++
-			} else if 5*(r.seen-r.correct) > n+5 {
+			} else if abort && 5*(r.seen-r.correct) > n+5 {
 				return nil // contradicted too often for any tier below: stop scoring it
 			}
 		}
@@ -479,7 +479,7 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []
 	}
 	var pure, stateful []*sRule
 	for _, e := range argCandidates(f, obs, vals, isFloat) {
-		r := score(e)
+		r := score(e, false) // scored whole: conditions pair the partial ones
 		if r == nil {
 			continue
 		}
@@ -488,8 +488,16 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []
 		}
 		pure = append(pure, r)
 	}
+	for _, e := range conditions(pure, obs) {
+		if r := score(e, true); r != nil {
+			if r.correct == n {
+				return r
+			}
+			pure = append(pure, r)
+		}
+	}
 	for _, e := range stateCandidates(f, obs, vals, isFloat, st.keyArgs(obs), keyVarNames, names) {
-		if r := score(e); r != nil {
+		if r := score(e, true); r != nil {
 			stateful = append(stateful, r)
 		}
 	}
@@ -683,6 +691,48 @@ func argTexts(obs []*stateObs, vals []any) bool {
 		}
 	}
 	return 2*n > len(obs)
+}
+
+// condChars are the characters a condition may test a text argument for.
+const condChars = "./_-: @"
+
+// maxCondRules bounds the rules conditions pair: those explaining the most answers.
+const maxCondRules = 4
+
+// conditions pair the functions of the arguments that explain some answers each: one when a text argument holds
+// a character, the other when it does not.
+func conditions(pure []*sRule, obs []*stateObs) []sexpr {
+	var rs []*sRule
+	for _, r := range pure {
+		if r.correct >= minStateCalls {
+			rs = append(rs, r)
+		}
+	}
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].correct > rs[j].correct })
+	rs = rs[:min(len(rs), maxCondRules)]
+	if len(rs) < 2 {
+		return nil
+	}
+	var texts []string
+	for i, a := range obs[0].c.args.Keys {
+		if _, ok := obs[0].c.args.Vals[i].(string); ok {
+			texts = append(texts, a)
+		}
+	}
+	sort.Strings(texts)
+	var out []sexpr
+	for _, a := range texts {
+		for _, ch := range condChars {
+			for i, x := range rs {
+				for j, y := range rs {
+					if i != j {
+						out = append(out, condS{arg: a, ch: string(ch), then: x.e, els: y.e})
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // optionalArgs are the top-level arguments some calls of obs give and others do not, sorted.

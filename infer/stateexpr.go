@@ -413,3 +413,29 @@ func (e listS) describe() string {
 func floatNumber(f float64) jsonvalue.Number {
 	return jsonvalue.Number(twin.StylePython.FormatFloat(f))
 }
+
+// condS: one rule when a text argument holds a character, another when it does not (a file moved into a
+// directory, or renamed to a name with an extension).
+type condS struct {
+	arg, ch   string
+	then, els sexpr
+}
+
+func (e condS) eval(x *sctx) (any, bool) {
+	v, ok := x.args.Get(e.arg)
+	s, isStr := v.(string)
+	if !ok || !isStr {
+		return nil, false
+	}
+	if strings.Contains(s, e.ch) {
+		return e.then.eval(x)
+	}
+	return e.els.eval(x)
+}
+func (e condS) code(g *stateGen) string {
+	return "(" + e.then.code(g) + " if " + strconv.Quote(e.ch) + " in pystr(args.get(" + strconv.Quote(e.arg) + ")) else " + e.els.code(g) + ")"
+}
+func (e condS) stateful() bool { return e.then.stateful() || e.els.stateful() }
+func (e condS) describe() string {
+	return e.then.describe() + " when argument " + e.arg + " holds " + strconv.Quote(e.ch) + ", else " + e.els.describe()
+}
