@@ -48,6 +48,9 @@ func (st *stateTool) learnField(f string, obs []*stateObs, keyVarNames, names []
 		st.floats[f] = true
 	}
 	n := len(obs)
+	if allEqual(vals) {
+		return &sRule{e: constS{v: vals[0]}, correct: n, seen: n} // every answer the same: nothing to score
+	}
 	score := func(e sexpr, abort bool) *sRule {
 		r := &sRule{e: e}
 		alias := ""
