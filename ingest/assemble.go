@@ -46,9 +46,13 @@ type toolExec struct {
 //
 // The trace is then checked as a collect trace is (ValidateTrace). The spans' tool definitions come with it.
 func Assemble(id string, spans []Span) (*Assembled, error) {
-	ordered := make([]*Span, len(spans))
+	ordered := make([]*Span, 0, len(spans))
+	seen := make(map[string]bool, len(spans))
 	for i := range spans {
-		ordered[i] = &spans[i]
+		if k := spans[i].TraceID + "/" + spans[i].SpanID; !seen[k] { // a span sent twice counts once
+			seen[k] = true
+			ordered = append(ordered, &spans[i])
+		}
 	}
 	slices.SortStableFunc(ordered, func(a, b *Span) int {
 		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End), cmp.Compare(a.SpanID, b.SpanID))
