@@ -55,7 +55,7 @@ func Assemble(id string, spans []Span) (*Assembled, error) {
 		}
 	}
 	slices.SortStableFunc(ordered, func(a, b *Span) int {
-		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End), cmp.Compare(a.SpanID, b.SpanID))
+		return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End), cmp.Compare(a.TraceID, b.TraceID), cmp.Compare(a.SpanID, b.SpanID))
 	})
 	a := &Assembled{Trace: trace.Trace{ID: id}}
 	var conv []timed

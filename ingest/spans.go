@@ -187,7 +187,7 @@ func jsonAttr(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	t := strings.TrimSpace(s)
-	if t != "" && (t[0] == '[' || t[0] == '{') && json.Valid([]byte(t)) {
+	if t == "null" || t != "" && (t[0] == '[' || t[0] == '{') && json.Valid([]byte(t)) {
 		return json.RawMessage(t)
 	}
 	return raw

@@ -227,7 +227,7 @@ func genaiChat(t trace.Trace, i int, o EmitOptions) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.provider.name", "openai"),
 		attribute.String("gen_ai.request.model", t.Model)}
 	attrs = append(attrs, conversation(o)...)
-	var in []any
+	in := []any{}
 	for j, m := range t.Messages[:i] {
 		if m.Role == trace.RoleSystem && j == 0 {
 			sys, _ := json.Marshal([]any{map[string]any{"type": "text", "content": text(m)}})
@@ -302,10 +302,10 @@ func openInferenceLLM(t trace.Trace, i int, o EmitOptions) []attribute.KeyValue 
 	return attrs
 }
 
-// Comparable is t as span assembly can give it back: arguments written compactly (the conventions carry them as
-// JSON objects, so their spelling is not kept) and the messages after the last assistant message dropped (no
-// model call records them).
-func Comparable(t trace.Trace) trace.Trace {
+// Comparable is t as span assembly can give it back: the messages after the last assistant message dropped (no
+// model call records them), tool calls typed function, and with compactArgs their arguments written compactly
+// (GenAI carries them as JSON objects, so their spelling is not kept; OpenInference keeps the string).
+func Comparable(t trace.Trace, compactArgs bool) trace.Trace {
 	last := -1
 	for i, m := range t.Messages {
 		if m.Role == trace.RoleAssistant {
@@ -327,7 +327,7 @@ func Comparable(t trace.Trace) trace.Trace {
 		out.Messages[i].ToolCalls = make([]trace.ToolCall, len(m.ToolCalls))
 		for k, tc := range m.ToolCalls {
 			var b bytes.Buffer
-			if err := json.Compact(&b, []byte(tc.Function.Arguments)); err == nil {
+			if err := json.Compact(&b, []byte(tc.Function.Arguments)); err == nil && compactArgs {
 				tc.Function.Arguments = b.String()
 			}
 			tc.Type = "function"
@@ -340,7 +340,7 @@ func Comparable(t trace.Trace) trace.Trace {
 // CompactArgs is t with every call's arguments written compactly, its messages kept (the Messages format carries
 // arguments as objects too).
 func CompactArgs(t trace.Trace) trace.Trace {
-	out := Comparable(trace.Trace{ID: t.ID, Model: t.Model, Messages: append(t.Messages[:len(t.Messages):len(t.Messages)], trace.Message{Role: trace.RoleAssistant})})
+	out := Comparable(trace.Trace{ID: t.ID, Model: t.Model, Messages: append(t.Messages[:len(t.Messages):len(t.Messages)], trace.Message{Role: trace.RoleAssistant})}, true)
 	out.Messages = out.Messages[:len(out.Messages)-1]
 	return out
 }
