@@ -194,7 +194,7 @@ type TraceBatch struct {
 	ID          string    `bun:"id,pk"`
 	EnvID       string    `bun:"env_id,notnull"`
 	BlobKey     string    `bun:"blob_key,notnull"`
-	NTraces     int64     `bun:"n_traces,notnull"`     // traces new to the environment
+	NTraces     int64     `bun:"n_traces,notnull"`     // traces new to the environment, or new versions of traces it holds (span assembly)
 	NDuplicates int64     `bun:"n_duplicates,notnull"` // traces already present, skipped
 	Bytes       int64     `bun:"bytes,notnull"`
 	ToolsSeen   []string  `bun:"tools_seen"`
