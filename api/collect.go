@@ -197,11 +197,13 @@ func document(a huma.API) {
 	}
 	op := *item.Post
 	op.Security = WorkspaceKeyAuth()
+	bodySchema := oapi.Components.Schemas.Schema(reflect.TypeOf(collectBody{}), true, "")
+	documentFormats(oapi, bodySchema)
 	op.RequestBody = &huma.RequestBody{
-		Description: "A collect body (spec §2.7).",
+		Description: "A collect body (spec §2.7), its traces in any of three formats.",
 		Required:    true,
 		Content: map[string]*huma.MediaType{"application/json": {
-			Schema: oapi.Components.Schemas.Schema(reflect.TypeOf(collectBody{}), true, ""),
+			Schema: bodySchema,
 		}},
 	}
 	ref := oapi.Components.Schemas.Schema(typeOfEnvelope, true, "Envelope")
@@ -287,10 +289,15 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if err != nil {
 		return nil, err
 	}
+	body, tools, err := normalizeCollect(body)
+	if err != nil {
+		return nil, err
+	}
 	env, res, err := c.storeBatch(ctx, p.Workspace.ID, body, ingest.Hints{UserAgent: userAgent(ctx), Framework: in.Framework, Language: in.Language})
 	if err != nil {
 		return nil, err
 	}
+	addTools(context.WithoutCancel(ctx), c.logger(ctx), c.deps.DB, c.opts.Blobs, env.ID, tools)
 	if c.deps.Observer != nil {
 		c.deps.Observer.Collected(int64(len(body)))
 	}

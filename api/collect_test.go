@@ -129,7 +129,7 @@ func newCollectServer(t testing.TB, driver string, opts api.CollectOptions, prox
 	if opts.Scheduler == nil {
 		opts.Scheduler = fx.sched
 	}
-	serve.DB, serve.Routes = fx.db, []func(huma.API, *api.Deps){api.CollectRoutes(opts)}
+	serve.DB, serve.Routes = fx.db, append([]func(huma.API, *api.Deps){api.CollectRoutes(opts)}, serve.Routes...)
 	h, _ := api.New(serve)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -26,6 +27,8 @@ const (
 	MaxTaskLen = 64
 	// serviceName is the resource attribute naming the project.
 	serviceName = "service.name"
+	// sdkLanguage is the resource attribute naming the SDK's language.
+	sdkLanguage = "telemetry.sdk.language"
 )
 
 // Options tune Extract.
@@ -41,6 +44,10 @@ type Options struct {
 type Project struct {
 	Name  string
 	Spans []ingest.Span
+	// Language is the resource's telemetry.sdk.language (python, go, nodejs, …) and Scopes the instrumentation
+	// scopes of its spans (e.g. openinference.instrumentation.langchain): what they tell of the agent.
+	Language string
+	Scopes   []string
 }
 
 // Rejection is a span Extract refused, and why.
@@ -110,7 +117,14 @@ func Extract(req *coltracepb.ExportTraceServiceRequest, opts Options) *Extracted
 					byName[project] = i
 					out.Projects = append(out.Projects, Project{Name: project})
 				}
-				out.Projects[i].Spans = append(out.Projects[i].Spans, span)
+				p := &out.Projects[i]
+				p.Spans = append(p.Spans, span)
+				if p.Language == "" {
+					p.Language = attrString(rs.GetResource().GetAttributes(), sdkLanguage)
+				}
+				if sc := ss.GetScope().GetName(); sc != "" && !slices.Contains(p.Scopes, sc) {
+					p.Scopes = append(p.Scopes, sc)
+				}
 			}
 		}
 	}

@@ -1,0 +1,441 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/klauspost/compress/gzip"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/tauformats"
+	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/trace"
+)
+
+// settleRecorder records the environments POST /v1/traces asks to settle.
+type settleRecorder struct {
+	mu   sync.Mutex
+	envs []string
+}
+
+func (s *settleRecorder) ScheduleSettle(_ context.Context, envID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.envs = append(s.envs, envID)
+	return nil
+}
+
+func (s *settleRecorder) calls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.envs...)
+}
+
+// newTracesFx serves collect and POST /v1/traces over the backend, with collect's options for both.
+func newTracesFx(t testing.TB, driver string, opts api.CollectOptions) (*collectFx, *settleRecorder) {
+	t.Helper()
+	settle := &settleRecorder{}
+	traces := api.TracesRoutes(api.TracesOptions{Collect: opts, Settler: settle, TaskAttribute: "doppel.task"}, nil)
+	return newCollectServer(t, driver, opts, nil, api.Options{Routes: []func(huma.API, *api.Deps){traces}}), settle
+}
+
+// stagedCount counts the staged spans of the workspace's environment slug (and the pending ones).
+func stagedCount(t testing.TB, fx *collectFx, slug string) (all, pending int) {
+	t.Helper()
+	env, err := store.GetEnv(context.Background(), fx.db, fx.ws.ID, slug)
+	if err != nil {
+		t.Fatalf("env %s: %v", slug, err)
+	}
+	n, err := fx.db.NewSelect().Model((*schema.StagedSpan)(nil)).Where("env_id = ?", env.ID).Count(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fx.db.NewSelect().Model((*schema.StagedSpan)(nil)).Where("env_id = ? AND pending", env.ID).Count(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(n), int(p)
+}
+
+// TestTracesRealExporter sends tau retail's agent loop, instrumented with the official OpenTelemetry Go SDK, to
+// POST /v1/traces through the official OTLP/HTTP exporter — protobuf with gzip, and JSON — on both backends: every
+// span is staged once (the second exporter's spans are the same spans: nothing doubles), the project is the
+// resource's service.name, and its environment is asked to settle.
+func TestTracesRealExporter(t *testing.T) {
+	traces, err := taudata.Traces("..", "retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := tauformats.Tools("..", "retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	traces = traces[:30]
+	for _, be := range collectBackends {
+		t.Run(be.name, func(t *testing.T) {
+			fx, settle := newTracesFx(t, be.driver, api.CollectOptions{RatePerSecond: -1})
+			// One recording of the loop, exported twice: once as protobuf (gzip), once as JSON.
+			rec := tracetestRecorder(t, traces, tools)
+			for _, enc := range []otlptracehttp.Encoding{otlptracehttp.EncodingProtobuf, otlptracehttp.EncodingJSON} {
+				exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(fx.url+"/v1/traces"),
+					otlptracehttp.WithHeaders(map[string]string{"Authorization": "Bearer " + fx.key}),
+					otlptracehttp.WithCompression(otlptracehttp.GzipCompression), otlptracehttp.WithEncoding(enc),
+					otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for start := 0; start < len(rec); start += 400 {
+					if err := exp.ExportSpans(context.Background(), rec[start:min(start+400, len(rec))]); err != nil {
+						t.Fatalf("export (encoding %d): %v", enc, err)
+					}
+				}
+				_ = exp.Shutdown(context.Background())
+			}
+			all, pending := stagedCount(t, fx, "tau-retail")
+			if all != len(rec) || pending != len(rec) {
+				t.Fatalf("%d spans staged (%d pending), want %d: each once", all, pending, len(rec))
+			}
+			env, _ := store.GetEnv(context.Background(), fx.db, fx.ws.ID, "tau-retail")
+			if calls := settle.calls(); len(calls) == 0 || calls[0] != env.ID {
+				t.Fatalf("settle calls %v, want %s", calls, env.ID)
+			}
+			if env.Language != "go" {
+				t.Errorf("language %q, want go (telemetry.sdk.language)", env.Language)
+			}
+			t.Logf("%d spans of %d traces staged once from two exports", all, len(traces))
+		})
+	}
+}
+
+// tracetestRecorder replays traces through an OpenTelemetry SDK tracer and answers the spans it ended, as an
+// exporter receives them.
+func tracetestRecorder(t testing.TB, traces []trace.Trace, tools []tauformats.Tool) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	rec := &spanCollector{}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(rec),
+		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "tau-retail"), attribute.String("telemetry.sdk.language", "go"))))
+	tr := tp.Tracer("tau-agent")
+	for i, tt := range traces {
+		tauformats.Emit(context.Background(), tr, tt, tauformats.EmitOptions{Conversation: tt.ID, Tools: tools,
+			Start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i) * time.Hour)})
+	}
+	_ = tp.Shutdown(context.Background())
+	return rec.spans
+}
+
+// spanCollector is a span exporter keeping what it is given.
+type spanCollector struct {
+	mu    sync.Mutex
+	spans []sdktrace.ReadOnlySpan
+}
+
+func (c *spanCollector) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.spans = append(c.spans, spans...)
+	return nil
+}
+
+func (c *spanCollector) Shutdown(context.Context) error { return nil }
+
+// otlpReply is an answer of POST /v1/traces.
+type otlpReply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (fx *collectFx) postTraces(t testing.TB, body []byte, contentType string, headers ...string) otlpReply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, fx.url+"/v1/traces", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("Authorization", "Bearer "+fx.key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	return otlpReply{status: res.StatusCode, header: res.Header, body: data}
+}
+
+// status decodes an error answer as google.rpc.Status in its content type, and checks the envelope's fields ride
+// in it: the message holds the detail, code and request id; an ErrorInfo carries the code and request id.
+func (r otlpReply) rpcStatus(t testing.TB, want int, code string) (*status.Status, map[string]string) {
+	t.Helper()
+	if r.status != want {
+		t.Fatalf("status %d, want %d: %s", r.status, want, r.body)
+	}
+	st := &status.Status{}
+	var err error
+	if r.header.Get("Content-Type") == "application/json" {
+		err = protojson.Unmarshal(r.body, st)
+	} else {
+		err = proto.Unmarshal(r.body, st)
+	}
+	if err != nil {
+		t.Fatalf("error body is not a google.rpc.Status (%s): %v: %q", r.header.Get("Content-Type"), err, r.body)
+	}
+	rid := r.header.Get("X-Request-Id")
+	if !strings.Contains(st.Message, code) || !strings.Contains(st.Message, rid) || rid == "" {
+		t.Errorf("message %q lacks code %s or request id %s", st.Message, code, rid)
+	}
+	var meta map[string]string
+	for _, d := range st.Details {
+		m, err := d.UnmarshalNew()
+		if err != nil {
+			t.Fatalf("detail %s: %v", d.TypeUrl, err)
+		}
+		if info, ok := m.(*errdetails.ErrorInfo); ok {
+			meta = info.Metadata
+			if info.Reason != code || info.Domain != "doppel.dev" || meta["requestId"] != rid || meta["detail"] == "" {
+				t.Errorf("ErrorInfo %v", info)
+			}
+		}
+	}
+	if meta == nil {
+		t.Errorf("no ErrorInfo in %v", st.Details)
+	}
+	return st, meta
+}
+
+// export is a protobuf export of spans under a resource of service.
+func export(service string, spans ...*tracepb.Span) []byte {
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
+		Resource:   &resourcepb.Resource{Attributes: []*commonpb.KeyValue{strAttr("service.name", service)}},
+		ScopeSpans: []*tracepb.ScopeSpans{{Spans: spans}},
+	}}}
+	b, _ := proto.Marshal(req)
+	return b
+}
+
+func strAttr(k, v string) *commonpb.KeyValue {
+	return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+}
+
+func toolSpan(trace, span byte, callID string) *tracepb.Span {
+	return &tracepb.Span{TraceId: bytes.Repeat([]byte{trace}, 16), SpanId: bytes.Repeat([]byte{span}, 8), Name: "execute_tool get_order",
+		StartTimeUnixNano: uint64(span) * 1e6, EndTimeUnixNano: uint64(span)*1e6 + 1,
+		Attributes: []*commonpb.KeyValue{strAttr("gen_ai.operation.name", "execute_tool"), strAttr("gen_ai.tool.name", "get_order"),
+			strAttr("gen_ai.tool.call.id", callID), strAttr("gen_ai.tool.call.arguments", `{"id":7}`), strAttr("gen_ai.tool.call.result", "shipped")}}
+}
+
+// TestTracesAnswers: OTLP/HTTP's answers, in the request's encoding — partial success for spans refused one by
+// one, idempotent resends, the project header, and a google.rpc.Status carrying the envelope for each failure,
+// with Retry-After on the statuses exporters retry. Nothing is staged by a refused export.
+func TestTracesAnswers(t *testing.T) {
+	fx, _ := newTracesFx(t, schema.DriverSQLite, api.CollectOptions{RatePerSecond: -1, MaxRequestBytes: 64 << 10, MaxTraces: 3})
+	good := export("shop", toolSpan(1, 1, "c1"), toolSpan(1, 2, "c2"), &tracepb.Span{TraceId: []byte{1, 2}, SpanId: bytes.Repeat([]byte{3}, 8)},
+		&tracepb.Span{TraceId: bytes.Repeat([]byte{4}, 16), SpanId: bytes.Repeat([]byte{5}, 8), Name: "GET /"})
+	for round := range 2 {
+		r := fx.postTraces(t, good, "application/x-protobuf")
+		if r.status != 200 || r.header.Get("Content-Type") != "application/x-protobuf" {
+			t.Fatalf("round %d: %d %s %q", round, r.status, r.header.Get("Content-Type"), r.body)
+		}
+		resp := &coltracepb.ExportTraceServiceResponse{}
+		if err := proto.Unmarshal(r.body, resp); err != nil {
+			t.Fatal(err)
+		}
+		ps := resp.GetPartialSuccess()
+		if ps.GetRejectedSpans() != 1 || !strings.Contains(ps.GetErrorMessage(), "resourceSpans[0].scopeSpans[0].spans[2].traceId: must be 16 bytes") {
+			t.Fatalf("partial success %v", ps)
+		}
+		if all, pending := stagedCount(t, fx, "shop"); all != 2 || pending != 2 {
+			t.Fatalf("round %d: %d staged, %d pending; want 2 (the HTTP span is dropped, the bad one rejected, a resend adds nothing)", round, all, pending)
+		}
+	}
+	// JSON in, JSON out; the header names the project over service.name.
+	js, _ := protojson.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: []*tracepb.ResourceSpans{{
+		Resource:   &resourcepb.Resource{Attributes: []*commonpb.KeyValue{strAttr("service.name", "ignored")}},
+		ScopeSpans: []*tracepb.ScopeSpans{{Spans: []*tracepb.Span{toolSpan(9, 9, "c9")}}}}}})
+	js = bytes.ReplaceAll(js, []byte(`"CQkJCQkJCQkJCQkJCQkJCQ=="`), []byte(`"`+hex.EncodeToString(bytes.Repeat([]byte{9}, 16))+`"`))
+	r := fx.postTraces(t, js, "application/json", "X-Doppel-Project", "named")
+	if r.status != 200 || r.header.Get("Content-Type") != "application/json" || string(r.body) != "{}" {
+		t.Fatalf("JSON export: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	if all, _ := stagedCount(t, fx, "named"); all != 1 {
+		t.Fatalf("named project: %d staged", all)
+	}
+
+	before := rowCounts(t, fx.db)
+	var zb bytes.Buffer
+	zw := gzip.NewWriter(&zb)
+	zw.Write(bytes.Repeat([]byte{0}, 65<<10))
+	zw.Close()
+	cases := []struct {
+		name, ct string
+		body     []byte
+		headers  []string
+		want     int
+		code     string
+	}{
+		{"not protobuf", "application/x-protobuf", []byte("\xff\xff\xff"), nil, 400, api.CodeInvalid},
+		{"not JSON", "application/json", []byte(`{"resourceSpans":`), nil, 400, api.CodeInvalid},
+		{"content type", "text/plain", good, nil, 415, api.CodeInvalid},
+		{"content encoding", "application/x-protobuf", good, []string{"Content-Encoding", "br"}, 415, api.CodeInvalid},
+		{"no key", "application/x-protobuf", good, []string{"Authorization", ""}, 401, api.CodeUnauthorized},
+		{"another key", "application/json", good, []string{"Authorization", "Bearer mk_live_nope"}, 401, api.CodeUnauthorized},
+		{"body over the cap", "application/x-protobuf", bytes.Repeat([]byte{0}, 65<<10), nil, 413, api.CodeTooLarge},
+		{"gzip over the cap", "application/x-protobuf", zb.Bytes(), []string{"Content-Encoding", "gzip"}, 413, api.CodeTooLarge},
+		{"too many conversations", "application/x-protobuf", export("shop", toolSpan(1, 1, "a"), toolSpan(2, 1, "a"), toolSpan(3, 1, "a"), toolSpan(4, 1, "a")), nil, 413, api.CodeTooLarge},
+		{"header and query differ", "application/x-protobuf", good, []string{"X-Doppel-Project", "a"}, 400, api.CodeInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := ""
+			if c.name == "header and query differ" {
+				path = "?project=b"
+			}
+			req, _ := http.NewRequest(http.MethodPost, fx.url+"/v1/traces"+path, bytes.NewReader(c.body))
+			req.Header.Set("Content-Type", c.ct)
+			req.Header.Set("Authorization", "Bearer "+fx.key)
+			for i := 0; i+1 < len(c.headers); i += 2 {
+				req.Header.Set(c.headers[i], c.headers[i+1])
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			r := otlpReply{status: res.StatusCode, header: res.Header, body: data}
+			st, _ := r.rpcStatus(t, c.want, c.code)
+			if c.want == 400 {
+				found := false
+				for _, d := range st.Details {
+					if m, _ := d.UnmarshalNew(); m != nil {
+						_, found = m.(*errdetails.BadRequest)
+						if found {
+							break
+						}
+					}
+				}
+				if !found {
+					t.Errorf("bad data without a BadRequest detail: %v", st.Details)
+				}
+			}
+			if r.header.Get("Retry-After") != "" {
+				t.Errorf("Retry-After on %d", c.want)
+			}
+		})
+	}
+	if after := rowCounts(t, fx.db); !equalCounts(before, after) {
+		t.Errorf("refused exports changed rows: %v → %v", before, after)
+	}
+}
+
+// TestTracesRateLimitAndOutage: over the per-address rate an export answers 429 with Retry-After and RetryInfo,
+// and with the database gone 503 with both; the official exporter reads them as retryable, waits the
+// Retry-After, and its retry is staged once the service is back.
+func TestTracesRateLimitAndOutage(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	fx, _ := newTracesFx(t, schema.DriverSQLite, api.CollectOptions{RatePerSecond: 0.5, RateBurst: 1, Now: clock})
+	body := export("shop", toolSpan(1, 1, "c1"))
+	if r := fx.postTraces(t, body, "application/x-protobuf"); r.status != 200 {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	r := fx.postTraces(t, body, "application/x-protobuf")
+	st, _ := r.rpcStatus(t, 429, api.CodeRateLimited)
+	if r.header.Get("Retry-After") != "2" {
+		t.Errorf("Retry-After %q, want 2", r.header.Get("Retry-After"))
+	}
+	retry := false
+	for _, d := range st.Details {
+		if m, _ := d.UnmarshalNew(); m != nil {
+			if ri, ok := m.(*errdetails.RetryInfo); ok && ri.RetryDelay.AsDuration() == 2*time.Second {
+				retry = true
+			}
+		}
+	}
+	if !retry {
+		t.Errorf("no RetryInfo of 2s: %v", st.Details)
+	}
+	// The official exporter retries a 429 after its Retry-After; the clock moves on meanwhile.
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(fx.url+"/v1/traces"),
+		otlptracehttp.WithHeaders(map[string]string{"Authorization": "Bearer " + fx.key}),
+		otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: true, InitialInterval: 10 * time.Millisecond, MaxInterval: 3 * time.Second, MaxElapsedTime: 20 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		now = now.Add(10 * time.Second)
+		mu.Unlock()
+	}()
+	spans := spansOf(t, 7)
+	start := time.Now()
+	if err := exp.ExportSpans(context.Background(), spans); err != nil {
+		t.Fatalf("the exporter gave up: %v", err)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Errorf("the exporter retried after %s, before the Retry-After of 2s", waited)
+	}
+	if all, _ := stagedCount(t, fx, "tau-retail"); all != len(spans) {
+		t.Errorf("%d staged after the retry, want %d", all, len(spans))
+	}
+
+	// The database gone: 503 with Retry-After, and the exporter's error says so.
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	_ = fx.db.Close()
+	r = fx.postTraces(t, body, "application/json")
+	r.rpcStatus(t, 503, api.CodeUnavailable)
+	if r.header.Get("Retry-After") != "5" {
+		t.Errorf("503 Retry-After %q", r.header.Get("Retry-After"))
+	}
+	exp2, _ := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(fx.url+"/v1/traces"),
+		otlptracehttp.WithHeaders(map[string]string{"Authorization": "Bearer " + fx.key}), otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	err = exp2.ExportSpans(context.Background(), spans)
+	if err == nil || !strings.Contains(err.Error(), "unavailable") {
+		t.Errorf("exporter error %v, want the Status's message", err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("timed out rather than answered")
+	}
+}
+
+// spansOf records the first n tau traces' spans.
+func spansOf(t testing.TB, n int) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	traces, err := taudata.Traces("..", "retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tracetestRecorder(t, traces[:n], nil)
+}
