@@ -19,6 +19,7 @@ type Deps struct {
 	Sessions *activities.Sessions
 	Queries  *activities.Queries
 	Webhooks *activities.Webhooks
+	Spans    *activities.Spans
 }
 
 // Register registers every workflow under its explicit name and every activity struct's methods.
@@ -38,6 +39,9 @@ func Register(r sdkworker.Registry, d Deps) {
 	}
 	if d.Webhooks != nil {
 		r.RegisterActivityWithOptions(d.Webhooks, activity.RegisterOptions{})
+	}
+	if d.Spans != nil {
+		r.RegisterActivityWithOptions(d.Spans, activity.RegisterOptions{})
 	}
 }
 

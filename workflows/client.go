@@ -15,6 +15,8 @@ type Starter struct {
 	TaskQueue string
 	// Debounce is the quiet time after the last collected batch before a rebuild starts.
 	Debounce time.Duration
+	// Settle is how long a conversation's spans must be quiet before it becomes a trace (ScheduleSettle).
+	Settle time.Duration
 }
 
 // ScheduleBuild signals the environment's Rebuild workflow, starting it if none runs: batches that arrive close
