@@ -282,6 +282,10 @@ func startWorker(ctx context.Context, st *stack) (sdkworker.Worker, driver.Drive
 		w.Stop()
 		return nil, nil, fmt.Errorf("schedule missed rebuilds: %w", err)
 	}
+	if err := scheduleMissedSettles(ctx, st); err != nil {
+		w.Stop()
+		return nil, nil, fmt.Errorf("schedule span settling: %w", err)
+	}
 	reconcileTwins(ctx, st, drv)
 	return w, drv, nil
 }
@@ -311,10 +315,13 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	}
 	hooks := &activities.Webhooks{DB: st.db, Sender: webhook.NewSender(guard, st.cfg.Webhooks.AttemptTimeout),
 		Dispatch: st.webhookStarter(), Log: st.log.With("component", "webhooks")}
+	spans := &activities.Spans{DB: st.db, Blobs: st.blobs, Scheduler: st.starter(), TaskAttribute: st.cfg.OTLP.TaskAttribute,
+		Log: st.log.With("component", "spans")}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
 		Queries:  queries,
 		Builds:   builds,
 		Webhooks: hooks,
+		Spans:    spans,
 		Twins:    &activities.Twins{Driver: drv, Events: st.events()},
 		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
 			Log: st.log.With("component", "sessions"), Tracer: st.tracer()},
@@ -332,6 +339,31 @@ func sessionWorkflows(st *stack) *workflows.Sessions {
 	return &workflows.Sessions{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, TwinWait: st.cfg.Twin.Wait}
 }
 
+// starter starts doppel's workflows from the API and the worker.
+func (st *stack) starter() *workflows.Starter {
+	return &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce,
+		Settle: st.cfg.OTLP.Settle}
+}
+
+// scheduleMissedSettles starts span settling for every environment holding staged spans no trace was made from:
+// a process that died between staging an export and signalling its settling leaves such spans behind. Starting
+// one that runs only signals it.
+func scheduleMissedSettles(ctx context.Context, st *stack) error {
+	ids, err := store.EnvsWithPendingSpans(ctx, st.db)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := st.starter().ScheduleSettle(ctx, id); err != nil {
+			return err
+		}
+	}
+	if len(ids) > 0 {
+		st.log.Info("scheduled span settling of environments with pending spans", "envs", len(ids))
+	}
+	return nil
+}
+
 // scheduleMissedBuilds schedules the rebuild of every environment holding traces no build was queued after: a
 // process that died between committing a batch and scheduling its rebuild leaves such traces behind.
 func scheduleMissedBuilds(ctx context.Context, st *stack) error {
@@ -339,7 +371,7 @@ func scheduleMissedBuilds(ctx context.Context, st *stack) error {
 	if err != nil {
 		return err
 	}
-	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	starter := st.starter()
 	for _, id := range ids {
 		if err := starter.ScheduleBuild(ctx, id); err != nil {
 			return err
@@ -403,7 +435,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	if err != nil {
 		return opts, err
 	}
-	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	starter := st.starter()
 	c := st.cfg.Collect
 	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles(),
 		Traces: api.CollectOptions{MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes}}
@@ -441,8 +473,10 @@ func apiOptions(st *stack) (api.Options, error) {
 	}
 	hooks := &api.WebhookRoutes{Guard: guard, Deliveries: st.webhookStarter()}
 	uploads := &api.UploadRoutes{Blobs: st.blobs, MaxFileBytes: st.cfg.Uploads.MaxFileBytes}
+	tracesOpts := api.TracesOptions{Collect: collect, Settler: starter, TaskAttribute: st.cfg.OTLP.TaskAttribute}
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
+		api.TracesRoutes(tracesOpts, st.traceIngest()),
 		builds.Register,
 		sessions.Register,
 		wake.Register,
@@ -481,6 +515,7 @@ func docRoutes() []func(huma.API, *api.Deps) {
 	sessions := &api.SessionRoutes{}
 	return []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, api.CollectOptions{Blobs: docOnlyBlobs{}}) },
+		api.TracesRoutes(api.TracesOptions{}, nil),
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
@@ -517,6 +552,12 @@ func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
 		return err
 	}
 	defer stopPprof()
+	stopGRPC, err := serveOTLPGRPC(st)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopGRPC()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	ready(ln.Addr().String())

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
@@ -58,6 +59,8 @@ type stack struct {
 	meters *metering.Source
 	gate   *metering.Gate
 	hooks  *workflows.Webhooks
+	// otlp is the OTLP trace ingest the API serves at /v1/traces, shared with OTLP/gRPC (filled when the API is built).
+	otlp api.TraceIngest
 }
 
 // usageSource is the process's usage reader, over the configured plans and period.

@@ -30,6 +30,10 @@ func TestImportRules(t *testing.T) {
 		{"events", nil},    // event types and payloads: recorded by store, activities, toolplane; shown by api
 		{"webhook", nil},   // signing, the SSRF guard and the sender: no database, no Temporal
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
+		// OTLP decoding is pure: bodies in, spans out
+		{"otlp", []string{"api", "activities", "workflows", "toolplane", "store", "schema", "driver", "worker", "journal", "blob"}},
+		// build inputs are read and written by the API and by activities alike
+		{"envinputs", []string{"api", "activities", "workflows", "toolplane", "driver", "worker", "journal"}},
 		// metering reads the durable records and decides; it serves the layers above it
 		{"usage", []string{"api", "toolplane", "workflows", "activities", "driver", "worker", "journal", "twin"}},
 	}
