@@ -15,6 +15,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/otlptest"
 	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
@@ -47,7 +48,7 @@ func FuzzOTLPDecode(f *testing.F) {
 		}
 	}
 	for _, style := range []int{tauformats.GenAI, tauformats.OpenInference} {
-		c := export(&testing.T{}, "fuzz", func(tr oteltrace.Tracer) {
+		bodies := otlptest.Bodies(f, "fuzz", func(tr oteltrace.Tracer) {
 			for i, tt := range short {
 				conv := tt.ID
 				if i == 1 {
@@ -57,7 +58,7 @@ func FuzzOTLPDecode(f *testing.F) {
 					TaskAttr: "doppel.task", Task: "7", Start: time.Unix(int64(i)*1000, 0)})
 			}
 		})
-		for _, b := range c.bodies {
+		for _, b := range bodies {
 			f.Add(b, false, uint64(1))
 			req := &coltracepb.ExportTraceServiceRequest{}
 			if proto.Unmarshal(b, req) == nil {

@@ -7,19 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -27,59 +20,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/otlptest"
 	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
 )
-
-// capture is an OTLP/HTTP receiver that keeps every export body as it arrived (gzip undone), answering success.
-type capture struct {
-	mu     sync.Mutex
-	bodies [][]byte
-	types  []string
-}
-
-func (c *capture) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	data, _ := io.ReadAll(r.Body)
-	body, err := Decompress(data, r.Header.Get("Content-Encoding"), 64<<20)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	c.mu.Lock()
-	c.bodies = append(c.bodies, body)
-	c.types = append(c.types, r.Header.Get("Content-Type"))
-	c.mu.Unlock()
-	resp, _ := Encode(Response(0, ""), ContentTypeProtobuf)
-	w.Header().Set("Content-Type", ContentTypeProtobuf)
-	w.Write(resp)
-}
-
-// export runs emit against a tracer whose spans the official OTLP/HTTP exporter (protobuf, gzip) sends to a
-// capturing receiver, and answers the bodies it received.
-func export(t *testing.T, service string, emit func(oteltrace.Tracer), opts ...sdktrace.TracerProviderOption) *capture {
-	t.Helper()
-	c := &capture{}
-	srv := httptest.NewServer(c)
-	defer srv.Close()
-	ctx := context.Background()
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(srv.URL+"/v1/traces"), otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp, sdktrace.WithMaxExportBatchSize(512)),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", service)))}, opts...)...)
-	emit(tp.Tracer("tau-agent"))
-	if err := tp.Shutdown(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, ct := range c.types {
-		if ct != ContentTypeProtobuf {
-			t.Fatalf("the exporter sent %q", ct)
-		}
-	}
-	return c
-}
 
 // assembleAll decodes bodies, stages their spans per project, groups and assembles every conversation.
 func assembleAll(t *testing.T, bodies [][]byte, encoding string, opts Options) (map[string]map[string]*ingest.Assembled, int) {
@@ -147,17 +92,17 @@ func TestRealExporterTau(t *testing.T) {
 		limits []sdktrace.TracerProviderOption
 	}{{"genai", tauformats.GenAI, nil}, {"openinference", tauformats.OpenInference, []sdktrace.TracerProviderOption{sdktrace.WithSpanLimits(limits)}}} {
 		t.Run(style.name, func(t *testing.T) {
-			c := export(t, "tau-retail", func(tr oteltrace.Tracer) {
+			bodies := otlptest.Bodies(t, "tau-retail", func(tr oteltrace.Tracer) {
 				for i, tt := range traces {
 					tauformats.Emit(context.Background(), tr, tt, tauformats.EmitOptions{Style: style.style, Conversation: tt.ID,
 						Tools: tools, Start: base.Add(time.Duration(i) * time.Hour)})
 				}
 			}, style.limits...)
-			got, spans := assembleAll(t, c.bodies, ContentTypeProtobuf, Options{})
+			got, spans := assembleAll(t, bodies, ContentTypeProtobuf, Options{})
 			checkTau(t, got["tau-retail"], traces, tools, style.style == tauformats.GenAI)
-			t.Logf("%s: %d spans in %d protobuf exports → %d traces equal to the collected ones", style.name, spans, len(c.bodies), len(got["tau-retail"]))
+			t.Logf("%s: %d spans in %d protobuf exports → %d traces equal to the collected ones", style.name, spans, len(bodies), len(got["tau-retail"]))
 
-			for i, b := range c.bodies {
+			for i, b := range bodies {
 				req := &coltracepb.ExportTraceServiceRequest{}
 				if err := proto.Unmarshal(b, req); err != nil {
 					t.Fatal(err)
@@ -272,12 +217,12 @@ func TestTaskAndConversationFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	traces = traces[:6]
-	c := export(t, "shop", func(tr oteltrace.Tracer) {
+	bodies := otlptest.Bodies(t, "shop", func(tr oteltrace.Tracer) {
 		for i, tt := range traces {
 			tauformats.Emit(context.Background(), tr, tt, tauformats.EmitOptions{TaskAttr: "doppel.task", Task: taskOf(tt.ID), Start: time.Unix(int64(i)*100, 0)})
 		}
 	})
-	got, _ := assembleAll(t, c.bodies, ContentTypeProtobuf, Options{TaskAttr: "doppel.task"})
+	got, _ := assembleAll(t, bodies, ContentTypeProtobuf, Options{TaskAttr: "doppel.task"})
 	var ids []string
 	for id, a := range got["shop"] {
 		ids = append(ids, id)
