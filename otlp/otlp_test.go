@@ -3,8 +3,6 @@ package otlp
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -107,11 +105,7 @@ func TestRealExporterTau(t *testing.T) {
 				if err := proto.Unmarshal(b, req); err != nil {
 					t.Fatal(err)
 				}
-				js, err := protojson.Marshal(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				js = hexIDs(t, js)
+				js := otlptest.JSON(t, b)
 				back, err := Decode(js, ContentTypeJSON)
 				if err != nil {
 					t.Fatalf("export %d as JSON: %v", i, err)
@@ -171,42 +165,6 @@ func traceDiff(got, want trace.Trace) string {
 		}
 	}
 	return fmt.Sprintf("%d messages, want %d", len(got.Messages), len(want.Messages))
-}
-
-// hexIDs rewrites protobuf JSON's base64 trace and span ids as OTLP JSON's hex, walking the document.
-func hexIDs(t *testing.T, js []byte) []byte {
-	t.Helper()
-	var doc any
-	if err := json.Unmarshal(js, &doc); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				if s, ok := e.(string); ok && (k == "traceId" || k == "spanId" || k == "parentSpanId") {
-					b, err := base64.StdEncoding.DecodeString(s)
-					if err != nil {
-						t.Fatal(err)
-					}
-					x[k] = hex.EncodeToString(b)
-					continue
-				}
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	walk(doc)
-	out, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // TestTaskAndConversationFallback: spans naming no conversation make one trace per OpenTelemetry trace, named by

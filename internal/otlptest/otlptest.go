@@ -4,6 +4,9 @@ package otlptest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -66,4 +70,49 @@ func Bodies(t testing.TB, service string, emit func(oteltrace.Tracer), opts ...s
 		t.Fatalf("the exporter sent %q", bad)
 	}
 	return bodies
+}
+
+// JSON re-encodes a protobuf export as OTLP JSON: the official types through protojson, with trace and span ids
+// in hex as OTLP's JSON encoding writes them (protojson writes bytes in base64).
+func JSON(t testing.TB, body []byte) []byte {
+	t.Helper()
+	req := &coltracepb.ExportTraceServiceRequest{}
+	if err := proto.Unmarshal(body, req); err != nil {
+		t.Fatal(err)
+	}
+	js, err := protojson.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if s, ok := e.(string); ok && (k == "traceId" || k == "spanId" || k == "parentSpanId") {
+					b, err := base64.StdEncoding.DecodeString(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					x[k] = hex.EncodeToString(b)
+					continue
+				}
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
