@@ -6,7 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +19,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/klauspost/compress/gzip"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -27,10 +32,15 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/api"
+	"github.com/doppel-dev/doppel/blob/blobtest"
+	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -438,4 +448,121 @@ func spansOf(t testing.TB, n int) []sdktrace.ReadOnlySpan {
 		t.Fatal(err)
 	}
 	return tracetestRecorder(t, traces[:n], nil)
+}
+
+// TestTracesGRPC: OTLP/gRPC on its own listener, over the same ingest: the official gRPC exporter (gzip) stages its
+// spans in the workspace its key names; a wrong key is UNAUTHENTICATED, and nothing is staged twice on a resend.
+func TestTracesGRPC(t *testing.T) {
+	var ingest api.TraceIngest
+	settle := &settleRecorder{}
+	traces := api.TracesRoutes(api.TracesOptions{Collect: api.CollectOptions{RatePerSecond: -1}, Settler: settle}, &ingest)
+	fx := newCollectServer(t, schema.DriverSQLite, api.CollectOptions{RatePerSecond: -1}, nil, api.Options{Routes: []func(huma.API, *api.Deps){traces}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.NewGRPCServer(api.NewTraceService(&ingest))
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	spans := spansOf(t, 5)
+	for round := range 2 {
+		exp, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(ln.Addr().String()), otlptracegrpc.WithInsecure(),
+			otlptracegrpc.WithCompressor("gzip"), otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + fx.key}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exp.ExportSpans(context.Background(), spans); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		_ = exp.Shutdown(context.Background())
+		if all, _ := stagedCount(t, fx, "tau-retail"); all != len(spans) {
+			t.Fatalf("round %d: %d staged, want %d", round, all, len(spans))
+		}
+	}
+	if len(settle.calls()) != 1 {
+		t.Errorf("settle calls %v, want one (the resend staged nothing)", settle.calls())
+	}
+	exp, _ := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(ln.Addr().String()), otlptracegrpc.WithInsecure(),
+		otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer mk_live_wrong"}), otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: false}))
+	err = exp.ExportSpans(context.Background(), spans)
+	if err == nil || !strings.Contains(err.Error(), "Unauthenticated") || !strings.Contains(err.Error(), "unauthorized") {
+		t.Errorf("wrong key over gRPC: %v", err)
+	}
+}
+
+// TestTracesAcrossReplicas: two API processes over one PostgreSQL and MinIO, an exporter's requests spread over
+// both, its spans shuffled: staging is shared, and the spans settle into traces equal to the collected ones.
+func TestTracesAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	db := schematest.Open(t, schema.DriverPostgres)
+	blobs := blobtest.NewS3(t)
+	ws, err := store.CreateWorkspace(ctx, db, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := store.CreateKey(ctx, db, ws.ID, cred.KindWorkspace, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for range 2 {
+		h, _ := api.New(api.Options{DB: db, Routes: []func(huma.API, *api.Deps){
+			api.TracesRoutes(api.TracesOptions{Collect: api.CollectOptions{Blobs: blobs, RatePerSecond: -1}}, nil)}})
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	traces, err := taudata.Traces("..", "retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	traces = traces[:20]
+	spans := tracetestRecorder(t, traces, nil)
+	r := rand.New(rand.NewPCG(2, 3))
+	r.Shuffle(len(spans), func(i, j int) { spans[i], spans[j] = spans[j], spans[i] })
+	for i, start := 0, 0; start < len(spans); i, start = i+1, start+50 {
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(urls[i%2]+"/v1/traces"),
+			otlptracehttp.WithHeaders(map[string]string{"Authorization": "Bearer " + key}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := exp.ExportSpans(ctx, spans[start:min(start+50, len(spans))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env, err := store.GetEnv(ctx, db, ws.ID, "tau-retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Hour)
+	s := &activities.Spans{DB: db, Blobs: blobs, Now: func() time.Time { return later }}
+	res, err := s.AssembleSettled(ctx, env.ID, time.Minute)
+	if err != nil || res.Assembled != len(traces) || res.Failed != 0 {
+		t.Fatalf("settle: %+v, %v", res, err)
+	}
+	rows, _ := store.ListTraces(ctx, db, env.ID)
+	batches, _ := store.ListTraceBatches(ctx, db, env.ID)
+	if len(rows) != len(traces) || len(batches) != 1 {
+		t.Fatalf("%d traces in %d batches", len(rows), len(batches))
+	}
+	rc, err := blobs.Get(ctx, batches[0].BlobKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(rc)
+	rc.Close()
+	b, err := ingest.DecodeBlob(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]trace.Trace{}
+	for _, tr := range b.Traces {
+		byID[tr.ID] = tr
+	}
+	for _, tt := range traces {
+		if !reflect.DeepEqual(byID[tt.ID], tauformats.Comparable(tt, true)) {
+			t.Fatalf("%s differs", tt.ID)
+		}
+	}
 }
