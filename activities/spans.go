@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/envinputs"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/otlp"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
@@ -144,8 +144,8 @@ func (s *Spans) AssembleSettled(ctx context.Context, envID string, settle time.D
 			if row == nil {
 				continue
 			}
-			var sp ingest.Span
-			if err := json.Unmarshal([]byte(row.Span), &sp); err != nil {
+			sp, err := otlp.Span(row.Span)
+			if err != nil {
 				s.logger().Warn("settle: a staged span does not decode", "env", envID, "span", k.SpanID, "error", err)
 				continue
 			}

@@ -52,9 +52,8 @@ func stageBodies(t *testing.T, db bun.IDB, env *schema.Environment, bodies [][]b
 		for _, p := range otlp.Extract(req, otlp.Options{TaskAttr: "doppel.task"}).Projects {
 			rows := make([]schema.StagedSpan, len(p.Spans))
 			for i, s := range p.Spans {
-				data, _ := json.Marshal(s)
-				rows[i] = schema.StagedSpan{EnvID: env.ID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.Parent, ConversationID: s.Conversation(),
-					Bytes: int64(len(data)), Span: string(data)}
+				rows[i] = schema.StagedSpan{EnvID: env.ID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.Parent, ConversationID: s.Conversation,
+					Bytes: int64(len(s.Data)), Span: s.Data}
 			}
 			added, err := store.StageSpans(context.Background(), db, rows)
 			if err != nil {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -144,7 +143,7 @@ func (t *TraceIngest) export(ctx context.Context, p *Principal, project string, 
 	for _, pr := range ex.Projects {
 		for i := range pr.Spans {
 			s := &pr.Spans[i]
-			if c := s.Conversation(); c != "" {
+			if c := s.Conversation; c != "" {
 				convs[pr.Name+"\x00c:"+c] = true
 			} else {
 				convs[pr.Name+"\x00t:"+s.TraceID] = true
@@ -220,15 +219,10 @@ func (t *TraceIngest) stage(ctx context.Context, ws string, ex *otlp.Extracted) 
 			}
 			rows := make([]schema.StagedSpan, len(pr.Spans))
 			var size int64
-			for i := range pr.Spans {
-				s := &pr.Spans[i]
-				data, err := json.Marshal(s)
-				if err != nil {
-					return fmt.Errorf("encode span: %w", err)
-				}
+			for i, s := range pr.Spans {
 				rows[i] = schema.StagedSpan{EnvID: env.ID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.Parent,
-					ConversationID: s.Conversation(), Bytes: int64(len(data)), Span: string(data)}
-				size += int64(len(data))
+					ConversationID: s.Conversation, Bytes: int64(len(s.Data)), Span: s.Data}
+				size += int64(len(s.Data))
 			}
 			if env.CollectedBytes+size > t.opts.Collect.MaxEnvBytes {
 				full = TooLarge("environment %s holds %d collected bytes; the %d bytes of this export's spans would pass its cap of %d",

@@ -11,9 +11,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/klauspost/compress/s2"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/doppel-dev/doppel/ingest"
 )
@@ -43,7 +45,7 @@ type Options struct {
 // Project is the spans of one project an export carried, in the order met.
 type Project struct {
 	Name  string
-	Spans []ingest.Span
+	Spans []Staged
 	// Language is the resource's telemetry.sdk.language (python, go, nodejs, …) and Scopes the instrumentation
 	// scopes of its spans (e.g. openinference.instrumentation.langchain): what they tell of the agent.
 	Language string
@@ -99,12 +101,12 @@ func Extract(req *coltracepb.ExportTraceServiceRequest, opts Options) *Extracted
 					out.Rejected = append(out.Rejected, Rejection{fmt.Sprintf("resourceSpans[%d].resource.attributes", ri), badProject})
 					continue
 				}
-				span, field, reason := convert(s, opts.TaskAttr)
+				span, field, reason := stage(s, opts.TaskAttr)
 				if reason != "" {
 					out.Rejected = append(out.Rejected, Rejection{path + "." + field, reason})
 					continue
 				}
-				if !span.Relevant(opts.TaskAttr) {
+				if span.Data == nil {
 					out.Ignored++
 					continue
 				}
@@ -131,25 +133,108 @@ func Extract(req *coltracepb.ExportTraceServiceRequest, opts Options) *Extracted
 	return out
 }
 
-// convert makes a staged span of s, or answers which field is at fault and why.
-func convert(s *tracepb.Span, taskAttr string) (span ingest.Span, field, reason string) {
+// Staged is a span as staging keeps it: its ids, the conversation it names, and the span itself.
+type Staged struct {
+	TraceID, SpanID, Parent string // lower-case hex
+	Conversation            string // gen_ai.conversation.id, else session.id
+	// Data is the span as OTLP protobuf (opentelemetry.proto.trace.v1.Span) with only the attributes and events
+	// ingest reads (ingest.KeepAttr, ingest.KeepEvent), S2-compressed: Span reads it back. A model call's span
+	// carries the conversation so far, so staging keeps it compact and never re-encodes its texts.
+	Data []byte
+}
+
+// probeLen bounds the attribute values a relevance probe carries (longer ones are there by name only).
+const probeLen = 1024
+
+// stage makes the staged form of s, or answers which field is at fault and why. A span that records no model
+// call, tool execution, conversation or task answers a Staged with no Data (dropped).
+func stage(s *tracepb.Span, taskAttr string) (st Staged, field, reason string) {
 	if !validID(s.GetTraceId(), 16) {
-		return span, "traceId", fmt.Sprintf("must be 16 bytes, not all zero; got %d", len(s.GetTraceId()))
+		return st, "traceId", fmt.Sprintf("must be 16 bytes, not all zero; got %d", len(s.GetTraceId()))
 	}
 	if !validID(s.GetSpanId(), 8) {
-		return span, "spanId", fmt.Sprintf("must be 8 bytes, not all zero; got %d", len(s.GetSpanId()))
+		return st, "spanId", fmt.Sprintf("must be 8 bytes, not all zero; got %d", len(s.GetSpanId()))
 	}
 	if p := s.GetParentSpanId(); len(p) != 0 && len(p) != 8 {
-		return span, "parentSpanId", fmt.Sprintf("must be empty or 8 bytes; got %d", len(p))
+		return st, "parentSpanId", fmt.Sprintf("must be empty or 8 bytes; got %d", len(p))
 	}
-	span = ingest.Span{
+	kept := &tracepb.Span{TraceId: s.GetTraceId(), SpanId: s.GetSpanId(), Name: s.GetName(),
+		StartTimeUnixNano: s.GetStartTimeUnixNano(), EndTimeUnixNano: s.GetEndTimeUnixNano(), Status: s.GetStatus()}
+	if p := s.GetParentSpanId(); len(p) == 8 && !allZero(p) {
+		kept.ParentSpanId = p
+	}
+	// The probe holds the kept attributes' short values (and the long ones by name): enough to classify the span.
+	probe := ingest.Span{}
+	for _, kv := range s.GetAttributes() {
+		k := kv.GetKey()
+		if !ingest.KeepAttr(k, taskAttr) {
+			continue
+		}
+		kept.Attributes = append(kept.Attributes, kv)
+		if probe.Attrs == nil {
+			probe.Attrs = map[string]json.RawMessage{}
+		}
+		switch v := kv.GetValue().GetValue().(type) {
+		case *commonpb.AnyValue_StringValue:
+			if len(v.StringValue) > probeLen {
+				probe.Attrs[k] = json.RawMessage("null")
+				continue
+			}
+		case *commonpb.AnyValue_ArrayValue, *commonpb.AnyValue_KvlistValue, *commonpb.AnyValue_BytesValue:
+			probe.Attrs[k] = json.RawMessage("null") // structured: there by name
+			continue
+		}
+		probe.Attrs[k] = appendValue(nil, kv.GetValue())
+	}
+	for _, e := range s.GetEvents() {
+		if ingest.KeepEvent(e.GetName()) {
+			kept.Events = append(kept.Events, e)
+			probe.Events = append(probe.Events, ingest.SpanEvent{Name: e.GetName()})
+		}
+	}
+	conv := attrString(s.GetAttributes(), "gen_ai.conversation.id")
+	if conv == "" {
+		conv = attrString(s.GetAttributes(), "session.id")
+	}
+	if !validName(conv, MaxConversationLen) {
+		return st, "attributes", fmt.Sprintf("the conversation id (gen_ai.conversation.id or session.id) must be at most %d bytes of text without control characters", MaxConversationLen)
+	}
+	if taskAttr != "" && !validName(attrString(s.GetAttributes(), taskAttr), MaxTaskLen) {
+		return st, "attributes", fmt.Sprintf("%s must be at most %d bytes of text without control characters", taskAttr, MaxTaskLen)
+	}
+	st = Staged{TraceID: hex.EncodeToString(kept.TraceId), SpanID: hex.EncodeToString(kept.SpanId), Conversation: conv}
+	if len(kept.ParentSpanId) == 8 {
+		st.Parent = hex.EncodeToString(kept.ParentSpanId)
+	}
+	if !probe.Relevant(taskAttr) {
+		return st, "", ""
+	}
+	raw, err := proto.Marshal(kept)
+	if err != nil { // only for invalid UTF-8 in a string field, which Unmarshal already refused
+		return st, "attributes", err.Error()
+	}
+	st.Data = s2.Encode(nil, raw)
+	return st, "", ""
+}
+
+// Span reads a staged span back (Staged.Data) as assembly reads it: ids in hex, attribute values as JSON.
+func Span(data []byte) (ingest.Span, error) {
+	raw, err := s2.Decode(nil, data)
+	if err != nil {
+		return ingest.Span{}, fmt.Errorf("otlp: staged span: %w", err)
+	}
+	s := &tracepb.Span{}
+	if err := proto.Unmarshal(raw, s); err != nil {
+		return ingest.Span{}, fmt.Errorf("otlp: staged span: %w", err)
+	}
+	span := ingest.Span{
 		TraceID: hex.EncodeToString(s.GetTraceId()),
 		SpanID:  hex.EncodeToString(s.GetSpanId()),
 		Name:    s.GetName(),
 		Start:   clampNanos(s.GetStartTimeUnixNano()),
 		End:     clampNanos(s.GetEndTimeUnixNano()),
 	}
-	if p := s.GetParentSpanId(); len(p) == 8 && !allZero(p) {
+	if p := s.GetParentSpanId(); len(p) == 8 {
 		span.Parent = hex.EncodeToString(p)
 	}
 	if st := s.GetStatus(); st.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
@@ -159,17 +244,12 @@ func convert(s *tracepb.Span, taskAttr string) (span ingest.Span, field, reason 
 		}
 	}
 	for _, kv := range s.GetAttributes() {
-		if ingest.KeepAttr(kv.GetKey(), taskAttr) {
-			if span.Attrs == nil {
-				span.Attrs = map[string]json.RawMessage{}
-			}
-			span.Attrs[kv.GetKey()] = appendValue(nil, kv.GetValue())
+		if span.Attrs == nil {
+			span.Attrs = map[string]json.RawMessage{}
 		}
+		span.Attrs[kv.GetKey()] = appendValue(nil, kv.GetValue())
 	}
 	for _, e := range s.GetEvents() {
-		if !ingest.KeepEvent(e.GetName()) {
-			continue
-		}
 		ev := ingest.SpanEvent{Name: e.GetName(), Time: clampNanos(e.GetTimeUnixNano())}
 		for _, kv := range e.GetAttributes() {
 			if ev.Attrs == nil {
@@ -179,13 +259,7 @@ func convert(s *tracepb.Span, taskAttr string) (span ingest.Span, field, reason 
 		}
 		span.Events = append(span.Events, ev)
 	}
-	if c := span.Conversation(); !validName(c, MaxConversationLen) {
-		return ingest.Span{}, "attributes", fmt.Sprintf("the conversation id (gen_ai.conversation.id or session.id) must be at most %d bytes of text without control characters", MaxConversationLen)
-	}
-	if taskAttr != "" && !validName(span.Str(taskAttr), MaxTaskLen) {
-		return ingest.Span{}, "attributes", fmt.Sprintf("%s must be at most %d bytes of text without control characters", taskAttr, MaxTaskLen)
-	}
-	return span, "", ""
+	return span, nil
 }
 
 func validID(id []byte, n int) bool { return len(id) == n && !allZero(id) }

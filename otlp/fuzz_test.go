@@ -85,26 +85,32 @@ func FuzzOTLPDecode(f *testing.F) {
 		}
 		ex := Extract(req, Options{TaskAttr: "doppel.task"})
 		staged := 0
-		for _, p := range ex.Projects {
+		decoded := make([][]ingest.Span, len(ex.Projects))
+		for i, p := range ex.Projects {
 			staged += len(p.Spans)
 			for _, s := range p.Spans {
 				if len(s.TraceID) != 32 || len(s.SpanID) != 16 || (s.Parent != "" && len(s.Parent) != 16) {
 					t.Fatalf("staged a span with bad ids: %+v", s)
 				}
+				span, err := Span(s.Data)
+				if err != nil || span.TraceID != s.TraceID || span.SpanID != s.SpanID || span.Parent != s.Parent || span.Conversation() != s.Conversation {
+					t.Fatalf("a staged span reads back as %+v, %v; staged %+v", span, err, s)
+				}
+				decoded[i] = append(decoded[i], span)
 			}
 		}
 		if staged+ex.Ignored+len(ex.Rejected) != ex.Spans {
 			t.Fatalf("%d spans: %d staged + %d ignored + %d rejected", ex.Spans, staged, ex.Ignored, len(ex.Rejected))
 		}
 		r := rand.New(rand.NewPCG(seed, seed>>1))
-		for _, p := range ex.Projects {
+		for pi, p := range ex.Projects {
 			meta := make([]ingest.SpanMeta, len(p.Spans))
 			for i, s := range p.Spans {
-				meta[i] = ingest.SpanMeta{TraceID: s.TraceID, SpanID: s.SpanID, Parent: s.Parent, Conversation: s.Conversation()}
+				meta[i] = ingest.SpanMeta{TraceID: s.TraceID, SpanID: s.SpanID, Parent: s.Parent, Conversation: s.Conversation}
 			}
 			groups := map[string][]ingest.Span{}
 			for i, k := range ingest.Conversations(meta) {
-				groups[k] = append(groups[k], p.Spans[i])
+				groups[k] = append(groups[k], decoded[pi][i])
 			}
 			for k, g := range groups {
 				g = firstOfEach(g)

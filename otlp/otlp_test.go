@@ -40,7 +40,13 @@ func assembleAll(t *testing.T, bodies [][]byte, encoding string, opts Options) (
 		}
 		spans += ex.Spans
 		for _, p := range ex.Projects {
-			byProject[p.Name] = append(byProject[p.Name], p.Spans...)
+			for _, st := range p.Spans {
+				span, err := Span(st.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				byProject[p.Name] = append(byProject[p.Name], span)
+			}
 		}
 	}
 	out := map[string]map[string]*ingest.Assembled{}

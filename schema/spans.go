@@ -21,6 +21,6 @@ type StagedSpan struct {
 	// Pending is true until a version of the conversation's trace is made from the span.
 	Pending bool  `bun:"pending,notnull"`
 	Bytes   int64 `bun:"bytes,notnull"`
-	// Span is the staged span as JSON (ingest.Span).
-	Span string `bun:"span,notnull"`
+	// Span is the staged span: OTLP protobuf with the attributes assembly reads, S2-compressed (otlp.Staged.Data).
+	Span []byte `bun:"span,notnull"`
 }

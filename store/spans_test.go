@@ -14,7 +14,7 @@ import (
 )
 
 func stagedSpan(env, trace, span, conv string) schema.StagedSpan {
-	return schema.StagedSpan{EnvID: env, TraceID: trace, SpanID: span, ConversationID: conv, Bytes: 10, Span: `{"trace_id":"` + trace + `"}`}
+	return schema.StagedSpan{EnvID: env, TraceID: trace, SpanID: span, ConversationID: conv, Bytes: 10, Span: []byte(`{"trace_id":"` + trace + `"}`)}
 }
 
 // TestStageSpans: a span is staged once however often it is sent; pending spans and the spans sharing a trace or
@@ -67,7 +67,7 @@ func TestStageSpans(t *testing.T) {
 			t.Fatalf("closure %v, want %v", got, want)
 		}
 		rows, err := store.StagedSpans(ctx, db, env.ID, []store.SpanKey{{"t2", "d"}, {"t1", "a"}})
-		if err != nil || len(rows) != 2 || rows[0].SpanID != "a" || rows[1].Span != `{"trace_id":"t2"}` || rows[0].ConversationID != "conv" {
+		if err != nil || len(rows) != 2 || rows[0].SpanID != "a" || string(rows[1].Span) != `{"trace_id":"t2"}` || rows[0].ConversationID != "conv" {
 			t.Fatalf("StagedSpans = %+v, %v", rows, err)
 		}
 		if b, err := store.StagedBytes(ctx, db, env.ID); err != nil || b != 30 {

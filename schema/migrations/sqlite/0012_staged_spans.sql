@@ -8,7 +8,7 @@ CREATE TABLE staged_spans (
     received_at     TEXT NOT NULL,
     pending         INTEGER NOT NULL,
     bytes           INTEGER NOT NULL,
-    span            TEXT NOT NULL,
+    span            BLOB NOT NULL,
     PRIMARY KEY (env_id, trace_id, span_id)
 ) STRICT;
 CREATE INDEX staged_spans_pending_idx ON staged_spans (env_id, received_at) WHERE pending;
