@@ -566,3 +566,22 @@ func TestTracesAcrossReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestTracesExporterFromEnvironment: the exporter set up only by the environment variables docs/sending-traces.md
+// gives (endpoint, and the Authorization header percent-encoded as OTel's header lists are) reaches doppel.
+func TestTracesExporterFromEnvironment(t *testing.T) {
+	fx, _ := newTracesFx(t, schema.DriverSQLite, api.CollectOptions{RatePerSecond: -1})
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", fx.url+"/v1/traces")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "Authorization=Bearer%20"+fx.key)
+	exp, err := otlptracehttp.New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := spansOf(t, 2)
+	if err := exp.ExportSpans(context.Background(), spans); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := stagedCount(t, fx, "tau-retail"); all != len(spans) {
+		t.Errorf("%d staged, want %d", all, len(spans))
+	}
+}
