@@ -127,7 +127,8 @@ func (b *bodyBudget) refusal() *Envelope {
 		b.size, budgetRetryAfter)
 }
 
-// refuse answers r with e: the REST envelope, or tRPC's error shape under /trpc/. A 503 carries Retry-After.
+// refuse answers r with e: the REST envelope, tRPC's error shape under /trpc/, or OTLP's google.rpc.Status at
+// /v1/traces. A 503 carries Retry-After.
 func refuse(w http.ResponseWriter, r *http.Request, e *Envelope) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(budgetRetryAfter))
@@ -136,6 +137,10 @@ func refuse(w http.ResponseWriter, r *http.Request, e *Envelope) {
 	w.Header().Set("Connection", "close")
 	if strings.HasPrefix(r.URL.Path, "/trpc/") {
 		trpcFail(w, r, e)
+		return
+	}
+	if r.URL.Path == tracesPath { // OTLP/HTTP's error body
+		writeTraceRefusal(w, r, e)
 		return
 	}
 	writeEnvelope(w, e.status, e)

@@ -405,3 +405,17 @@ func (t *TraceIngest) writeError(w http.ResponseWriter, r *http.Request, enc str
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+// writeTraceRefusal answers a request to /v1/traces the body budget refused (Retry-After already set on a 503) with
+// the google.rpc.Status of its envelope, in the request's encoding (JSON when it names none OTLP knows).
+func writeTraceRefusal(w http.ResponseWriter, r *http.Request, e *Envelope) {
+	enc, err := otlp.Encoding(r.Header.Get("Content-Type"))
+	if err != nil {
+		enc = otlp.ContentTypeJSON
+	}
+	retry := 0
+	if e.status == http.StatusServiceUnavailable {
+		retry = budgetRetryAfter
+	}
+	(&TraceIngest{}).writeError(w, r, enc, &traceError{env: e, retryAfter: retry})
+}

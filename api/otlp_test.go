@@ -585,3 +585,18 @@ func TestTracesExporterFromEnvironment(t *testing.T) {
 		t.Errorf("%d staged, want %d", all, len(spans))
 	}
 }
+
+// TestTracesBodyBudgetRefusal: a body the API's body budget refuses answers OTLP's google.rpc.Status too.
+func TestTracesBodyBudgetRefusal(t *testing.T) {
+	fx, _ := newTracesFx(t, schema.DriverSQLite, api.CollectOptions{RatePerSecond: -1})
+	h, _ := api.New(api.Options{DB: fx.db, BodyBudget: 1 << 10, Routes: []func(huma.API, *api.Deps){
+		api.TracesRoutes(api.TracesOptions{Collect: api.CollectOptions{RatePerSecond: -1}}, nil)}})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	fx.url = srv.URL
+	r := fx.postTraces(t, bytes.Repeat([]byte{0}, 4<<10), "application/x-protobuf")
+	r.rpcStatus(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge)
+	if r.header.Get("Content-Type") != "application/x-protobuf" {
+		t.Errorf("Content-Type %q", r.header.Get("Content-Type"))
+	}
+}
