@@ -19,7 +19,7 @@ import (
 // Blobs is the part of the blob store inputs take.
 type Blobs interface {
 	blob.Putter
-	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Getter
 }
 
 // Prefix is where inputs blobs go (as the build route stores them).
@@ -42,7 +42,7 @@ func AddTools(ctx context.Context, db bun.IDB, blobs Blobs, envID string, defs [
 		if err != nil {
 			return nil, err
 		}
-		cur, err := read(ctx, blobs, env.InputsKey)
+		cur, err := Read(ctx, blobs, env.InputsKey)
 		if err != nil {
 			return nil, err
 		}
@@ -68,19 +68,24 @@ func AddTools(ctx context.Context, db bun.IDB, blobs Blobs, envID string, defs [
 	}
 }
 
-// read reads an inputs blob ("" is no inputs).
-func read(ctx context.Context, blobs Blobs, key string) (infer.Upload, error) {
+// Getter reads blobs.
+type Getter interface {
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+}
+
+// Read reads an environment's inputs blob ("" is no inputs).
+func Read(ctx context.Context, blobs Getter, key string) (infer.Upload, error) {
 	var up infer.Upload
 	if key == "" {
 		return up, nil
 	}
 	rc, err := blobs.Get(ctx, key)
 	if err != nil {
-		return up, fmt.Errorf("envinputs: read inputs %s: %w", key, err)
+		return up, fmt.Errorf("read build inputs %s: %w", key, err)
 	}
 	defer rc.Close()
 	if err := json.NewDecoder(rc).Decode(&up); err != nil {
-		return up, fmt.Errorf("envinputs: decode inputs %s: %w", key, err)
+		return up, fmt.Errorf("decode build inputs %s: %w", key, err)
 	}
 	return up, nil
 }

@@ -61,7 +61,7 @@ func TestAddTools(t *testing.T) {
 		}
 		wg.Wait()
 		got, _ := store.GetEnvByID(ctx, db, env.ID)
-		up, err := read(ctx, blobs, got.InputsKey)
+		up, err := Read(ctx, blobs, got.InputsKey)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestAddTools(t *testing.T) {
 			t.Fatalf("after upload: %v, %v", added, err)
 		}
 		got, _ = store.GetEnvByID(ctx, db, env.ID)
-		up, _ = read(ctx, blobs, got.InputsKey)
+		up, _ = Read(ctx, blobs, got.InputsKey)
 		defs, _ := infer.ParseToolDefs(up.Tools)
 		if len(defs) != 2 || defs[1].Name != "refund" || defs[1].Description != "uploaded" {
 			t.Errorf("tools %+v", defs)

@@ -81,20 +81,9 @@ func InsertTraceVersions(ctx context.Context, db bun.IDB, batch *schema.TraceBat
 		if _, err := tx.NewInsert().Model(batch).Exec(ctx); err != nil {
 			return wrap(err, "insert trace batch for env %q", batch.EnvID)
 		}
-		var envs []schema.Environment
-		err := tx.NewUpdate().Model(&envs).
-			Set("n_traces = n_traces + ?", len(res.Inserted)).
-			Set("collected_bytes = collected_bytes + ?", batch.Bytes).
-			Set("updated_at = ?", batch.CreatedAt).
-			Where("id = ?", batch.EnvID).Returning("*").Scan(ctx)
-		if err != nil {
-			return wrap(err, "count traces of env %q", batch.EnvID)
-		}
-		if len(envs) == 0 {
-			return fmt.Errorf("store: insert trace versions: env %q: %w", batch.EnvID, ErrNotFound)
-		}
-		res.Env = &envs[0]
-		return nil
+		env, err := countBatch(ctx, tx, batch, int64(len(res.Inserted)), batch.Bytes)
+		res.Env = env
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -2,9 +2,11 @@
 package taudata
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -14,7 +16,26 @@ import (
 // Traces reads the dev traces of a tau domain ("retail", "airline") from infer/testdata, found from root, the
 // repository's root relative to the caller's package directory (".." from a top-level package).
 func Traces(root, domain string) ([]trace.Trace, error) {
-	path := filepath.Join(root, "infer", "testdata", "tau-"+domain+"-dev.json.gz")
+	data, err := read(root, "tau-"+domain+"-dev.json.gz")
+	if err != nil {
+		return nil, err
+	}
+	var b trace.Batch
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&b); err != nil {
+		return nil, fmt.Errorf("decode tau-%s-dev: %w", domain, err)
+	}
+	return b.Traces, nil
+}
+
+// ToolsJSON reads the tool definitions of a tau domain ({"tools": [{name, description, parameters}]}) from
+// infer/testdata under root.
+func ToolsJSON(root, domain string) ([]byte, error) {
+	return read(root, "tau-"+domain+"-tools.json.gz")
+}
+
+// read answers the uncompressed content of infer/testdata/name under root.
+func read(root, name string) ([]byte, error) {
+	path := filepath.Join(root, "infer", "testdata", name)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -24,9 +45,9 @@ func Traces(root, domain string) ([]trace.Trace, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gunzip %s: %w", path, err)
 	}
-	var b trace.Batch
-	if err := json.NewDecoder(zr).Decode(&b); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", path, err)
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("gunzip %s: %w", path, err)
 	}
-	return b.Traces, nil
+	return data, nil
 }

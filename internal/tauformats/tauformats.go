@@ -5,17 +5,15 @@ package tauformats
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -28,21 +26,15 @@ type Tool struct {
 
 // Tools reads a tau domain's tool definitions from infer/testdata under root (the repository's root).
 func Tools(root, domain string) ([]Tool, error) {
-	path := filepath.Join(root, "infer", "testdata", "tau-"+domain+"-tools.json.gz")
-	f, err := os.Open(path)
+	data, err := taudata.ToolsJSON(root, domain)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("gunzip %s: %w", path, err)
 	}
 	var file struct {
 		Tools []Tool `json:"tools"`
 	}
-	if err := json.NewDecoder(zr).Decode(&file); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", path, err)
+	if err := json.Unmarshal(data, &file); err != nil {
+		return nil, fmt.Errorf("decode tau-%s-tools: %w", domain, err)
 	}
 	return file.Tools, nil
 }
