@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -115,6 +116,9 @@ func (s *Spans) AssembleSettled(ctx context.Context, envID string, settle time.D
 		ready, res.More = ready[:limit], true
 	}
 	env, err := store.GetEnvByID(ctx, s.DB, envID)
+	if errors.Is(err, store.ErrNotFound) {
+		return SettleResult{}, nil // deleted meanwhile: its spans went with it
+	}
 	if err != nil {
 		return res, fmt.Errorf("settle spans of %s: %w", envID, err)
 	}

@@ -207,6 +207,9 @@ func partialMessage(ex *otlp.Extracted) string {
 // stage writes the extracted spans, every project's environment made on its first spans, in one transaction, and
 // answers the environments that gained spans. A project whose environment would pass MaxEnvBytes fails it all.
 func (t *TraceIngest) stage(ctx context.Context, ws string, ex *otlp.Extracted) ([]string, error) {
+	if len(ex.Projects) == 0 {
+		return nil, nil // nothing to stage: no span of it records a conversation
+	}
 	var envs []string
 	var full *Envelope
 	var langs []ingest.Agent
@@ -235,7 +238,11 @@ func (t *TraceIngest) stage(ctx context.Context, ws string, ex *otlp.Extracted) 
 			}
 			if added > 0 {
 				envs = append(envs, env.ID)
-				langs = append(langs, agentOf(pr))
+				var a ingest.Agent
+				if env.Framework == "" || env.Language == "" { // what the spans tell, where the environment knows nothing yet
+					a = agentOf(pr)
+				}
+				langs = append(langs, a)
 			}
 		}
 		return nil
