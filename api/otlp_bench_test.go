@@ -251,4 +251,3 @@ func BenchmarkIngestOTLP(b *testing.B) {
 		b.Logf("load after: %s", strings.TrimSpace(string(out)))
 	}
 }
-
