@@ -37,7 +37,6 @@ type otlpTemplate struct {
 	convAt    []int // offsets of the last 7 bytes of each conversation id ("trial-0")
 	spans     int
 	convs     int
-	traceless bool
 }
 
 func newOTLPTemplate(b *testing.B, body []byte) otlpTemplate {
