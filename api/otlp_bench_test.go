@@ -32,11 +32,11 @@ import (
 // otlpTemplate is a real export body with the offsets of its trace ids and conversation ids, so that a request can
 // be made of it with fresh ids by patching bytes in place (same lengths): every request's spans are new spans.
 type otlpTemplate struct {
-	body      []byte
-	traceAt   []int // offsets of the 16-byte trace ids
-	convAt    []int // offsets of the last 7 bytes of each conversation id ("trial-0")
-	spans     int
-	convs     int
+	body    []byte
+	traceAt []int // offsets of the 16-byte trace ids
+	convAt  []int // offsets of the last 7 bytes of each conversation id ("trial-0")
+	spans   int
+	convs   int
 }
 
 func newOTLPTemplate(b *testing.B, body []byte) otlpTemplate {
