@@ -8,12 +8,14 @@ import (
 	"math/rand/v2"
 	"mime/multipart"
 	"net/http"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -28,16 +30,60 @@ import (
 	"github.com/doppel-dev/doppel/internal/otlptest"
 	"github.com/doppel-dev/doppel/internal/taudata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
+	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/trace"
 )
 
 // otlpSettle is the settle time the OTLP end-to-end tests run with.
 const otlpSettle = "2s"
 
-// otlpClient is what the OTLP acceptance needs of a running doppel: its URL and key, and plain requests.
+// otlpClient is what the OTLP acceptance needs of a running doppel: its URL and key, plain requests, and its
+// database (read directly: whether spans are still pending is not something the API shows).
 type otlpClient struct {
 	url, key string
 	http     *http.Client
+	db       *bun.DB
+}
+
+// openDBForRead opens a running doppel's database for reading, closed when the test ends.
+func openDBForRead(t *testing.T, driver, dsn string) *bun.DB {
+	t.Helper()
+	db, err := schema.Open(context.Background(), schema.Options{Driver: driver, DSN: dsn})
+	if err != nil {
+		t.Fatalf("open %s: %v", driver, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// settled reports whether an environment has no staged span pending and its newest build was queued after its
+// newest batch: whatever settles next will not change what that build read.
+func (c *otlpClient) settled(t *testing.T, slug string) (bool, string) {
+	t.Helper()
+	ctx := context.Background()
+	var env schema.Environment
+	if err := c.db.NewSelect().Model(&env).Where("slug = ?", slug).Scan(ctx); err != nil {
+		return false, "no environment yet"
+	}
+	pending, err := c.db.NewSelect().Model((*schema.StagedSpan)(nil)).Where("env_id = ? AND pending", env.ID).Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pending > 0 {
+		return false, fmt.Sprintf("%d spans pending", pending)
+	}
+	var build schema.Build
+	var tb schema.TraceBatch
+	if err := c.db.NewSelect().Model(&tb).Where("env_id = ?", env.ID).Order("created_at DESC").Limit(1).Scan(ctx); err != nil {
+		return false, "no batch yet"
+	}
+	if err := c.db.NewSelect().Model(&build).Where("env_id = ?", env.ID).Order("created_at DESC").Limit(1).Scan(ctx); err != nil {
+		return false, "no build yet"
+	}
+	if build.CreatedAt.Before(tb.CreatedAt) {
+		return false, "the newest batch came after the newest build"
+	}
+	return true, ""
 }
 
 func (c *otlpClient) do(t *testing.T, method, path string, body []byte, contentType string, want int, out any, headers ...string) []byte {
@@ -151,6 +197,9 @@ func (c *otlpClient) waitBuilt(t *testing.T, slug string, n int) twinFigures {
 	t.Helper()
 	var f twinFigures
 	e2ePoll(t, e2eBuildTimeout, time.Second, "environment "+slug+" built over every trace", func() (bool, string) {
+		if ok, why := c.settled(t, slug); !ok {
+			return false, why
+		}
 		var builds []api.BuildSummary
 		st, data := c.try(t, "/v1/envs/"+slug+"/builds")
 		if st != http.StatusOK || json.Unmarshal(data, &builds) != nil || len(builds) == 0 {
@@ -284,8 +333,10 @@ func TestOTLPAcceptance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := startE2EStack(t, t.TempDir(), m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), "", "--otlp-settle", otlpSettle)
-	c := &otlpClient{url: s.apiURL, key: m.Plaintext, http: &http.Client{Timeout: 2 * time.Minute}}
+	dir := t.TempDir()
+	s := startE2EStack(t, dir, m.Plaintext, e2eFreeAddr(t), e2eFreeAddr(t), "", "--otlp-settle", otlpSettle)
+	c := &otlpClient{url: s.apiURL, key: m.Plaintext, http: &http.Client{Timeout: 2 * time.Minute},
+		db: openDBForRead(t, schema.DriverSQLite, "file:"+filepath.Join(dir, "doppel.db"))}
 	start := time.Now()
 	want := c.baseline(t, traces, tools)
 	t.Logf("baseline (collect body, tools uploaded) built in %s", time.Since(start).Round(time.Second))
@@ -402,7 +453,7 @@ func TestOTLPKill9(t *testing.T) {
 			}
 			srv := &crashServer{bin: bin, dir: dir, key: m.Plaintext, apiAddr: e2eFreeAddr(t), tempAddr: e2eFreeAddr(t),
 				env: append(be.env, "DOPPEL_COLLECT_REBUILD_DEBOUNCE=1s", "DOPPEL_OTLP_SETTLE=3s")}
-			c := &otlpClient{url: srv.apiURL(), key: m.Plaintext, http: &http.Client{Timeout: 2 * time.Minute}}
+			c := &otlpClient{url: srv.apiURL(), key: m.Plaintext, http: &http.Client{Timeout: 2 * time.Minute}, db: openDBForRead(t, be.driver, be.dsn)}
 			p := srv.start(t)
 			want := c.baseline(t, traces, tools)
 
