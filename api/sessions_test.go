@@ -1013,6 +1013,47 @@ func TestIdleSessionExpires(t *testing.T) {
 			t.Fatal("the twin still holds an expired session's world")
 		}
 	})
+	// A read says expired the moment the idle deadline passes, as a call would (not when the reaper comes by).
+	t.Run("on a read", func(t *testing.T) {
+		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{idle: time.Millisecond})
+		s, listed, byToken := p.open(map[string]any{"seed": 1}), p.open(map[string]any{"seed": 2}), p.open(map[string]any{"seed": 3})
+		time.Sleep(5 * time.Millisecond) // idle past the (tiny) limit
+		if code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key, nil); code != http.StatusOK || v["status"] != "expired" || v["closed_at"] == nil {
+			t.Fatalf("read of an idle session with its key: %d %v, want status expired", code, v)
+		}
+		if code, e := p.do(http.MethodGet, "/v1/sessions/"+byToken.ID, byToken.Token, nil); code != http.StatusNotFound || !strings.Contains(str(e["detail"]), "expired") {
+			t.Fatalf("read of an idle session with its token: %d %v, want 404 expired", code, e)
+		}
+		list := func(query string) []map[string]any {
+			t.Helper()
+			r := httptest.NewRequest(http.MethodGet, "/v1/envs/"+p.env.Slug+"/sessions"+query, nil)
+			r.Header.Set("Authorization", "Bearer "+p.key)
+			w := httptest.NewRecorder()
+			p.h.ServeHTTP(w, r)
+			var rows []map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &rows); err != nil || w.Code != http.StatusOK {
+				t.Fatalf("list%s: %d %s", query, w.Code, w.Body)
+			}
+			return rows
+		}
+		if rows := list("?status=open"); len(rows) != 0 {
+			t.Errorf("status=open lists %d idle sessions, want none", len(rows))
+		}
+		rows := list("")
+		for _, row := range rows {
+			if row["status"] != "expired" {
+				t.Errorf("listed %v as %v, want expired", row["id"], row["status"])
+			}
+		}
+		if len(rows) != 3 {
+			t.Errorf("listed %d sessions, want 3 (%s among them)", len(rows), listed.ID)
+		}
+		for _, id := range []string{s.ID, listed.ID, byToken.ID} {
+			if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), id); err == nil {
+				t.Errorf("the twin still holds expired session %s's world", id)
+			}
+		}
+	})
 	t.Run("by the reaper", func(t *testing.T) {
 		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 		idle, busy := p.open(map[string]any{"seed": 1}), p.open(map[string]any{"seed": 2})

@@ -57,6 +57,13 @@ func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
 		st.LastUsedAt = s.LastUsedAt
 	}
 	st.ExpiresAt = st.LastUsedAt.Add(p.idle)
+	if s.Status == schema.SessionOpen && schema.Now().Sub(st.LastUsedAt) > p.idle {
+		// Idle past its deadline: a call would expire it now, so the read does too rather than say open until the
+		// reaper comes by.
+		if err := p.expireIdle(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	if s.Status != schema.SessionOpen && s.ClosedAt != nil {
 		st.ExpiresAt = *s.ClosedAt
 	}
@@ -146,6 +153,41 @@ func (p *Plane) finish(ctx context.Context, s *schema.Session) {
 	}
 }
 
+// expireIdle expires s when it is idle past the idle time, as its next call would, and updates s (status, closed
+// time) to its row's.
+func (p *Plane) expireIdle(ctx context.Context, s *schema.Session) error {
+	l := p.liveOf(s.ID)
+	l.mu.Lock() // as a call does: a call in flight finishes first, and counts as use
+	err := p.checkIdle(ctx, s, l, schema.Now())
+	l.mu.Unlock()
+	var pe *Error
+	if err != nil && !(errors.As(err, &pe) && pe.Kind == NotFound) {
+		return err
+	}
+	row, err := store.GetSessionByID(ctx, p.db, s.ID)
+	if err != nil {
+		return err
+	}
+	s.Status, s.ClosedAt = row.Status, row.ClosedAt
+	return nil
+}
+
+// ExpireDue expires an environment's open sessions that are idle past the idle time as of now, and brings the
+// recorded expiry of those still in use up to date, as Reap does for every environment: a listing then says
+// expired at once. At most limit sessions are looked at (default 1000).
+func (p *Plane) ExpireDue(ctx context.Context, envID string, limit int) error {
+	if limit <= 0 {
+		limit = 1000
+	}
+	now := schema.Now()
+	due, err := store.DueSessionsOf(ctx, p.db, envID, now, limit)
+	if err != nil {
+		return err
+	}
+	_, _, err = p.reap(ctx, due, now, p.idle)
+	return err
+}
+
 // Reap expires open sessions whose last activity (their last journaled call, or their opening) is older than
 // idle as of now, drops their worlds on their twins, and moves the expiry of sessions still in use to their last
 // call + idle (the call path journals calls without touching the session row, so the row's expires_at is a
@@ -162,6 +204,11 @@ func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, lim
 	if err != nil {
 		return nil, 0, err
 	}
+	return p.reap(ctx, due, now, idle)
+}
+
+// reap expires the due sessions idle past idle as of now and extends the others' recorded expiry.
+func (p *Plane) reap(ctx context.Context, due []schema.Session, now time.Time, idle time.Duration) (expired []string, extended int, err error) {
 	for i := range due {
 		s := &due[i]
 		last, err := store.LastActivity(ctx, p.db, s)
