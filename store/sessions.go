@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,6 +32,13 @@ func CreateSession(ctx context.Context, db bun.IDB, s *schema.Session) (string, 
 		return "", fmt.Errorf("store: create session: %w", err)
 	}
 	s.WorkspaceID = env.WorkspaceID
+	if s.RootKeyID == "" && s.OpenedByKeyID != "" {
+		// The session's token ends with the root of the credential that opened it, too.
+		if err := db.NewSelect().Model((*schema.APIKey)(nil)).Column("root_key_id").
+			Where("id = ?", s.OpenedByKeyID).Scan(ctx, &s.RootKeyID); err != nil && !errors.Is(classify(err), ErrNotFound) {
+			return "", wrap(err, "create session: opening key %q", s.OpenedByKeyID)
+		}
+	}
 	if s.ID == "" {
 		s.ID = schema.NewID(schema.PrefixSession)
 	}
@@ -73,9 +81,13 @@ func SessionByToken(ctx context.Context, db bun.IDB, token string) (*schema.Sess
 		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
 	}
 	s := new(schema.Session)
-	// A token's life ends with its session or with the key that opened it: a revoked opening key revokes it.
+	// A token's life ends with its session, with the credential that opened it and that credential's root (a revoked
+	// one revokes it), and, for a fork made with its parent's token, with the parent (whose end ends the fork:
+	// EndBoundForks; this check holds until that has run).
 	if err := db.NewSelect().Model(s).Where("token_hash = ?", cred.Hash(token)).
-		Where("NOT EXISTS (SELECT 1 FROM api_keys AS k WHERE k.id = session.opened_by_key_id AND k.revoked_at IS NOT NULL)").
+		Where("NOT EXISTS (SELECT 1 FROM api_keys AS k WHERE k.id IN (session.opened_by_key_id, session.root_key_id) AND k.revoked_at IS NOT NULL)").
+		Where("(NOT session.ends_with_parent OR session.status <> ? OR EXISTS (SELECT 1 FROM sessions AS p WHERE p.id = session.forked_from AND p.status = ?))",
+			schema.SessionOpen, schema.SessionOpen).
 		Scan(ctx); err != nil {
 		return nil, wrap(err, "session by token")
 	}
@@ -136,6 +148,28 @@ func EndSession(ctx context.Context, db bun.IDB, id, status string) (bool, error
 	}
 	n, _ := res.RowsAffected()
 	return n > 0, nil
+}
+
+// BoundForks returns the open forks of parentID made with its token (EndsWithParent), which end when it ends.
+func BoundForks(ctx context.Context, db bun.IDB, parentID string) ([]schema.Session, error) {
+	var out []schema.Session
+	if err := db.NewSelect().Model(&out).Where("forked_from = ? AND ends_with_parent AND status = ?", parentID, schema.SessionOpen).
+		Order("id").Scan(ctx); err != nil {
+		return nil, wrap(err, "forks of session %q", parentID)
+	}
+	return out, nil
+}
+
+// OrphanedForks returns open forks made with a token whose parent is no longer open (their end was cut short, say by
+// a crash between the parent's end and theirs), at most limit.
+func OrphanedForks(ctx context.Context, db bun.IDB, limit int) ([]schema.Session, error) {
+	var out []schema.Session
+	if err := db.NewSelect().Model(&out).Where("session.ends_with_parent AND session.status = ?", schema.SessionOpen).
+		Where("NOT EXISTS (SELECT 1 FROM sessions AS p WHERE p.id = session.forked_from AND p.status = ?)", schema.SessionOpen).
+		Order("session.id").Limit(int64(limit)).Scan(ctx); err != nil {
+		return nil, wrap(err, "orphaned forks")
+	}
+	return out, nil
 }
 
 // ExpireIdleSessions marks every open session whose expires_at is before at as expired and returns their ids.

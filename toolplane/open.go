@@ -174,7 +174,8 @@ func (p *Plane) createSession(ctx context.Context, env *schema.Environment, s *s
 		}
 		seed, exp := s.Seed, s.ExpiresAt
 		ev, err := store.NewEvent(s.WorkspaceID, events.SessionOpened, s.ID, "", events.SessionData{SessionID: s.ID,
-			EnvID: env.ID, Env: env.Slug, BuildID: s.BuildID, Seed: &seed, WorldHash: s.WorldHash, ExpiresAt: &exp})
+			EnvID: env.ID, Env: env.Slug, BuildID: s.BuildID, Seed: &seed, WorldHash: s.WorldHash, ExpiresAt: &exp,
+			ForkedFrom: s.ForkedFrom})
 		if err != nil {
 			return err
 		}

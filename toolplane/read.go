@@ -96,10 +96,11 @@ func (p *Plane) Close(ctx context.Context, s *schema.Session) (existed bool, err
 	if existed {
 		p.finish(context.WithoutCancel(ctx), s)
 	}
-	return existed, nil
+	return existed, p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionClosed)
 }
 
-// end moves an open session to status (expired, broken), forgets it and drops its world.
+// end moves an open session to status (expired, broken), forgets it, drops its world and ends the forks made with
+// its token.
 func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error {
 	ended, err := p.endSession(ctx, s, status)
 	if err != nil {
@@ -109,7 +110,37 @@ func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error
 	if ended {
 		p.finish(context.WithoutCancel(ctx), s)
 	}
+	return p.endForks(context.WithoutCancel(ctx), s.ID, status)
+}
+
+// endForks ends the open forks made with the token of session parentID, which has ended with status, and theirs in
+// turn (spec §5.7: what a session token derives never outlives the session). Forks made with a key are sessions of
+// that key's and stay.
+func (p *Plane) endForks(ctx context.Context, parentID, status string) error {
+	forks, err := store.BoundForks(ctx, p.db, parentID)
+	if err != nil {
+		return err
+	}
+	for i := range forks {
+		f := &forks[i]
+		l := p.liveOf(f.ID)
+		l.mu.Lock() // as a close does: a call in flight finishes first
+		err := p.end(ctx, f, endedWith(status))
+		l.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("end fork %s of session %s: %w", f.ID, parentID, err)
+		}
+	}
 	return nil
+}
+
+// endedWith is the status a fork made with its parent's token ends with when the parent ends with status: expired
+// with an expired parent, closed otherwise (a broken parent's journal says nothing of the fork's own).
+func endedWith(status string) string {
+	if status == schema.SessionExpired {
+		return schema.SessionExpired
+	}
+	return schema.SessionClosed
 }
 
 // endSession moves an open session to status and, with events on, records session.closed or session.expired in
@@ -191,7 +222,8 @@ func (p *Plane) ExpireDue(ctx context.Context, envID string, limit int) error {
 // Reap expires open sessions whose last activity (their last journaled call, or their opening) is older than
 // idle as of now, drops their worlds on their twins, and moves the expiry of sessions still in use to their last
 // call + idle (the call path journals calls without touching the session row, so the row's expires_at is a
-// lower bound this brings up to date). At most limit sessions are looked at (default 1000).
+// lower bound this brings up to date). It also ends the forks made with a token whose parent ended without ending
+// them (EndOrphanedForks). At most limit sessions are looked at (default 1000).
 func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, limit int) (expired []string, extended int, err error) {
 	if idle <= 0 {
 		return nil, 0, errors.New("reap: idle must be positive")
@@ -204,7 +236,11 @@ func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, lim
 	if err != nil {
 		return nil, 0, err
 	}
-	return p.reap(ctx, due, now, idle)
+	if expired, extended, err = p.reap(ctx, due, now, idle); err != nil {
+		return expired, extended, err
+	}
+	_, err = p.EndOrphanedForks(ctx, limit)
+	return expired, extended, err
 }
 
 // reap expires the due sessions idle past idle as of now and extends the others' recorded expiry.
@@ -232,8 +268,38 @@ func (p *Plane) reap(ctx context.Context, due []schema.Session, now time.Time, i
 		expired = append(expired, s.ID)
 		p.forget(s.ID)
 		p.finish(ctx, s)
+		if err := p.endForks(ctx, s.ID, schema.SessionExpired); err != nil {
+			return expired, extended, err
+		}
 	}
 	return expired, extended, nil
+}
+
+// EndOrphanedForks ends open forks made with a token whose parent has ended without ending them (a process died
+// between the two), at most limit (default 1000); the reaper runs it. It answers how many it ended.
+func (p *Plane) EndOrphanedForks(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	orphans, err := store.OrphanedForks(ctx, p.db, limit)
+	if err != nil {
+		return 0, err
+	}
+	for i := range orphans {
+		f := &orphans[i]
+		status := schema.SessionClosed
+		if parent, err := store.GetSessionByID(ctx, p.db, f.ForkedFrom); err == nil {
+			status = endedWith(parent.Status)
+		}
+		l := p.liveOf(f.ID)
+		l.mu.Lock()
+		err := p.end(ctx, f, status)
+		l.mu.Unlock()
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(orphans), nil
 }
 
 // Woken is a wake's answer: the twin's state (booting or ready) and the build it serves.
