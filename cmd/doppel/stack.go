@@ -367,6 +367,7 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 			return nil, err
 		}
 		d, err := driver.NewInproc(driver.InprocOptions{Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger,
+			Memory: memoryReturner(cfg),
 			Load: func(_ context.Context, bundle []byte) (twinrpc.Runtime, error) {
 				return twinrpc.NewTwinRuntime(bundle, opts)
 			}})
