@@ -216,7 +216,7 @@ func ResolveKey(ctx context.Context, db bun.IDB, token string) (*schema.APIKey, 
 		// A derived key ends with the key it derives from and with its chain's root (RevokeDerived revokes the
 		// chain between; this check holds for what was derived while that ran).
 		n, err := db.NewSelect().Model((*schema.APIKey)(nil)).
-			Where("id IN (?, ?) AND revoked_at IS NOT NULL", key.ParentKeyID, key.RootKeyID).Count(ctx)
+			Where("id IN (?) AND revoked_at IS NOT NULL", bun.In([]string{key.ParentKeyID, key.RootKeyID})).Count(ctx)
 		if err != nil {
 			return nil, nil, wrap(err, "resolve key")
 		}

@@ -75,24 +75,40 @@ func GetSessionByID(ctx context.Context, db bun.IDB, id string) (*schema.Session
 }
 
 // SessionByToken returns the session an ms_ token belongs to, whatever its status
-// (callers decide what a closed or expired session answers). Unknown or malformed tokens are ErrNotFound.
+// (callers decide what a closed or expired session answers). Unknown or malformed tokens are ErrNotFound, and so
+// is the token of a session whose opening credential, or that credential's root, was revoked, and that of an open
+// fork made with its parent's token whose parent has ended (EndBoundForks ends it; this check holds until then).
 func SessionByToken(ctx context.Context, db bun.IDB, token string) (*schema.Session, error) {
 	if k, err := cred.Parse(token); err != nil || k != cred.KindSession {
 		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
 	}
 	s := new(schema.Session)
-	// A token's life ends with its session, with the credential that opened it and that credential's root (a revoked
-	// one revokes it), and, for a fork made with its parent's token, with the parent (whose end ends the fork:
-	// EndBoundForks; this check holds until that has run).
 	if err := db.NewSelect().Model(s).Where("token_hash = ?", cred.Hash(token)).
-		Where("NOT EXISTS (SELECT 1 FROM api_keys AS k WHERE k.id IN (session.opened_by_key_id, session.root_key_id) AND k.revoked_at IS NOT NULL)").
-		Where("(NOT session.ends_with_parent OR session.status <> ? OR EXISTS (SELECT 1 FROM sessions AS p WHERE p.id = session.forked_from AND p.status = ?))",
-			schema.SessionOpen, schema.SessionOpen).
+		Where("NOT EXISTS (SELECT 1 FROM api_keys AS k WHERE k.id = session.opened_by_key_id AND k.revoked_at IS NOT NULL)").
 		Scan(ctx); err != nil {
 		return nil, wrap(err, "session by token")
 	}
 	if !cred.Matches(token, s.TokenHash) {
 		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
+	}
+	// Derived sessions only (the common one, opened by a root key and not bound to a parent, takes one read).
+	if s.RootKeyID != "" {
+		n, err := db.NewSelect().Model((*schema.APIKey)(nil)).Where("id = ? AND revoked_at IS NOT NULL", s.RootKeyID).Count(ctx)
+		if err != nil {
+			return nil, wrap(err, "session by token: root key")
+		}
+		if n > 0 {
+			return nil, fmt.Errorf("store: session by token: %w: the key it derives from was revoked", ErrNotFound)
+		}
+	}
+	if s.EndsWithParent && s.Status == schema.SessionOpen {
+		n, err := db.NewSelect().Model((*schema.Session)(nil)).Where("id = ? AND status = ?", s.ForkedFrom, schema.SessionOpen).Count(ctx)
+		if err != nil {
+			return nil, wrap(err, "session by token: parent")
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("store: session by token: %w: the session it was forked from has ended", ErrNotFound)
+		}
 	}
 	return s, nil
 }
