@@ -12,6 +12,7 @@ import (
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/usage"
 )
@@ -252,5 +253,32 @@ func TestForkTokensEndWithTheParentsKey(t *testing.T) {
 	}
 	if code, out := p.call(other, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusOK {
 		t.Errorf("a fork made with another key: %d %v, want 200", code, out)
+	}
+}
+
+// A fork made with a session token while another process ends its parent (the parent read open, the row then
+// ended) ends at once, and the fork is refused: the parent's end never misses it.
+func TestForkRacingItsParentsEnd(t *testing.T) {
+	ctx := context.Background()
+	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
+	parent := p.open(nil)
+	row, err := store.GetSession(ctx, p.db, p.ws.ID, parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndSession(ctx, p.db, parent.ID, schema.SessionClosed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.tp.Fork(ctx, row, toolplane.ForkRequest{}); err == nil {
+		t.Fatal("a fork made with the token of a session that ended meanwhile was answered")
+	}
+	forks, err := store.ListSessions(ctx, p.db, p.env.ID, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range forks {
+		if f.ForkedFrom == parent.ID && f.Status == schema.SessionOpen {
+			t.Errorf("fork %s of the ended session is open", f.ID)
+		}
 	}
 }

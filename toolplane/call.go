@@ -254,9 +254,7 @@ func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Sessi
 			return eerr
 		}
 		p.forget(s.ID)
-		if eerr := p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionBroken); eerr != nil {
-			return eerr
-		}
+		p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionBroken)
 		return errorf(Conflict, "session %s is broken: rebuilding it from its journal gave another world (%s); open a new session", s.ID, twinDetail(err))
 	}
 	return fmt.Errorf("rebuild session %s: %w", s.ID, err)

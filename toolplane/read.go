@@ -96,7 +96,8 @@ func (p *Plane) Close(ctx context.Context, s *schema.Session) (existed bool, err
 	if existed {
 		p.finish(context.WithoutCancel(ctx), s)
 	}
-	return existed, p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionClosed)
+	p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionClosed)
+	return existed, nil
 }
 
 // end moves an open session to status (expired, broken), forgets it, drops its world and ends the forks made with
@@ -110,16 +111,19 @@ func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error
 	if ended {
 		p.finish(context.WithoutCancel(ctx), s)
 	}
-	return p.endForks(context.WithoutCancel(ctx), s.ID, status)
+	p.endForks(context.WithoutCancel(ctx), s.ID, status)
+	return nil
 }
 
 // endForks ends the open forks made with the token of session parentID, which has ended with status, and theirs in
 // turn (spec §5.7: what a session token derives never outlives the session). Forks made with a key are sessions of
-// that key's and stay.
-func (p *Plane) endForks(ctx context.Context, parentID, status string) error {
+// that key's and stay. A fork it fails to end is logged, not reported: its token is refused all the same (its
+// parent is not open) and the reaper ends it (EndOrphanedForks), so the parent's end stands.
+func (p *Plane) endForks(ctx context.Context, parentID, status string) {
 	forks, err := store.BoundForks(ctx, p.db, parentID)
 	if err != nil {
-		return err
+		p.log.Warn("end the forks of an ended session", "session", parentID, "err", err)
+		return
 	}
 	for i := range forks {
 		f := &forks[i]
@@ -128,10 +132,9 @@ func (p *Plane) endForks(ctx context.Context, parentID, status string) error {
 		err := p.end(ctx, f, endedWith(status))
 		l.mu.Unlock()
 		if err != nil {
-			return fmt.Errorf("end fork %s of session %s: %w", f.ID, parentID, err)
+			p.log.Warn("end a fork of an ended session", "session", parentID, "fork", f.ID, "err", err)
 		}
 	}
-	return nil
 }
 
 // endedWith is the status a fork made with its parent's token ends with when the parent ends with status: expired
@@ -268,9 +271,7 @@ func (p *Plane) reap(ctx context.Context, due []schema.Session, now time.Time, i
 		expired = append(expired, s.ID)
 		p.forget(s.ID)
 		p.finish(ctx, s)
-		if err := p.endForks(ctx, s.ID, schema.SessionExpired); err != nil {
-			return expired, extended, err
-		}
+		p.endForks(ctx, s.ID, schema.SessionExpired)
 	}
 	return expired, extended, nil
 }
