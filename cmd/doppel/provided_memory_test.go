@@ -15,7 +15,7 @@ import (
 
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/cred"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -78,7 +78,7 @@ func TestProvidedCodeMemoryBudget(t *testing.T) {
 	}
 
 	// Traces, then the build with the provided code for get_order_details.
-	traces, err := taudata.Traces("../..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
