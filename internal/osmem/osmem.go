@@ -50,15 +50,16 @@ func (m *Returner) End() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.large--
-	m.schedule()
+	m.schedule(0)
 }
 
-// Freed says memory was let go (a session world dropped) and schedules a return as End does: many frees in a
-// burst make one return, and a steady trickle at most one per Every.
+// Freed says memory was let go (a session world dropped) and schedules a return as End does, but a tenth of Every
+// later at the soonest, so the frees of a burst (a mass close) are done when it runs: a burst makes one return, and
+// a steady trickle at most one per Every.
 func (m *Returner) Freed() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.schedule()
+	m.schedule(m.every / 10)
 }
 
 // Pending reports whether a return is scheduled and has not run yet.
@@ -68,12 +69,13 @@ func (m *Returner) Pending() bool {
 	return m.timer != nil
 }
 
-// schedule starts the timer of the next return unless one is pending or a spike is in flight; m.mu is held.
-func (m *Returner) schedule() {
+// schedule starts the timer of the next return, at least soonest from now, unless one is pending or a spike is in
+// flight; m.mu is held.
+func (m *Returner) schedule(soonest time.Duration) {
 	if m.large > 0 || m.timer != nil {
 		return
 	}
-	wait := max(m.every-time.Since(m.last), 0)
+	wait := max(m.every-time.Since(m.last), soonest)
 	m.timer = time.AfterFunc(wait, m.run)
 }
 

@@ -39,14 +39,28 @@ func TestReturner(t *testing.T) {
 	}
 }
 
-// Frees after the period has passed return at once.
-func TestReturnerFreedAfterPeriod(t *testing.T) {
+// A burst of frees makes one return, a tenth of the period after the first at the soonest (so the burst is over
+// when it runs); frees after the period return again.
+func TestReturnerFreedBurst(t *testing.T) {
 	freed := make(chan struct{}, 4)
-	m := New(time.Millisecond, func() { freed <- struct{}{} })
+	var n atomic.Int32
+	m := New(time.Hour, func() { n.Add(1); freed <- struct{}{} })
 	defer m.Stop()
 	m.Freed()
+	if !m.Pending() || n.Load() != 0 {
+		t.Fatalf("a first free: pending %v, freed %d times; want a return pending, not run at once", m.Pending(), n.Load())
+	}
+	m.Stop()
+	m = New(10*time.Millisecond, func() { n.Add(1); freed <- struct{}{} })
+	defer m.Stop()
+	for range 1000 {
+		m.Freed()
+	}
 	<-freed
-	time.Sleep(2 * time.Millisecond)
+	if n.Load() != 1 {
+		t.Fatalf("a burst of frees returned memory %d times, want once", n.Load())
+	}
+	time.Sleep(20 * time.Millisecond)
 	m.Freed()
 	<-freed
 }
