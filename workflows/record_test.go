@@ -167,8 +167,14 @@ func recorder(t *testing.T, outVar, prefix string) (out string, c client.Client,
 
 func writeHistory(t *testing.T, c client.Client, id, out string) {
 	t.Helper()
+	writeHistoryRun(t, c, id, "", out)
+}
+
+// writeHistoryRun writes one run's history (runID "" is the latest run).
+func writeHistoryRun(t *testing.T, c client.Client, id, runID, out string) {
+	t.Helper()
 	hist := &historypb.History{}
-	it := c.GetWorkflowHistory(context.Background(), id, "", false, 0)
+	it := c.GetWorkflowHistory(context.Background(), id, runID, false, 0)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {

@@ -1,0 +1,351 @@
+package workflows
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/llm"
+	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twinstate"
+)
+
+// More recorders of testdata/ histories, for the workflows and paths the first ones left out: a session open that
+// retries on a twin that did not answer, the idle-session reaper and the webhook sweeper (a few sweeps, then
+// terminated), a twin that reaps and moves to a new build, queries in replay mode and refused, a failed build, a
+// rebuild continued as new, and a webhook delivery that gives up. Each is skipped unless its RECORD_* variable names
+// the file to write.
+
+// TestRecordSessionOpenHistory: FindTwin, OpenOnTwin fails with TwinUnavailable, FindTwin names the twin suspect,
+// OpenOnTwin succeeds.
+func TestRecordSessionOpenHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_SESSION_OPEN", "record-open-")
+	ctx := context.Background()
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.FindTwinInput) (activities.TwinEndpoint, error) {
+		if in.Suspect != "" {
+			return activities.TwinEndpoint{Addr: "http://127.0.0.1:2", BuildID: "bld_record", HandleID: "twin-2"}, nil
+		}
+		return activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: "bld_record", HandleID: "twin-1"}, nil
+	}, activity.RegisterOptions{Name: "FindTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.OpenOnTwinInput) (activities.OpenOnTwinResult, error) {
+		if in.Addr == "http://127.0.0.1:1" {
+			return activities.OpenOnTwinResult{}, temporal.NewApplicationError("connection refused", activities.ErrTypeTwinUnavailable)
+		}
+		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true},
+			StateHash: "sha256:s"}, nil
+	}, activity.RegisterOptions{Name: "OpenOnTwin"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	id := SessionOpenWorkflowID("ses_record" + time.Now().Format("150405"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, SessionOpenWorkflowName,
+		SessionOpenInput{SessionID: "ses_record", EnvID: "env_record", Spec: twinrpc.SessionSpec{Seed: 7, SeedInstructions: "2 orders"},
+			TwinWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res SessionOpenResult
+	if err := run.Get(ctx, &res); err != nil || res.TwinAddr != "http://127.0.0.1:2" {
+		t.Fatalf("open: %+v %v", res, err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+// TestRecordSessionReaperHistory: sweeps every second; the first fails, the next expire a session; terminated
+// after four.
+func TestRecordSessionReaperHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_SESSION_REAPER", "record-reaper-")
+	var n atomic.Int32
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapInput) (activities.ReapResult, error) {
+		if n.Add(1) == 1 {
+			return activities.ReapResult{}, temporal.NewNonRetryableApplicationError("database is locked", "Test", nil)
+		}
+		return activities.ReapResult{Expired: []string{"ses_1"}, Extended: 1}, nil
+	}, activity.RegisterOptions{Name: "ReapIdleSessions"})
+	id := SessionReaperID(queue)
+	runSweeps(t, c, w, id, queue, SessionReaperWorkflowName, SessionReaperInput{Idle: time.Hour, Every: time.Second}, &n, 4)
+	writeHistory(t, c, id, out)
+}
+
+// TestRecordWebhookSweeperHistory: sweeps every second, starting two deliveries, then none; terminated after three.
+func TestRecordWebhookSweeperHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_WEBHOOK_SWEEPER", "record-sweeper-")
+	var n atomic.Int32
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.SweepInput) (int, error) {
+		if n.Add(1) == 1 {
+			return 2, nil
+		}
+		return 0, nil
+	}, activity.RegisterOptions{Name: "SweepDeliveries"})
+	id := WebhookSweeperWorkflowID(queue)
+	runSweeps(t, c, w, id, queue, WebhookSweeperWorkflowName, WebhookSweeperInput{Every: time.Second, Retention: time.Hour}, &n, 3)
+	writeHistory(t, c, id, out)
+}
+
+// runSweeps starts a sweeping workflow, waits until its activity ran sweeps times, and terminates it.
+func runSweeps(t *testing.T, c client.Client, w interface {
+	Start() error
+	Stop()
+}, id, queue, name string, in any, n *atomic.Int32, sweeps int32) {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, name, in); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for n.Load() < sweeps {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sweeps in a minute", n.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the last sweep's result is recorded
+	if err := c.TerminateWorkflow(ctx, id, "", "recorded"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordTwinReapHistory: a twin woken on one build reaps the environment's strays every second, then a new
+// build arrives and its twin boots beside the first; the stop signal ends the workflow.
+func TestRecordTwinReapHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_TWIN_REAP", "record-reap-")
+	ctx := context.Background()
+	var reaps atomic.Int32
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
+		return twinstate.Handle{Driver: "process", ID: "twin-" + in.Build.BuildID, EnvID: in.EnvID, BuildID: in.Build.BuildID,
+			Addr: "http://127.0.0.1:1/" + in.Build.BuildID}, nil
+	}, activity.RegisterOptions{Name: "StartTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
+		return activities.TwinHealth{State: driver.StateReady}, nil
+	}, activity.RegisterOptions{Name: "InspectTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) error { return nil }, activity.RegisterOptions{Name: "StopTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapTwinsInput) ([]twinstate.Handle, error) {
+		if reaps.Add(1) == 1 {
+			return []twinstate.Handle{{Driver: "process", ID: "stray", EnvID: in.EnvID}}, nil
+		}
+		return nil, nil
+	}, activity.RegisterOptions{Name: "ReapTwins"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.TwinEventInput) error { return nil }, activity.RegisterOptions{Name: "RecordTwinEvent"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	in := TwinInput{EnvID: "env_record_reap", Active: twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/1", BundleHash: "sha256:1"},
+		Idle: time.Hour, HealthEvery: time.Hour, ReapEvery: time.Second}
+	if st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready {
+		t.Fatalf("wake: %+v %v", st, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for reaps.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no reap in a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	id := TwinWorkflowID(in.EnvID)
+	if err := ActivateTwinBuild(ctx, c, in.EnvID, twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		v, err := c.QueryWorkflow(ctx, id, "", TwinStatusQuery)
+		var s TwinStatus
+		if err == nil && v.Get(&s) == nil && s.Active.BuildID == "bld_2" && s.State == twinstate.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the new build's twin did not boot")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+// registerQueryStandIns registers stand-ins of the query activities that open, call and close like the real ones;
+// prepare answers prep (or fails with prepErr).
+func registerQueryStandIns(w interface {
+	RegisterActivityWithOptions(any, activity.RegisterOptions)
+}, prep activities.PreparedQuery, prepErr error) {
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.PrepareQueryInput) (activities.PreparedQuery, error) {
+		return prep, prepErr
+	}, activity.RegisterOptions{Name: "PrepareQuery"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.QueryOpen) (activities.QueryOpened, error) {
+		return activities.QueryOpened{SessionID: "ses_q", BuildID: "bld_record", Seeded: true, WorldHash: "sha256:w",
+			Pinned: map[string][]string{"orders": {"#W1"}}, SeedInstructions: in.SeedInstructions}, nil
+	}, activity.RegisterOptions{Name: "OpenQuerySession"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.QueryToolCall) (activities.ToolAnswer, error) {
+		return activities.ToolAnswer{Content: `{"order_id":"#W1","status":"pending"}`, Fidelity: "B_twin", Rung: "twin", Ms: 1,
+			Took: time.Millisecond}, nil
+	}, activity.RegisterOptions{Name: "CallQueryTool"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, id string) error { return nil }, activity.RegisterOptions{Name: "CloseQuerySession"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.FinishQueryInput) error { return nil }, activity.RegisterOptions{Name: "FinishQuery"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ModelTurnInput) (activities.ModelTurnResult, error) {
+		return activities.ModelTurnResult{Message: llm.ChatMessage{Role: "assistant", Content: "done"}}, nil
+	}, activity.RegisterOptions{Name: "ModelTurn"})
+}
+
+// TestRecordQueryReplayHistory: a query in replay mode replays two recorded calls and answers the recorded answer.
+func TestRecordQueryReplayHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_QUERY_REPLAY", "record-query-")
+	registerQueryStandIns(w, activities.PreparedQuery{BuildID: "bld_record", Mode: activities.ModeReplay, Model: activities.ReplayModel,
+		SeedInstructions: "order #W1 with status pending", SeedDerived: true, DerivedBy: "parser",
+		Replay: &activities.ReplayPlan{TraceID: "tau2/retail/task-1/trial-0", Score: 0.8, Answer: "Cancelled.",
+			Calls: []activities.ReplayCall{{Tool: "get_order_details", Arguments: `{"order_id":"#W1"}`},
+				{Tool: "cancel_pending_order", Arguments: `{"order_id":"#W1","reason":"no longer needed"}`}}}}, nil)
+	runQuery(t, c, w, queue, out, false)
+}
+
+// TestRecordQueryInvalidHistory: a query whose preparation refuses it (no recorded run to replay) records the
+// error and fails.
+func TestRecordQueryInvalidHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_QUERY_INVALID", "record-query-")
+	registerQueryStandIns(w, activities.PreparedQuery{}, temporal.NewNonRetryableApplicationError(
+		"body.input: replay mode found no recorded run", activities.ErrTypeQueryInvalid, nil, "body.input"))
+	runQuery(t, c, w, queue, out, true)
+}
+
+func runQuery(t *testing.T, c client.Client, w interface {
+	Start() error
+	Stop()
+}, queue, out string, fails bool) {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	qid := "qry_record" + time.Now().Format("150405")
+	id := QueryWorkflowID(qid)
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, QueryWorkflowName,
+		QueryInput{QueryID: qid, WorkspaceID: "ws_record", KeyID: "key_record", EnvID: "env_record", EnvSlug: "retail",
+			Input: "cancel order #W1", AutoSeed: true, Seed: 7, Model: "replay"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res activities.QueryResult
+	err = run.Get(ctx, &res)
+	if fails != (err != nil) {
+		t.Fatalf("query: %+v %v", res, err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+// TestRecordBuildFailedHistory: the build's inference fails with bad input; the failure is recorded.
+func TestRecordBuildFailedHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_BUILD_FAILED", "record-build-")
+	ctx := context.Background()
+	w.RegisterActivityWithOptions(func(ctx context.Context, envID, buildID string) (activities.BuildPlan, error) {
+		return activities.BuildPlan{EnvID: envID, BuildID: buildID, BatchKeys: []string{"traces/1"}, BatchIDs: []string{"tb_1"}, NTraces: 3}, nil
+	}, activity.RegisterOptions{Name: "PlanBuild"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, plan activities.BuildPlan) (activities.Inferred, error) {
+		return activities.Inferred{}, temporal.NewNonRetryableApplicationError("no tool calls in 3 traces", activities.ErrTypeBadInput, nil)
+	}, activity.RegisterOptions{Name: "InferBundle"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, envID, buildID, reason string) error { return nil }, activity.RegisterOptions{Name: "FailBuild"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	bid := "bld_record" + time.Now().Format("150405")
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: BuildWorkflowID(bid), TaskQueue: queue}, BuildWorkflowName,
+		BuildInput{EnvID: "env_record", BuildID: bid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res BuildResult
+	if err := run.Get(ctx, &res); err != nil || res.Succeeded || res.Error == "" {
+		t.Fatalf("build: %+v %v", res, err)
+	}
+	writeHistory(t, c, BuildWorkflowID(bid), out)
+}
+
+// TestRecordRebuildContinuedHistory: traces arrive while the rebuild's build runs, so the rebuild continues as new
+// after it; the first run's history is written.
+func TestRecordRebuildContinuedHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_REBUILD_CONTINUED", "record-rebuild-")
+	ctx := context.Background()
+	var queued atomic.Int32
+	inferring := make(chan struct{}, 4)
+	w.RegisterActivityWithOptions(func(ctx context.Context, envID string) (string, error) {
+		return "bld_record_" + string(rune('a'+queued.Add(1)-1)) + time.Now().Format("150405"), nil
+	}, activity.RegisterOptions{Name: "QueueBuild"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, envID, buildID string) (activities.BuildPlan, error) {
+		return activities.BuildPlan{EnvID: envID, BuildID: buildID, NTraces: 1}, nil
+	}, activity.RegisterOptions{Name: "PlanBuild"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, plan activities.BuildPlan) (activities.Inferred, error) {
+		inferring <- struct{}{}
+		time.Sleep(time.Second)
+		return activities.Inferred{BundleKey: "bundles/" + plan.BuildID, BundleHash: "sha256:" + plan.BuildID, NTools: 2}, nil
+	}, activity.RegisterOptions{Name: "InferBundle"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, plan activities.BuildPlan, inf activities.Inferred) (activities.SelfChecked, error) {
+		return activities.SelfChecked{Agreement: 90, Calls: 10}, nil
+	}, activity.RegisterOptions{Name: "SelfCheck"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, plan activities.BuildPlan, inf activities.Inferred, chk activities.SelfChecked) error {
+		return nil
+	}, activity.RegisterOptions{Name: "ActivateBuild"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	env := "env_record_" + time.Now().Format("150405")
+	in := RebuildInput{EnvID: env, Debounce: 300 * time.Millisecond}
+	run, err := c.SignalWithStartWorkflow(ctx, RebuildWorkflowID(env), CollectedSignal, nil,
+		client.StartWorkflowOptions{TaskQueue: queue}, RebuildWorkflowName, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := run.GetRunID() // Get below moves the run to the last one
+	<-inferring
+	if err := c.SignalWorkflow(ctx, RebuildWorkflowID(env), "", CollectedSignal, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Get follows the continued runs to the last one.
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if queued.Load() != 2 {
+		t.Fatalf("%d builds queued, want 2 (the rebuild did not continue as new)", queued.Load())
+	}
+	writeHistoryRun(t, c, RebuildWorkflowID(env), first, out)
+}
+
+// TestRecordWebhookGaveUpHistory: every attempt fails; after the window the delivery is marked failed.
+func TestRecordWebhookGaveUpHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_WEBHOOK_GAVE_UP", "record-hook-")
+	ctx := context.Background()
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.DeliverInput) error {
+		return temporal.NewApplicationError("HTTP 503: down", activities.ErrTypeDeliveryFailed)
+	}, activity.RegisterOptions{Name: "Deliver"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, id, reason string) error { return nil }, activity.RegisterOptions{Name: "FailDelivery"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	id := WebhookDeliveryWorkflowID("whd_record_gaveup" + time.Now().Format("150405"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, WebhookDeliveryWorkflowName,
+		WebhookDeliveryInput{DeliveryID: "whd_record_gaveup", Reason: "auto",
+			Policy: DeliveryPolicy{Window: 3 * time.Second, Initial: 200 * time.Millisecond, Max: time.Second, Attempt: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, c, id, out)
+}
