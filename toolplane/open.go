@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
@@ -21,7 +19,6 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/usage"
-	"github.com/doppel-dev/doppel/workflows"
 )
 
 // OpenRequest opens a session on an environment.
@@ -118,7 +115,7 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		}
 	}
 	id := schema.NewID(schema.PrefixSession)
-	res, err := p.opener.Open(ctx, workflows.SessionOpenInput{SessionID: id, EnvID: env.ID, Spec: spec})
+	res, err := p.opener.Open(ctx, OpenWorld{SessionID: id, EnvID: env.ID, Spec: spec})
 	if err != nil {
 		return nil, openError(err)
 	}
@@ -154,7 +151,9 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		p.clients[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
 	}
 	p.mu.Unlock()
-	p.events.Kick(kick)
+	if p.events != nil {
+		p.events.Kick(kick)
+	}
 	if rc.Pinned == nil {
 		rc.Pinned = map[string][]string{}
 	}
@@ -191,33 +190,11 @@ func deref(s *string) string {
 	return *s
 }
 
-// openError turns a failed session-open workflow into the answer: a refused spec is Invalid naming its field, a
-// twin that never came up Unavailable.
+// openError is a failed open's answer: the opener's refusals pass unchanged, the rest is an internal error.
 func openError(err error) error {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		msg := appErr.Message()
-		switch appErr.Type() {
-		case activities.ErrTypeSessionSpec:
-			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed"} {
-				if i := strings.Index(msg, f+":"); i >= 0 {
-					return invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
-				}
-			}
-			return invalid("body", msg)
-		case activities.ErrTypeBadInput:
-			return errorf(NotFound, "%s", msg)
-		}
-		if strings.HasPrefix(appErr.Type(), "Twin") { // the twin activities' error types: it did not come up
-			return errorf(Unavailable, "the environment's twin is not available: %s", msg)
-		}
-	}
-	var te *twinrpc.Error
-	if errors.As(err, &te) && errors.Is(err, twinrpc.ErrBadSpec) {
-		return openError(temporal.NewApplicationError(te.Detail, activities.ErrTypeSessionSpec))
-	}
-	if twinrpc.IsRetryable(err) {
-		return errorf(Unavailable, "the environment's twin is not available: %v", err)
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
 	}
 	return fmt.Errorf("open session: %w", err)
 }

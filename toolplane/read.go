@@ -9,7 +9,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -203,7 +202,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if err != nil {
 		return nil, notFoundOr(err, "environment "+slug)
 	}
-	active, err := activities.ActiveTwinBuild(ctx, p.db, env)
+	active, err := store.ActiveTwinBuild(ctx, p.db, env)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s): nothing to wake", env.Slug, env.Status)
 	}

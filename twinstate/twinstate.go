@@ -71,7 +71,12 @@ type Status struct {
 	Addr     string // when Ready
 	BuildID  string
 	HandleID string
-	// Error and ErrorType say why a failed twin failed (ErrorType is one of the twin activities' error types).
+	// Error and ErrorType say why a failed twin failed (ErrorType is one of the twin activities' error types, such
+	// as EngineUnreachable).
 	Error     string
 	ErrorType string
 }
+
+// EngineUnreachable is the ErrorType of a twin whose engine (the Docker engine) does not answer: it can be neither
+// inspected nor restarted until the engine is back.
+const EngineUnreachable = "TwinEngineUnreachable"

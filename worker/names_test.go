@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/query/flow"
 )
 
 // names records what is registered.
@@ -25,7 +26,7 @@ func (n *names) RegisterActivityWithOptions(_ any, o activity.RegisterOptions) {
 
 func allDeps() Deps {
 	return Deps{Builds: &activities.Builds{}, Twins: &activities.Twins{}, Sessions: &activities.Sessions{},
-		Queries: &activities.Queries{}, Webhooks: &activities.Webhooks{}}
+		Queries: &flow.Activities{}, Webhooks: &activities.Webhooks{}}
 }
 
 // TestRegisteredNames pins the name of every workflow and activity: running histories name them, so a rename

@@ -9,6 +9,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/query/flow"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -17,7 +18,7 @@ type Deps struct {
 	Builds   *activities.Builds
 	Twins    *activities.Twins
 	Sessions *activities.Sessions
-	Queries  *activities.Queries
+	Queries  *flow.Activities
 	Webhooks *activities.Webhooks
 }
 
@@ -63,6 +64,7 @@ type Registry interface {
 // Register registers every workflow and every activity of d under its explicit name.
 func Register(r Registry, d Deps) {
 	workflows.Register(r)
+	flow.Register(r)
 	for _, a := range d.Activities() {
 		r.RegisterActivityWithOptions(a.Fn, activity.RegisterOptions{Name: a.Name})
 	}

@@ -26,9 +26,6 @@ const (
 // BuildWorkflowID is the workflow id of one build.
 func BuildWorkflowID(buildID string) string { return "build/" + buildID }
 
-// RebuildWorkflowID is the workflow id of an environment's debounced rebuild.
-func RebuildWorkflowID(envID string) string { return "rebuild/" + envID }
-
 // BuildInput names the build to run; its inputs are found through the build row, never carried here.
 type BuildInput struct {
 	EnvID   string

@@ -1,4 +1,4 @@
-package workflows
+package workflows_test
 
 import (
 	"context"
@@ -12,15 +12,17 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/driver"
-	"github.com/doppel-dev/doppel/llm"
+	"github.com/doppel-dev/doppel/internal/replaytest"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // More recorders of testdata/ histories, for the workflows and paths the first ones left out: a session open that
 // retries on a twin that did not answer, the idle-session reaper and the webhook sweeper (a few sweeps, then
-// terminated), a twin that reaps and moves to a new build, queries in replay mode and refused, a failed build, a
-// rebuild continued as new, and a webhook delivery that gives up. Each is skipped unless its RECORD_* variable names
+// terminated), a twin that reaps and moves to a new build, a failed build, a rebuild continued as new, and a
+// webhook delivery that gives up (the query's are in query/flow). Each is skipped unless its RECORD_* variable names
 // the file to write.
 
 // TestRecordSessionOpenHistory: FindTwin, OpenOnTwin fails with TwinUnavailable, FindTwin names the twin suspect,
@@ -45,14 +47,14 @@ func TestRecordSessionOpenHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	id := SessionOpenWorkflowID("ses_record" + time.Now().Format("150405"))
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, SessionOpenWorkflowName,
-		SessionOpenInput{SessionID: "ses_record", EnvID: "env_record", Spec: twinrpc.SessionSpec{Seed: 7, SeedInstructions: "2 orders"},
+	id := workflows.SessionOpenWorkflowID("ses_record" + time.Now().Format("150405"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.SessionOpenWorkflowName,
+		workflows.SessionOpenInput{SessionID: "ses_record", EnvID: "env_record", Spec: twinrpc.SessionSpec{Seed: 7, SeedInstructions: "2 orders"},
 			TwinWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res SessionOpenResult
+	var res workflows.SessionOpenResult
 	if err := run.Get(ctx, &res); err != nil || res.TwinAddr != "http://127.0.0.1:2" {
 		t.Fatalf("open: %+v %v", res, err)
 	}
@@ -70,8 +72,8 @@ func TestRecordSessionReaperHistory(t *testing.T) {
 		}
 		return activities.ReapResult{Expired: []string{"ses_1"}, Extended: 1}, nil
 	}, activity.RegisterOptions{Name: "ReapIdleSessions"})
-	id := SessionReaperID(queue)
-	runSweeps(t, c, w, id, queue, SessionReaperWorkflowName, SessionReaperInput{Idle: time.Hour, Every: time.Second}, &n, 4)
+	id := wfclient.SessionReaperID(queue)
+	runSweeps(t, c, w, id, queue, workflows.SessionReaperWorkflowName, workflows.SessionReaperInput{Idle: time.Hour, Every: time.Second}, &n, 4)
 	writeHistory(t, c, id, out)
 }
 
@@ -85,8 +87,8 @@ func TestRecordWebhookSweeperHistory(t *testing.T) {
 		}
 		return 0, nil
 	}, activity.RegisterOptions{Name: "SweepDeliveries"})
-	id := WebhookSweeperWorkflowID(queue)
-	runSweeps(t, c, w, id, queue, WebhookSweeperWorkflowName, WebhookSweeperInput{Every: time.Second, Retention: time.Hour}, &n, 3)
+	id := wfclient.WebhookSweeperWorkflowID(queue)
+	runSweeps(t, c, w, id, queue, workflows.WebhookSweeperWorkflowName, workflows.WebhookSweeperInput{Every: time.Second, Retention: time.Hour}, &n, 3)
 	writeHistory(t, c, id, out)
 }
 
@@ -142,9 +144,9 @@ func TestRecordTwinReapHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	in := TwinInput{EnvID: "env_record_reap", Active: twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/1", BundleHash: "sha256:1"},
+	in := workflows.TwinInput{EnvID: "env_record_reap", Active: twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/1", BundleHash: "sha256:1"},
 		Idle: time.Hour, HealthEvery: time.Hour, ReapEvery: time.Second}
-	if st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready {
+	if st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready {
 		t.Fatalf("wake: %+v %v", st, err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -154,13 +156,13 @@ func TestRecordTwinReapHistory(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	id := TwinWorkflowID(in.EnvID)
-	if err := ActivateTwinBuild(ctx, c, in.EnvID, twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}); err != nil {
+	id := workflows.TwinWorkflowID(in.EnvID)
+	if err := (wfclient.Conn{Client: c, TaskQueue: queue}).ActivateTwinBuild(ctx, in.EnvID, twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		v, err := c.QueryWorkflow(ctx, id, "", TwinStatusQuery)
-		var s TwinStatus
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.TwinStatusQuery)
+		var s workflows.TwinStatus
 		if err == nil && v.Get(&s) == nil && s.Active.BuildID == "bld_2" && s.State == twinstate.Ready {
 			break
 		}
@@ -169,80 +171,11 @@ func TestRecordTwinReapHistory(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
+	if err := c.SignalWorkflow(ctx, id, "", workflows.StopTwinSignal, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
 		t.Fatal(err)
-	}
-	writeHistory(t, c, id, out)
-}
-
-// registerQueryStandIns registers stand-ins of the query activities that open, call and close like the real ones;
-// prepare answers prep (or fails with prepErr).
-func registerQueryStandIns(w interface {
-	RegisterActivityWithOptions(any, activity.RegisterOptions)
-}, prep activities.PreparedQuery, prepErr error) {
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.PrepareQueryInput) (activities.PreparedQuery, error) {
-		return prep, prepErr
-	}, activity.RegisterOptions{Name: "PrepareQuery"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.QueryOpen) (activities.QueryOpened, error) {
-		return activities.QueryOpened{SessionID: "ses_q", BuildID: "bld_record", Seeded: true, WorldHash: "sha256:w",
-			Pinned: map[string][]string{"orders": {"#W1"}}, SeedInstructions: in.SeedInstructions}, nil
-	}, activity.RegisterOptions{Name: "OpenQuerySession"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.QueryToolCall) (activities.ToolAnswer, error) {
-		return activities.ToolAnswer{Content: `{"order_id":"#W1","status":"pending"}`, Fidelity: "B_twin", Rung: "twin", Ms: 1,
-			Took: time.Millisecond}, nil
-	}, activity.RegisterOptions{Name: "CallQueryTool"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, id string) error { return nil }, activity.RegisterOptions{Name: "CloseQuerySession"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.FinishQueryInput) error { return nil }, activity.RegisterOptions{Name: "FinishQuery"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ModelTurnInput) (activities.ModelTurnResult, error) {
-		return activities.ModelTurnResult{Message: llm.ChatMessage{Role: "assistant", Content: "done"}}, nil
-	}, activity.RegisterOptions{Name: "ModelTurn"})
-}
-
-// TestRecordQueryReplayHistory: a query in replay mode replays two recorded calls and answers the recorded answer.
-func TestRecordQueryReplayHistory(t *testing.T) {
-	out, c, queue, w := recorder(t, "RECORD_QUERY_REPLAY", "record-query-")
-	registerQueryStandIns(w, activities.PreparedQuery{BuildID: "bld_record", Mode: activities.ModeReplay, Model: activities.ReplayModel,
-		SeedInstructions: "order #W1 with status pending", SeedDerived: true, DerivedBy: "parser",
-		Replay: &activities.ReplayPlan{TraceID: "tau2/retail/task-1/trial-0", Score: 0.8, Answer: "Cancelled.",
-			Calls: []activities.ReplayCall{{Tool: "get_order_details", Arguments: `{"order_id":"#W1"}`},
-				{Tool: "cancel_pending_order", Arguments: `{"order_id":"#W1","reason":"no longer needed"}`}}}}, nil)
-	runQuery(t, c, w, queue, out, false)
-}
-
-// TestRecordQueryInvalidHistory: a query whose preparation refuses it (no recorded run to replay) records the
-// error and fails.
-func TestRecordQueryInvalidHistory(t *testing.T) {
-	out, c, queue, w := recorder(t, "RECORD_QUERY_INVALID", "record-query-")
-	registerQueryStandIns(w, activities.PreparedQuery{}, temporal.NewNonRetryableApplicationError(
-		"body.input: replay mode found no recorded run", activities.ErrTypeQueryInvalid, nil, "body.input"))
-	runQuery(t, c, w, queue, out, true)
-}
-
-func runQuery(t *testing.T, c client.Client, w interface {
-	Start() error
-	Stop()
-}, queue, out string, fails bool) {
-	t.Helper()
-	ctx := context.Background()
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	qid := "qry_record" + time.Now().Format("150405")
-	id := QueryWorkflowID(qid)
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, QueryWorkflowName,
-		QueryInput{QueryID: qid, WorkspaceID: "ws_record", KeyID: "key_record", EnvID: "env_record", EnvSlug: "retail",
-			Input: "cancel order #W1", AutoSeed: true, Seed: 7, Model: "replay"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res activities.QueryResult
-	err = run.Get(ctx, &res)
-	if fails != (err != nil) {
-		t.Fatalf("query: %+v %v", res, err)
 	}
 	writeHistory(t, c, id, out)
 }
@@ -263,16 +196,16 @@ func TestRecordBuildFailedHistory(t *testing.T) {
 	}
 	defer w.Stop()
 	bid := "bld_record" + time.Now().Format("150405")
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: BuildWorkflowID(bid), TaskQueue: queue}, BuildWorkflowName,
-		BuildInput{EnvID: "env_record", BuildID: bid})
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.BuildWorkflowID(bid), TaskQueue: queue}, workflows.BuildWorkflowName,
+		workflows.BuildInput{EnvID: "env_record", BuildID: bid})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res BuildResult
+	var res workflows.BuildResult
 	if err := run.Get(ctx, &res); err != nil || res.Succeeded || res.Error == "" {
 		t.Fatalf("build: %+v %v", res, err)
 	}
-	writeHistory(t, c, BuildWorkflowID(bid), out)
+	writeHistory(t, c, workflows.BuildWorkflowID(bid), out)
 }
 
 // TestRecordRebuildContinuedHistory: traces arrive while the rebuild's build runs, so the rebuild continues as new
@@ -304,15 +237,15 @@ func TestRecordRebuildContinuedHistory(t *testing.T) {
 	}
 	defer w.Stop()
 	env := "env_record_" + time.Now().Format("150405")
-	in := RebuildInput{EnvID: env, Debounce: 300 * time.Millisecond}
-	run, err := c.SignalWithStartWorkflow(ctx, RebuildWorkflowID(env), CollectedSignal, nil,
-		client.StartWorkflowOptions{TaskQueue: queue}, RebuildWorkflowName, in)
+	in := workflows.RebuildInput{EnvID: env, Debounce: 300 * time.Millisecond}
+	run, err := c.SignalWithStartWorkflow(ctx, wfclient.RebuildWorkflowID(env), workflows.CollectedSignal, nil,
+		client.StartWorkflowOptions{TaskQueue: queue}, workflows.RebuildWorkflowName, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := run.GetRunID() // Get below moves the run to the last one
 	<-inferring
-	if err := c.SignalWorkflow(ctx, RebuildWorkflowID(env), "", CollectedSignal, nil); err != nil {
+	if err := c.SignalWorkflow(ctx, wfclient.RebuildWorkflowID(env), "", workflows.CollectedSignal, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Get follows the continued runs to the last one.
@@ -322,7 +255,7 @@ func TestRecordRebuildContinuedHistory(t *testing.T) {
 	if queued.Load() != 2 {
 		t.Fatalf("%d builds queued, want 2 (the rebuild did not continue as new)", queued.Load())
 	}
-	writeHistoryRun(t, c, RebuildWorkflowID(env), first, out)
+	replaytest.Record(t, c, wfclient.RebuildWorkflowID(env), first, out)
 }
 
 // TestRecordWebhookGaveUpHistory: every attempt fails; after the window the delivery is marked failed.
@@ -337,10 +270,10 @@ func TestRecordWebhookGaveUpHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	id := WebhookDeliveryWorkflowID("whd_record_gaveup" + time.Now().Format("150405"))
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, WebhookDeliveryWorkflowName,
-		WebhookDeliveryInput{DeliveryID: "whd_record_gaveup", Reason: "auto",
-			Policy: DeliveryPolicy{Window: 3 * time.Second, Initial: 200 * time.Millisecond, Max: time.Second, Attempt: time.Second}})
+	id := wfclient.WebhookDeliveryWorkflowID("whd_record_gaveup" + time.Now().Format("150405"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.WebhookDeliveryWorkflowName,
+		workflows.WebhookDeliveryInput{DeliveryID: "whd_record_gaveup", Reason: "auto",
+			Policy: workflows.DeliveryPolicy{Window: 3 * time.Second, Initial: 200 * time.Millisecond, Max: time.Second, Attempt: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

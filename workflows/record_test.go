@@ -1,4 +1,4 @@
-package workflows
+package workflows_test
 
 import (
 	"context"
@@ -8,16 +8,17 @@ import (
 	"testing"
 	"time"
 
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/internal/replaytest"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // Recorders of the histories under testdata/ (see its README): each runs a workflow on a real Temporal server
@@ -41,17 +42,17 @@ func TestRecordTwinHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	in := TwinInput{EnvID: "env_record", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
+	in := workflows.TwinInput{EnvID: "env_record", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
 		Idle: 2 * time.Second, HealthEvery: time.Second}
-	st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true})
+	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true})
 	if err != nil || st.State != twinstate.Ready {
 		t.Fatalf("wake: %+v %v", st, err)
 	}
-	id := TwinWorkflowID(in.EnvID)
+	id := workflows.TwinWorkflowID(in.EnvID)
 	deadline := time.Now().Add(time.Minute)
 	for {
-		v, err := c.QueryWorkflow(ctx, id, "", TwinStatusQuery)
-		var s TwinStatus
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.TwinStatusQuery)
+		var s workflows.TwinStatus
 		if err == nil && v.Get(&s) == nil && s.State == twinstate.Stopped {
 			break
 		}
@@ -60,7 +61,7 @@ func TestRecordTwinHistory(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
+	if err := c.SignalWorkflow(ctx, id, "", workflows.StopTwinSignal, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
@@ -94,20 +95,20 @@ func TestRecordTwinSuspectHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	in := TwinInput{EnvID: "env_record_suspect", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
+	in := workflows.TwinInput{EnvID: "env_record_suspect", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
 		Idle: time.Hour, HealthEvery: time.Hour}
-	st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true})
+	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true})
 	if err != nil || st.State != twinstate.Ready {
 		t.Fatalf("wake: %+v %v", st, err)
 	}
-	if _, err := WakeTwin(ctx, c, queue, in, WakeRequest{Suspect: st.Handle.ID}); err != nil {
+	if _, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Suspect: st.Handle.ID}); err != nil {
 		t.Fatalf("suspect wake: %v", err)
 	}
-	if st, err := WakeTwin(ctx, c, queue, in, WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready || st.Handle.ID == "twin-1" {
+	if st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready || st.Handle.ID == "twin-1" {
 		t.Fatalf("wake after the restart: %+v %v", st, err)
 	}
-	id := TwinWorkflowID(in.EnvID)
-	if err := c.SignalWorkflow(ctx, id, "", StopTwinSignal, nil); err != nil {
+	id := workflows.TwinWorkflowID(in.EnvID)
+	if err := c.SignalWorkflow(ctx, id, "", workflows.StopTwinSignal, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
@@ -133,9 +134,9 @@ func TestRecordWebhookDeliveryHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	id := WebhookDeliveryWorkflowID("whd_record" + time.Now().Format("150405"))
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, WebhookDeliveryWorkflowName,
-		WebhookDeliveryInput{DeliveryID: "whd_record", Policy: DeliveryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}})
+	id := wfclient.WebhookDeliveryWorkflowID("whd_record" + time.Now().Format("150405"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.WebhookDeliveryWorkflowName,
+		workflows.WebhookDeliveryInput{DeliveryID: "whd_record", Policy: workflows.DeliveryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,32 +162,11 @@ func recorder(t *testing.T, outVar, prefix string) (out string, c client.Client,
 	t.Cleanup(c.Close)
 	queue = prefix + time.Now().Format("150405.000000")
 	w = worker.New(c, queue, worker.Options{})
-	Register(w)
+	workflows.Register(w)
 	return out, c, queue, w
 }
 
 func writeHistory(t *testing.T, c client.Client, id, out string) {
 	t.Helper()
-	writeHistoryRun(t, c, id, "", out)
-}
-
-// writeHistoryRun writes one run's history (runID "" is the latest run).
-func writeHistoryRun(t *testing.T, c client.Client, id, runID, out string) {
-	t.Helper()
-	hist := &historypb.History{}
-	it := c.GetWorkflowHistory(context.Background(), id, runID, false, 0)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		hist.Events = append(hist.Events, e)
-	}
-	data, err := protojson.MarshalOptions{Indent: " "}.Marshal(hist)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	replaytest.Record(t, c, id, "", out)
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // Real traces and tool definitions shared by the e2e and crash tests.
@@ -582,7 +583,7 @@ func TestE2EDevStack(t *testing.T) {
 			t.Errorf("builds after restart %+v, before %+v", builds, buildsBeforeSt)
 		}
 		tc := e2eTemporalClient(t, tempAddr)
-		for _, id := range []string{workflows.BuildWorkflowID(firstBuild), workflows.BuildWorkflowID(providedBuild), workflows.RebuildWorkflowID(envID)} {
+		for _, id := range []string{workflows.BuildWorkflowID(firstBuild), workflows.BuildWorkflowID(providedBuild), wfclient.RebuildWorkflowID(envID)} {
 			if st := e2eWorkflowStatus(t, tc, id); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 				t.Errorf("workflow %s after restart: %s, want COMPLETED", id, st)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/llm"
+	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/telemetry"
@@ -32,6 +33,7 @@ import (
 	metering "github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // stack holds the concrete parts a server process runs on; close releases them in reverse order.
@@ -57,7 +59,7 @@ type stack struct {
 	// meters reads usage from the database; gate enforces the plans with it (nil: usage.enforce is off).
 	meters *metering.Source
 	gate   *metering.Gate
-	hooks  *workflows.Webhooks
+	hooks  *wfclient.Webhooks
 }
 
 // usageSource is the process's usage reader, over the configured plans and period.
@@ -100,15 +102,20 @@ func (t thresholdEvents) Threshold(ctx context.Context, ws *schema.Workspace, r 
 }
 
 // webhookStarter starts webhook deliveries' workflows, for every part of this process that records events.
-func (s *stack) webhookStarter() *workflows.Webhooks {
+func (s *stack) webhookStarter() *wfclient.Webhooks {
 	if s.hooks == nil {
 		w := s.cfg.Webhooks
-		s.hooks = &workflows.Webhooks{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue,
+		s.hooks = &wfclient.Webhooks{Conn: s.conn(),
 			Dispatched: func(ctx context.Context, ids []string) error { return store.MarkDispatched(ctx, s.db, ids) },
 			Log:        s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
 				Initial: w.BackoffInitial, Max: w.BackoffMax, Attempt: w.AttemptTimeout + 15*time.Second}}
 	}
 	return s.hooks
+}
+
+// conn is the process's connection to its workflows.
+func (s *stack) conn() wfclient.Conn {
+	return wfclient.Conn{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue}
 }
 
 // events records events with the changes they report and starts their deliveries.
@@ -166,15 +173,22 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	o := toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events(),
-		Queries:    &workflows.Queries{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue},
-		QueryModel: queryModel(s.cfg), QueryWait: s.cfg.Query.Wait, QueryMaxSteps: s.cfg.Query.MaxSteps,
-		QueryDeadline: s.cfg.Query.Deadline}
+		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()}
 	if g := s.usageGate(); g != nil {
 		o.Quota = g
 	}
 	s.plane = toolplane.New(o)
 	return s.plane, nil
+}
+
+// queries is the process's query service: it runs queries' workflows and reads their rows.
+func (s *stack) queries() *query.Service {
+	q := &query.Service{DB: s.db, Runner: &wfclient.Queries{Conn: s.conn()}, Model: queryModel(s.cfg), Wait: s.cfg.Query.Wait,
+		MaxSteps: s.cfg.Query.MaxSteps, Deadline: s.cfg.Query.Deadline, Log: s.log.With("component", "queries")}
+	if g := s.usageGate(); g != nil {
+		q.Quota = g
+	}
+	return q
 }
 
 // queryModel is the configured model's name, or "" when no model endpoint is configured (queries replay).

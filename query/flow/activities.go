@@ -1,4 +1,4 @@
-package activities
+package flow
 
 import (
 	"context"
@@ -13,19 +13,20 @@ import (
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/doppel-dev/doppel/agent"
 	"github.com/doppel-dev/doppel/llm"
+	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 )
 
-// QuerySessions opens, calls and closes a query's session through the tool plane, the path sessions.open and
-// sessions.call take (toolplane.QuerySessions is it).
-type QuerySessions interface {
-	OpenQuerySession(ctx context.Context, in QueryOpen) (QueryOpened, error)
-	CallQuerySession(ctx context.Context, in QueryToolCall) (ToolAnswer, error)
-	CloseQuerySession(ctx context.Context, sessionID string) error
+// Plane is the tool plane as a query uses it: sessions opened, called and closed as sessions.open, sessions.call
+// and sessions.close do (*toolplane.Plane is it).
+type Plane interface {
+	Open(ctx context.Context, req toolplane.OpenRequest) (*toolplane.Opened, error)
+	Call(ctx context.Context, s *schema.Session, req toolplane.CallRequest) (*toolplane.CallResult, error)
+	Close(ctx context.Context, s *schema.Session) (bool, error)
 }
 
 // BundleSource reads a build's bundle (toolplane.Bundles is one).
@@ -39,21 +40,22 @@ type ChatModel interface {
 	Model() string
 }
 
-// Queries holds the dependencies of the query activities: the hosted agent's model turns, its tool calls
+// Activities holds the dependencies of the query activities: the hosted agent's model turns, its tool calls
 // through the tool plane, and the queries rows.
-type Queries struct {
-	DB       *bun.DB
-	Sessions QuerySessions
-	Bundles  BundleSource
+type Activities struct {
+	DB *bun.DB
+	// Plane opens, calls and closes the query's session.
+	Plane   Plane
+	Bundles BundleSource
 	// Model is the configured model endpoint; nil: queries run in replay mode only.
 	Model ChatModel
 	Log   *slog.Logger
 
 	mu      sync.Mutex
-	indexes map[string]*agent.Index // build id → its runs' index
+	indexes map[string]*query.Index // build id → its runs' index
 }
 
-func (q *Queries) log() *slog.Logger {
+func (q *Activities) log() *slog.Logger {
 	if q.Log == nil {
 		return slog.New(slog.DiscardHandler)
 	}
@@ -61,14 +63,14 @@ func (q *Queries) log() *slog.Logger {
 }
 
 func queryInvalid(field, msg string) error {
-	return temporal.NewNonRetryableApplicationError(field+": "+msg, ErrTypeQueryInvalid, nil, field)
+	return temporal.NewNonRetryableApplicationError(field+": "+msg, query.KindInvalid, nil, field)
 }
 
 // bundleOf reads the build's bundle.
-func (q *Queries) bundleOf(ctx context.Context, buildID string) (*twin.Bundle, error) {
+func (q *Activities) bundleOf(ctx context.Context, buildID string) (*twin.Bundle, error) {
 	b, err := store.GetBuildByID(ctx, q.DB, buildID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, temporal.NewNonRetryableApplicationError("build "+buildID+" not found", ErrTypeQueryNotFound, err)
+		return nil, temporal.NewNonRetryableApplicationError("build "+buildID+" not found", query.KindNotFound, err)
 	}
 	if err != nil {
 		return nil, err
@@ -79,16 +81,16 @@ func (q *Queries) bundleOf(ctx context.Context, buildID string) (*twin.Bundle, e
 // PrepareQuery decides how a query runs: replay mode when it asks for model "replay" or names none and no model
 // is configured, else the model; the seed instructions (derived from the input when auto_seed asks and none are
 // given); in replay mode, the recorded run closest to the input.
-func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (PreparedQuery, error) {
+func (q *Activities) PrepareQuery(ctx context.Context, in PrepareQueryInput) (PreparedQuery, error) {
 	env, err := store.GetEnvByID(ctx, q.DB, in.EnvID)
 	if errors.Is(err, store.ErrNotFound) {
-		return PreparedQuery{}, temporal.NewNonRetryableApplicationError("environment "+in.EnvID+" not found", ErrTypeQueryNotFound, err)
+		return PreparedQuery{}, temporal.NewNonRetryableApplicationError("environment "+in.EnvID+" not found", query.KindNotFound, err)
 	}
 	if err != nil {
 		return PreparedQuery{}, err
 	}
 	if env.ActiveBuildID == "" {
-		return PreparedQuery{}, temporal.NewNonRetryableApplicationError("environment "+env.Slug+" has no build yet", ErrTypeQueryNotFound, nil)
+		return PreparedQuery{}, temporal.NewNonRetryableApplicationError("environment "+env.Slug+" has no build yet", query.KindNotFound, nil)
 	}
 	bundle, err := q.bundleOf(ctx, env.ActiveBuildID)
 	if err != nil {
@@ -96,13 +98,13 @@ func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (Prepa
 	}
 	p := PreparedQuery{BuildID: env.ActiveBuildID, SeedInstructions: in.SeedInstructions}
 	switch {
-	case in.Model == ReplayModel || (in.Model == "" && q.Model == nil):
-		p.Mode, p.Model = ModeReplay, ReplayModel
+	case in.Model == query.ReplayModel || (in.Model == "" && q.Model == nil):
+		p.Mode, p.Model = query.ModeReplay, query.ReplayModel
 	case q.Model == nil:
 		return p, queryInvalid("body.model", fmt.Sprintf("%q needs a model endpoint and none is configured (model.base_url); "+
 			"use \"replay\" to replay the closest recorded run", in.Model))
 	default:
-		p.Mode, p.Model = ModeModel, in.Model
+		p.Mode, p.Model = query.ModeModel, in.Model
 		if p.Model == "" {
 			p.Model = q.Model.Model()
 		}
@@ -112,7 +114,7 @@ func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (Prepa
 		}
 	}
 	if strings.TrimSpace(p.SeedInstructions) == "" && in.AutoSeed {
-		p.SeedInstructions = agent.DeriveSeed(in.Input, bundle.Tables)
+		p.SeedInstructions = query.DeriveSeed(in.Input, bundle.Tables)
 		p.SeedDerived, p.DerivedBy = p.SeedInstructions != "", "parser"
 		if !p.SeedDerived && q.Model != nil {
 			if err := q.modelSeed(ctx, in, bundle, &p); err != nil {
@@ -120,7 +122,7 @@ func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (Prepa
 			}
 		}
 	}
-	if p.Mode == ModeReplay {
+	if p.Mode == query.ModeReplay {
 		var runs []twin.AgentRun
 		if bundle.Agent != nil {
 			runs = bundle.Agent.Runs
@@ -143,7 +145,7 @@ func (q *Queries) PrepareQuery(ctx context.Context, in PrepareQueryInput) (Prepa
 // entities (name, key field, a few keys) and the input go in, one line of plain instructions (or NONE) comes out.
 // The twin turns them into rows (with its parser, or the model when they need it) and the receipts keep them, so
 // the query can be run again with exactly these instructions.
-func (q *Queries) modelSeed(ctx context.Context, in PrepareQueryInput, bundle *twin.Bundle, p *PreparedQuery) error {
+func (q *Activities) modelSeed(ctx context.Context, in PrepareQueryInput, bundle *twin.Bundle, p *PreparedQuery) error {
 	var ents strings.Builder
 	for _, t := range bundle.Tables {
 		fmt.Fprintf(&ents, "- %s (key %s", t.Name, t.Key)
@@ -161,7 +163,7 @@ func (q *Queries) modelSeed(ctx context.Context, in PrepareQueryInput, bundle *t
 		"(clauses separated by \";\"), naming only these entities:\n" + ents.String() +
 		"Answer NONE when the message names nothing the world should hold."
 	model := p.Model
-	if p.Mode == ModeReplay {
+	if p.Mode == query.ModeReplay {
 		model = q.Model.Model() // replay mode runs no model for the agent; the seeding may still ask the configured one
 	}
 	seed := int64(0)
@@ -170,7 +172,7 @@ func (q *Queries) modelSeed(ctx context.Context, in PrepareQueryInput, bundle *t
 	if err != nil {
 		return modelError(model, err)
 	}
-	p.SeedUsage = QueryUsage{ModelCalls: 1, PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens}
+	p.SeedUsage = query.Usage{ModelCalls: 1, PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens}
 	line := strings.TrimSpace(strings.SplitN(strings.TrimSpace(res.Message.Content), "\n", 2)[0])
 	if line == "" || strings.EqualFold(strings.Trim(line, ". "), "none") {
 		return nil
@@ -182,47 +184,102 @@ func (q *Queries) modelSeed(ctx context.Context, in PrepareQueryInput, bundle *t
 // modelError types a model failure for the workflow: unavailable (down, slow, 5xx after retries) or failed.
 func modelError(model string, err error) error {
 	if errors.Is(err, llm.ErrUnavailable) {
-		return temporal.NewNonRetryableApplicationError("model "+model+": "+err.Error(), ErrTypeModelUnavailable, err)
+		return temporal.NewNonRetryableApplicationError("model "+model+": "+err.Error(), query.KindModelUnavailable, err)
 	}
-	return temporal.NewNonRetryableApplicationError("model "+model+": "+err.Error(), ErrTypeModelFailed, err)
+	return temporal.NewNonRetryableApplicationError("model "+model+": "+err.Error(), query.KindModelFailed, err)
 }
 
 // index is the build's runs' index, made once per build.
-func (q *Queries) index(buildID string, runs []twin.AgentRun) *agent.Index {
+func (q *Activities) index(buildID string, runs []twin.AgentRun) *query.Index {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if ix, ok := q.indexes[buildID]; ok {
 		return ix
 	}
 	if q.indexes == nil || len(q.indexes) >= 64 {
-		q.indexes = map[string]*agent.Index{}
+		q.indexes = map[string]*query.Index{}
 	}
-	ix := agent.NewIndex(runs)
+	ix := query.NewIndex(runs)
 	q.indexes[buildID] = ix
 	return ix
 }
 
-// OpenQuerySession opens the query's seeded session through the tool plane.
-func (q *Queries) OpenQuerySession(ctx context.Context, in QueryOpen) (QueryOpened, error) {
-	return q.Sessions.OpenQuerySession(ctx, in)
+// OpenQuerySession opens a seeded session as sessions.open does.
+func (q *Activities) OpenQuerySession(ctx context.Context, in QueryOpen) (QueryOpened, error) {
+	seed := in.Seed
+	o, err := q.Plane.Open(ctx, toolplane.OpenRequest{WorkspaceID: in.WorkspaceID, KeyID: in.KeyID, Env: in.EnvSlug, Seed: &seed,
+		SeedInstructions: in.SeedInstructions})
+	if err != nil {
+		return QueryOpened{}, activityError(err)
+	}
+	rc := o.Receipts
+	return QueryOpened{SessionID: o.Session.ID, BuildID: o.Session.BuildID, Seeded: rc.Seeded, WorldHash: rc.WorldHash,
+		Pinned: rc.Pinned, SeedInstructions: o.Session.SeedInstructions, Note: rc.Note}, nil
 }
 
-// CallQueryTool runs one of the agent's tool calls in the query's session.
-func (q *Queries) CallQueryTool(ctx context.Context, in QueryToolCall) (ToolAnswer, error) {
-	return q.Sessions.CallQuerySession(ctx, in)
+// CallQueryTool runs one of the agent's tool calls in the query's session, as sessions.call does (journaled,
+// requestor assistant). A tool the twin cannot route or arguments it refuses are answered as a refused call, for
+// the agent to read.
+func (q *Activities) CallQueryTool(ctx context.Context, in QueryToolCall) (ToolAnswer, error) {
+	s, err := store.GetSessionByID(ctx, q.DB, in.SessionID)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return ToolAnswer{}, temporal.NewNonRetryableApplicationError("session "+in.SessionID+" not found", query.KindNotFound, err)
+		}
+		return ToolAnswer{}, err
+	}
+	args := strings.TrimSpace(in.Arguments)
+	if args == "" {
+		args = "{}"
+	}
+	res, err := q.Plane.Call(ctx, s, toolplane.CallRequest{Tool: in.Tool, Arguments: []byte(args), Requestor: "assistant"})
+	var pe *toolplane.Error
+	if errors.As(err, &pe) && (pe.Kind == toolplane.Invalid || (pe.Kind == toolplane.NotFound && strings.HasPrefix(pe.Detail, "tool "))) {
+		return ToolAnswer{Content: "error: " + pe.Error(), Error: true, Refused: true}, nil
+	}
+	if err != nil {
+		return ToolAnswer{}, activityError(err)
+	}
+	return ToolAnswer{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
+		Downgraded: res.Downgraded, Ms: res.Ms, Took: res.Twin + res.Journal}, nil
 }
 
-// CloseQuerySession ends the query's session.
-func (q *Queries) CloseQuerySession(ctx context.Context, sessionID string) error {
-	return q.Sessions.CloseQuerySession(ctx, sessionID)
+// CloseQuerySession ends the query's session; one already ended is fine.
+func (q *Activities) CloseQuerySession(ctx context.Context, sessionID string) error {
+	s, err := store.GetSessionByID(ctx, q.DB, sessionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = q.Plane.Close(ctx, s)
+	return err
+}
+
+// activityError makes a refusal the caller must fix non-retryable (Invalid with its field, NotFound); the rest
+// stay retryable.
+func activityError(err error) error {
+	var pe *toolplane.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Kind {
+	case toolplane.Invalid:
+		// The open's fields (body.seed_instructions, body.seed) are the query's own.
+		return temporal.NewNonRetryableApplicationError(pe.Error(), query.KindInvalid, err, pe.Field)
+	case toolplane.NotFound:
+		return temporal.NewNonRetryableApplicationError(pe.Detail, query.KindNotFound, err)
+	}
+	return err
 }
 
 // ModelTurn asks the model for the agent's next message: the agent's system prompt (learned from the traces),
 // the user's input, the conversation so far, and the build's tools. A model endpoint that stays down after the
-// client's retries is a non-retryable ErrTypeModelUnavailable; one that refuses is ErrTypeModelFailed.
-func (q *Queries) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTurnResult, error) {
+// client's retries is a non-retryable query.KindModelUnavailable; one that refuses is query.KindModelFailed.
+func (q *Activities) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTurnResult, error) {
 	if q.Model == nil {
-		return ModelTurnResult{}, temporal.NewNonRetryableApplicationError("no model endpoint is configured", ErrTypeModelFailed, nil)
+		return ModelTurnResult{}, temporal.NewNonRetryableApplicationError("no model endpoint is configured", query.KindModelFailed, nil)
 	}
 	bundle, err := q.bundleOf(ctx, in.BuildID)
 	if err != nil {
@@ -254,12 +311,12 @@ func (q *Queries) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTurnRe
 }
 
 // FinishQuery records the query's outcome on its row.
-func (q *Queries) FinishQuery(ctx context.Context, in FinishQueryInput) error {
+func (q *Activities) FinishQuery(ctx context.Context, in FinishQueryInput) error {
 	o := store.QueryOutcome{SessionID: in.SessionID, Error: in.Error, ErrorKind: in.ErrorKind,
 		ModelCalls: in.Usage.ModelCalls, PromptTokens: in.Usage.PromptTokens, CompletionTokens: in.Usage.CompletionTokens}
 	o.Status = schema.QueryFailed
 	if in.Result != nil {
-		data, err := MarshalResult(in.Result)
+		data, err := json.Marshal(in.Result)
 		if err != nil {
 			return err
 		}
