@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/internal/replaytest"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/llm"
@@ -52,7 +53,7 @@ type lateRunner struct{ query.Runner }
 // suiteQueries runs each query's workflow in the Temporal SDK's test environment, with the real query
 // activities: the seam for tests without a Temporal server (one test runs them on a real one).
 type suiteQueries struct {
-	acts *flow.Activities
+	deps worker.Deps
 	mu   sync.Mutex
 	runs map[string]chan error
 }
@@ -69,7 +70,7 @@ func (s *suiteQueries) Start(_ context.Context, in query.Input) error {
 		var ts testsuite.WorkflowTestSuite
 		ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 		env := ts.NewTestWorkflowEnvironment()
-		worker.Register(env, worker.Deps{Queries: s.acts})
+		worker.Register(env, s.deps)
 		env.ExecuteWorkflow(flow.QueryWorkflowName, in)
 		ch <- wfclient.QueryFailure(env.GetWorkflowError())
 	}()
@@ -188,7 +189,13 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 		qo.model = "scripted-agent"
 	}
 	p := newPlane(t, driver, bundle, planeOptions{query: &qo, plans: qo.plans})
-	acts := &flow.Activities{DB: p.db, Plane: p.tp, Bundles: p.tp.Bundles()}
+	acts := &flow.Activities{DB: p.db, Plane: p.tp, Bundles: p.tp.Bundles(), Blobs: p.blobs}
+	// The query's child session open runs the session activities over the plane's twins.
+	sessions := &activities.Sessions{DB: p.db, Twins: p.twins}
+	if p.locals != nil {
+		sessions.Locals = p.locals
+	}
+	deps := worker.Deps{Queries: acts, Sessions: sessions}
 	if modelURL != "" {
 		c, err := llm.New(llm.Options{BaseURL: modelURL, Model: qo.model, Timeout: 2 * time.Second})
 		if err != nil {
@@ -197,7 +204,7 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 		acts.Model = c
 	}
 	if temporalAddr == "" {
-		late.Runner = &suiteQueries{acts: acts}
+		late.Runner = &suiteQueries{deps: deps}
 		return p
 	}
 	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
@@ -207,7 +214,7 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 	t.Cleanup(c.Close)
 	queue := "test-queries-" + schema.NewID("")
 	w := sdkworker.New(c, queue, sdkworker.Options{})
-	worker.Register(w, worker.Deps{Queries: acts})
+	worker.Register(w, deps)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

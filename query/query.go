@@ -58,6 +58,8 @@ type Input struct {
 	// MaxSteps bounds model turns (model mode) or replayed calls (replay mode); Deadline bounds the run.
 	MaxSteps int
 	Deadline time.Duration
+	// TwinWait bounds the session open's wait for a cold twin (0: the session open's default).
+	TwinWait time.Duration `json:",omitempty"`
 }
 
 // Span is one step of a query's trace (spec §2.2): kind tool (a tool call: label the tool, detail its JSON

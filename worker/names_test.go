@@ -36,9 +36,9 @@ func TestRegisteredNames(t *testing.T) {
 	Register(&n, allDeps())
 	wantWorkflows := []string{"doppel.Build", "doppel.Query", "doppel.Rebuild", "doppel.SessionOpen", "doppel.SessionReaper",
 		"doppel.Twin", "doppel.WebhookDelivery", "doppel.WebhookSweeper"}
-	wantActivities := []string{"ActivateBuild", "CallQueryTool", "CloseOnTwin", "CloseQuerySession", "Deliver", "FailBuild",
+	wantActivities := []string{"ActivateBuild", "AgentTurn", "BeginQuerySession", "CallQueryTool", "CloseOnTwin", "CloseQuerySession", "Deliver", "FailBuild",
 		"FailDelivery", "FindTwin", "FinishQuery", "InferBundle", "InspectTwin", "ModelTurn", "OpenOnTwin", "OpenQuerySession",
-		"PlanBuild", "PrepareQuery", "QueueBuild", "ReapIdleSessions", "ReapTwins", "RecordTwinEvent", "SelfCheck",
+		"PlanBuild", "PrepareQuery", "QueueBuild", "ReapIdleSessions", "ReapTwins", "RecordQuerySession", "RecordTwinEvent", "RunQueryTool", "SelfCheck",
 		"StartTwin", "StopTwin", "SweepDeliveries"}
 	slices.Sort(n.workflows)
 	slices.Sort(n.activities)

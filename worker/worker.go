@@ -47,7 +47,10 @@ func (d Deps) Activities() []Named {
 	if q := d.Queries; q != nil {
 		out = append(out, Named{"PrepareQuery", q.PrepareQuery}, Named{"OpenQuerySession", q.OpenQuerySession},
 			Named{"CallQueryTool", q.CallQueryTool}, Named{"CloseQuerySession", q.CloseQuerySession}, Named{"ModelTurn", q.ModelTurn},
-			Named{"FinishQuery", q.FinishQuery})
+			Named{"FinishQuery", q.FinishQuery},
+			// query-v1's steps
+			Named{"BeginQuerySession", q.BeginQuerySession}, Named{"RecordQuerySession", q.RecordQuerySession},
+			Named{"AgentTurn", q.AgentTurn}, Named{"RunQueryTool", q.RunQueryTool})
 	}
 	if w := d.Webhooks; w != nil {
 		out = append(out, Named{"Deliver", w.Deliver}, Named{"FailDelivery", w.FailDelivery}, Named{"SweepDeliveries", w.SweepDeliveries})

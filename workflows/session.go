@@ -23,9 +23,13 @@ type SessionOpenInput struct {
 	SessionID string
 	EnvID     string
 	Spec      twinrpc.SessionSpec
-	// TwinWait bounds the wait for a cold twin (default 5 minutes; the spec's cold start is about two).
+	// TwinWait bounds the wait for a cold twin (default DefaultSessionTwinWait; the spec's cold start is about two
+	// minutes).
 	TwinWait time.Duration
 }
+
+// DefaultSessionTwinWait is how long a session open waits for a cold twin unless told.
+const DefaultSessionTwinWait = 5 * time.Minute
 
 // SessionOpenResult is the opened session: where its twin answers, the build it runs, and its receipts.
 type SessionOpenResult struct {
@@ -43,7 +47,7 @@ func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, 
 	var a *activities.Sessions
 	wait := in.TwinWait
 	if wait <= 0 {
-		wait = 5 * time.Minute
+		wait = DefaultSessionTwinWait
 	}
 	findCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: wait,

@@ -294,7 +294,7 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	if st.metrics != nil {
 		builds.Observer = st.metrics
 	}
-	queries := &flow.Activities{DB: st.db, Plane: plane, Bundles: plane.Bundles(), Log: st.log.With("component", "queries")}
+	queries := &flow.Activities{DB: st.db, Plane: plane, Bundles: plane.Bundles(), Blobs: st.blobs, Log: st.log.With("component", "queries")}
 	mc, err := modelClient(st.cfg)
 	if err != nil {
 		return nil, err

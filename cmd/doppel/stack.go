@@ -183,7 +183,7 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 
 // queries is the process's query service: it runs queries' workflows and reads their rows.
 func (s *stack) queries() *query.Service {
-	q := &query.Service{DB: s.db, Runner: &wfclient.Queries{Conn: s.conn()}, Model: queryModel(s.cfg), Wait: s.cfg.Query.Wait,
+	q := &query.Service{DB: s.db, Runner: &wfclient.Queries{Conn: s.conn(), TwinWait: s.cfg.Twin.Wait}, Model: queryModel(s.cfg), Wait: s.cfg.Query.Wait,
 		MaxSteps: s.cfg.Query.MaxSteps, Deadline: s.cfg.Query.Deadline, Log: s.log.With("component", "queries")}
 	if g := s.usageGate(); g != nil {
 		q.Quota = g

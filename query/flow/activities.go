@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
@@ -25,6 +26,8 @@ import (
 // and sessions.close do (*toolplane.Plane is it).
 type Plane interface {
 	Open(ctx context.Context, req toolplane.OpenRequest) (*toolplane.Opened, error)
+	BeginOpen(ctx context.Context, req toolplane.OpenRequest) (*toolplane.PendingOpen, error)
+	FinishOpen(ctx context.Context, pend *toolplane.PendingOpen, res toolplane.OpenedWorld) (*toolplane.Opened, error)
 	Call(ctx context.Context, s *schema.Session, req toolplane.CallRequest) (*toolplane.CallResult, error)
 	Close(ctx context.Context, s *schema.Session) (bool, error)
 }
@@ -47,6 +50,8 @@ type Activities struct {
 	// Plane opens, calls and closes the query's session.
 	Plane   Plane
 	Bundles BundleSource
+	// Blobs keeps the run records of queries (their conversations and traces).
+	Blobs BlobStore
 	// Model is the configured model endpoint; nil: queries run in replay mode only.
 	Model ChatModel
 	Log   *slog.Logger
@@ -82,6 +87,8 @@ func (q *Activities) bundleOf(ctx context.Context, buildID string) (*twin.Bundle
 // is configured, else the model; the seed instructions (derived from the input when auto_seed asks and none are
 // given); in replay mode, the recorded run closest to the input.
 func (q *Activities) PrepareQuery(ctx context.Context, in PrepareQueryInput) (PreparedQuery, error) {
+	stop := activities.Heartbeat(ctx, turnHeartbeat) // it may ask the model for seed instructions
+	defer stop()
 	env, err := store.GetEnvByID(ctx, q.DB, in.EnvID)
 	if errors.Is(err, store.ErrNotFound) {
 		return PreparedQuery{}, temporal.NewNonRetryableApplicationError("environment "+in.EnvID+" not found", query.KindNotFound, err)
@@ -204,93 +211,75 @@ func (q *Activities) index(buildID string, runs []twin.AgentRun) *query.Index {
 	return ix
 }
 
-// OpenQuerySession opens a seeded session as sessions.open does.
-func (q *Activities) OpenQuerySession(ctx context.Context, in QueryOpen) (QueryOpened, error) {
-	seed := in.Seed
-	o, err := q.Plane.Open(ctx, toolplane.OpenRequest{WorkspaceID: in.WorkspaceID, KeyID: in.KeyID, Env: in.EnvSlug, Seed: &seed,
-		SeedInstructions: in.SeedInstructions})
-	if err != nil {
-		return QueryOpened{}, activityError(err)
-	}
-	rc := o.Receipts
-	return QueryOpened{SessionID: o.Session.ID, BuildID: o.Session.BuildID, Seeded: rc.Seeded, WorldHash: rc.WorldHash,
-		Pinned: rc.Pinned, SeedInstructions: o.Session.SeedInstructions, Note: rc.Note}, nil
-}
-
-// CallQueryTool runs one of the agent's tool calls in the query's session, as sessions.call does (journaled,
-// requestor assistant). A tool the twin cannot route or arguments it refuses are answered as a refused call, for
-// the agent to read.
-func (q *Activities) CallQueryTool(ctx context.Context, in QueryToolCall) (ToolAnswer, error) {
-	s, err := store.GetSessionByID(ctx, q.DB, in.SessionID)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return ToolAnswer{}, temporal.NewNonRetryableApplicationError("session "+in.SessionID+" not found", query.KindNotFound, err)
-		}
-		return ToolAnswer{}, err
-	}
-	args := strings.TrimSpace(in.Arguments)
-	if args == "" {
-		args = "{}"
-	}
-	res, err := q.Plane.Call(ctx, s, toolplane.CallRequest{Tool: in.Tool, Arguments: []byte(args), Requestor: "assistant"})
-	var pe *toolplane.Error
-	if errors.As(err, &pe) && (pe.Kind == toolplane.Invalid || (pe.Kind == toolplane.NotFound && strings.HasPrefix(pe.Detail, "tool "))) {
-		return ToolAnswer{Content: "error: " + pe.Error(), Error: true, Refused: true}, nil
-	}
-	if err != nil {
-		return ToolAnswer{}, activityError(err)
-	}
-	return ToolAnswer{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
-		Downgraded: res.Downgraded, Ms: res.Ms, Took: res.Twin + res.Journal}, nil
-}
-
-// CloseQuerySession ends the query's session; one already ended is fine.
-func (q *Activities) CloseQuerySession(ctx context.Context, sessionID string) error {
-	s, err := store.GetSessionByID(ctx, q.DB, sessionID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	_, err = q.Plane.Close(ctx, s)
-	return err
-}
-
-// activityError makes a refusal the caller must fix non-retryable (Invalid with its field, NotFound); the rest
-// stay retryable.
-func activityError(err error) error {
-	var pe *toolplane.Error
-	if !errors.As(err, &pe) {
-		return err
-	}
-	switch pe.Kind {
-	case toolplane.Invalid:
-		// The open's fields (body.seed_instructions, body.seed) are the query's own.
-		return temporal.NewNonRetryableApplicationError(pe.Error(), query.KindInvalid, err, pe.Field)
-	case toolplane.NotFound:
-		return temporal.NewNonRetryableApplicationError(pe.Detail, query.KindNotFound, err)
-	}
-	return err
-}
-
 // ModelTurn asks the model for the agent's next message: the agent's system prompt (learned from the traces),
 // the user's input, the conversation so far, and the build's tools. A model endpoint that stays down after the
-// client's retries is a non-retryable query.KindModelUnavailable; one that refuses is query.KindModelFailed.
+// client's retries is a non-retryable query.KindModelUnavailable; one that refuses is query.KindModelFailed. (The
+// step of queries from before the query-v1 change; AgentTurn is today's.)
 func (q *Activities) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTurnResult, error) {
-	if q.Model == nil {
-		return ModelTurnResult{}, temporal.NewNonRetryableApplicationError("no model endpoint is configured", query.KindModelFailed, nil)
-	}
-	bundle, err := q.bundleOf(ctx, in.BuildID)
+	res, took, err := q.chat(ctx, in.BuildID, in.Model, in.Input, in.Messages, in.Seed)
 	if err != nil {
 		return ModelTurnResult{}, err
 	}
-	msgs := make([]llm.ChatMessage, 0, len(in.Messages)+2)
+	return ModelTurnResult{Message: res.Message, Model: res.Model, Usage: res.Usage, Ms: took.Milliseconds(), Took: took}, nil
+}
+
+// AgentTurn asks the model for the agent's next message, as ModelTurn does, over the conversation in the run
+// record at in.RunKey, and stores the record with the message: the calls it asks for, or its final answer. It
+// heartbeats while the model thinks, so a worker that dies meanwhile is noticed within the heartbeat timeout and
+// the turn is retried elsewhere.
+func (q *Activities) AgentTurn(ctx context.Context, in AgentTurnInput) (AgentTurnResult, error) {
+	stop := activities.Heartbeat(ctx, turnHeartbeat)
+	defer stop()
+	rec, err := q.readRun(ctx, in.RunKey)
+	if err != nil {
+		return AgentTurnResult{}, err
+	}
+	if in.RunKey == "" {
+		rec.Input = in.Input
+	}
+	res, took, err := q.chat(ctx, in.BuildID, in.Model, rec.Input, rec.Messages, in.Seed)
+	if err != nil {
+		return AgentTurnResult{}, err
+	}
+	msg := res.Message
+	msg.Role = "assistant"
+	out := AgentTurnResult{Usage: res.Usage, Ms: took.Milliseconds(), Took: took}
+	if len(msg.ToolCalls) == 0 {
+		rec.Response = msg.Content
+	} else {
+		for i := range msg.ToolCalls {
+			if msg.ToolCalls[i].ID == "" {
+				msg.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", in.Step, i)
+			}
+		}
+		rec.Messages = append(rec.Messages, msg)
+		out.Calls = msg.ToolCalls
+	}
+	if out.RunKey, err = q.writeRun(ctx, in.QueryID, in.RunKey, rec); err != nil {
+		return AgentTurnResult{}, err
+	}
+	return out, nil
+}
+
+// turnHeartbeat is how often a model turn heartbeats; the workflow's heartbeat timeout is a few times it.
+const turnHeartbeat = 5 * time.Second
+
+// chat asks the model for the agent's next message after input and the conversation msgs, with the build's agent
+// profile and tools; it answers the reply and how long the model took.
+func (q *Activities) chat(ctx context.Context, buildID, model, input string, conv []llm.ChatMessage, seed int64) (llm.ChatResponse, time.Duration, error) {
+	if q.Model == nil {
+		return llm.ChatResponse{}, 0, temporal.NewNonRetryableApplicationError("no model endpoint is configured", query.KindModelFailed, nil)
+	}
+	bundle, err := q.bundleOf(ctx, buildID)
+	if err != nil {
+		return llm.ChatResponse{}, 0, err
+	}
+	msgs := make([]llm.ChatMessage, 0, len(conv)+2)
 	if bundle.Agent != nil && bundle.Agent.SystemPrompt != "" {
 		msgs = append(msgs, llm.ChatMessage{Role: "system", Content: bundle.Agent.SystemPrompt})
 	}
-	msgs = append(msgs, llm.ChatMessage{Role: "user", Content: in.Input})
-	msgs = append(msgs, in.Messages...)
+	msgs = append(msgs, llm.ChatMessage{Role: "user", Content: input})
+	msgs = append(msgs, conv...)
 	tools := make([]llm.Tool, 0, len(bundle.Tools))
 	for _, t := range bundle.Tools {
 		params := t.InputSchema
@@ -299,28 +288,47 @@ func (q *Activities) ModelTurn(ctx context.Context, in ModelTurnInput) (ModelTur
 		}
 		tools = append(tools, llm.Tool{Type: "function", Function: llm.ToolFunction{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
-	seed := in.Seed
 	started := time.Now()
-	res, err := q.Model.Chat(ctx, llm.ChatRequest{Model: in.Model, Messages: msgs, Tools: tools, Seed: &seed})
+	res, err := q.Model.Chat(ctx, llm.ChatRequest{Model: model, Messages: msgs, Tools: tools, Seed: &seed})
 	if err != nil {
-		q.log().Warn("query model turn", "model", in.Model, "error", err)
-		return ModelTurnResult{}, modelError(in.Model, err)
+		q.log().Warn("query model turn", "model", model, "error", err)
+		return llm.ChatResponse{}, 0, modelError(model, err)
 	}
-	took := time.Since(started)
-	return ModelTurnResult{Message: res.Message, Model: res.Model, Usage: res.Usage, Ms: took.Milliseconds(), Took: took}, nil
+	return res, time.Since(started), nil
 }
 
-// FinishQuery records the query's outcome on its row.
+// FinishQuery records the query's outcome on its row. A result of the query-v1 change gets its trace (and, in
+// model mode, its response) from the run record at in.RunKey and in.Final; the run's earlier records are deleted
+// once the row holds it.
 func (q *Activities) FinishQuery(ctx context.Context, in FinishQueryInput) error {
 	o := store.QueryOutcome{SessionID: in.SessionID, Error: in.Error, ErrorKind: in.ErrorKind,
 		ModelCalls: in.Usage.ModelCalls, PromptTokens: in.Usage.PromptTokens, CompletionTokens: in.Usage.CompletionTokens}
 	o.Status = schema.QueryFailed
+	var rec runRecord
 	if in.Result != nil {
-		data, err := json.Marshal(in.Result)
+		res := *in.Result
+		if in.Final != nil {
+			var err error
+			if rec, err = q.readRun(ctx, in.RunKey); err != nil {
+				return err
+			}
+			res.Trace = append(rec.Trace, *in.Final)
+			res.NSpans = len(res.Trace)
+			if res.Response == "" {
+				res.Response = rec.Response
+			}
+		}
+		data, err := json.Marshal(&res)
 		if err != nil {
 			return err
 		}
 		o.Status, o.Result = schema.QuerySucceeded, data
+	} else if in.RunKey != "" {
+		rec, _ = q.readRun(ctx, in.RunKey) // only to find the earlier records
 	}
-	return store.FinishQuery(ctx, q.DB, in.QueryID, o)
+	if err := store.FinishQuery(ctx, q.DB, in.QueryID, o); err != nil {
+		return err
+	}
+	q.dropEarlier(ctx, rec)
+	return nil
 }

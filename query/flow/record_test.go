@@ -2,8 +2,11 @@ package flow_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +16,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/internal/replaytest"
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/query/flow"
+	"github.com/doppel-dev/doppel/toolplane"
+	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
@@ -75,6 +81,35 @@ func registerQueryStandIns(w interface {
 	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.ModelTurnInput) (flow.ModelTurnResult, error) {
 		return flow.ModelTurnResult{Message: llm.ChatMessage{Role: "assistant", Content: "done"}}, nil
 	}, activity.RegisterOptions{Name: "ModelTurn"})
+	// query-v1's steps, and the child session open's (whose twin refuses seed instructions naming widgets).
+	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.QueryOpen) (toolplane.PendingOpen, error) {
+		return toolplane.PendingOpen{World: toolplane.OpenWorld{SessionID: "ses_q" + time.Now().Format("150405.000"), EnvID: "env_record",
+			Spec: twinrpc.SessionSpec{Seed: in.Seed, SeedInstructions: in.SeedInstructions}}, WorkspaceID: in.WorkspaceID,
+			EnvSlug: in.EnvSlug, ActiveBuildID: "bld_record", KeyID: in.KeyID}, nil
+	}, activity.RegisterOptions{Name: "BeginQuerySession"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.FindTwinInput) (activities.TwinEndpoint, error) {
+		return activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: "bld_record", HandleID: "twin-1"}, nil
+	}, activity.RegisterOptions{Name: "FindTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.OpenOnTwinInput) (activities.OpenOnTwinResult, error) {
+		if strings.Contains(in.Spec.SeedInstructions, "widgets") {
+			return activities.OpenOnTwinResult{}, temporal.NewNonRetryableApplicationError("seed_instructions: no table named widgets",
+				activities.ErrTypeSessionSpec, nil)
+		}
+		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true,
+			Pinned: map[string][]string{"orders": {"#W1"}}}}, nil
+	}, activity.RegisterOptions{Name: "OpenOnTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.RecordSessionInput) (flow.QueryOpened, error) {
+		rc := in.Opened.Receipts
+		return flow.QueryOpened{SessionID: in.Pending.World.SessionID, BuildID: in.Opened.BuildID, Seeded: rc.Seeded,
+			WorldHash: rc.WorldHash, Pinned: rc.Pinned, SeedInstructions: in.Pending.World.Spec.SeedInstructions}, nil
+	}, activity.RegisterOptions{Name: "RecordQuerySession"})
+	var n atomic.Int32
+	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.RunToolInput) (flow.RunToolResult, error) {
+		return flow.RunToolResult{RunKey: fmt.Sprintf("queries/%s/run/%d", in.QueryID, n.Add(1)), Fidelity: "B_twin"}, nil
+	}, activity.RegisterOptions{Name: "RunQueryTool"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.AgentTurnInput) (flow.AgentTurnResult, error) {
+		return flow.AgentTurnResult{RunKey: fmt.Sprintf("queries/%s/run/%d", in.QueryID, n.Add(1))}, nil
+	}, activity.RegisterOptions{Name: "AgentTurn"})
 }
 
 // TestRecordQueryReplayHistory: a query in replay mode replays two recorded calls and answers the recorded answer.
@@ -94,6 +129,15 @@ func TestRecordQueryInvalidHistory(t *testing.T) {
 	out, c, queue, w := recorder(t, "RECORD_QUERY_INVALID", "record-query-")
 	registerQueryStandIns(w, flow.PreparedQuery{}, temporal.NewNonRetryableApplicationError(
 		"body.input: replay mode found no recorded run", query.KindInvalid, nil, "body.input"))
+	runQuery(t, c, w, queue, out, true)
+}
+
+// TestRecordQuerySpecRefusedHistory: the twin refuses the seed instructions in the child session open; the query
+// fails as invalid input naming them.
+func TestRecordQuerySpecRefusedHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_QUERY_SPEC_REFUSED", "record-query-")
+	registerQueryStandIns(w, flow.PreparedQuery{BuildID: "bld_record", Mode: query.ModeModel, Model: "m",
+		SeedInstructions: "3 widgets"}, nil)
 	runQuery(t, c, w, queue, out, true)
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/query"
+	"github.com/doppel-dev/doppel/toolplane"
 )
 
 // PrepareQueryInput is what a query asks for, before it runs.
@@ -115,7 +116,9 @@ type ModelTurnResult struct {
 	Took    time.Duration
 }
 
-// FinishQueryInput records how a query ended: its result, or its error and the error's type.
+// FinishQueryInput records how a query ended: its result, or its error and the error's type. A query of the
+// query-v1 change passes its result without the trace: the run record at RunKey holds the tool spans (none when
+// RunKey is ""), to which Final, the final answer's span, is appended.
 type FinishQueryInput struct {
 	QueryID   string
 	SessionID string
@@ -123,4 +126,57 @@ type FinishQueryInput struct {
 	Error     string
 	ErrorKind string
 	Usage     query.Usage
+	RunKey    string      `json:",omitempty"`
+	Final     *query.Span `json:",omitempty"`
+}
+
+// The steps below are those of queries that started with the query-v1 change: the session opened by a child
+// session-open workflow, model turns as heartbeating activities, and the conversation and trace kept in the blob
+// store (the run record), the workflow passing its key.
+
+// RecordSessionInput records a query's session once a child workflow opened its world.
+type RecordSessionInput struct {
+	Pending toolplane.PendingOpen
+	Opened  toolplane.OpenedWorld
+}
+
+// AgentTurnInput is one model turn: the query, the run record it continues ("" on the first turn, which then
+// carries the user's Input), the build whose agent profile and tools it runs with, the model, the seed and the
+// turn's number.
+type AgentTurnInput struct {
+	QueryID string
+	BuildID string
+	Model   string
+	Seed    int64
+	Step    int
+	RunKey  string
+	Input   string `json:",omitempty"`
+}
+
+// AgentTurnResult is the model's next move: the tool calls it asks for (none: it answered, and the run record
+// holds the answer), the run record with its message, and what the turn cost.
+type AgentTurnResult struct {
+	RunKey string
+	Calls  []llm.ToolCall
+	Usage  llm.Usage
+	Ms     int64
+	Took   time.Duration
+}
+
+// RunToolInput is one tool call of the run in the query's session. CallID is the model's id of the call (""
+// in replay mode, which keeps no conversation); the answer goes into the run record after RunKey.
+type RunToolInput struct {
+	QueryID   string
+	SessionID string
+	RunKey    string
+	CallID    string `json:",omitempty"`
+	Tool      string
+	Arguments string
+	Replayed  bool `json:",omitempty"`
+}
+
+// RunToolResult is what the workflow keeps of a call: the run record holding its answer, and its fidelity.
+type RunToolResult struct {
+	RunKey   string
+	Fidelity string
 }

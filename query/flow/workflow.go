@@ -15,17 +15,25 @@ import (
 // QueryWorkflowName is the registered name of the query workflow; never change it.
 const QueryWorkflowName = "doppel.Query"
 
-// Query runs the hosted agent once against a fresh seeded world. Its steps are local activities (run by the worker
-// that runs the workflow, recorded as markers in the history): a query with an instant model is a few workflow
-// tasks, not a server round trip per step, and each step still shows in the Temporal UI.
+// queryV1 is the change that made a query's session open a child session-open workflow, its model turns
+// heartbeating activities, and its conversation and trace a run record in the blob store passed by key (version
+// 1). Histories from before it (DefaultVersion) replay the steps they recorded: the open, the model turns and the
+// tool calls as local activities, the conversation and the trace in the workflow's state and result.
+const queryV1 = "query-v1"
+
+// Query runs the hosted agent once against a fresh seeded world. It prepares the run (mode, seed instructions,
+// the recorded run to replay), opens a session as sessions.open does (checked and recorded by the tool plane, its
+// world opened by a child doppel.SessionOpen workflow), runs the agent loop (model → tool calls → twin → model …,
+// or the recorded run's calls) under a step limit and a deadline, always closes the session, and records the
+// result (or the error) on the query's row, which is where the result is read.
 //
-// It prepares the run (mode, seed instructions, the recorded run to replay), opens a session through the tool
-// plane as sessions.open does, runs the agent loop (model → tool calls → twin → model …, or the recorded run's
-// calls) under a step limit and a deadline, always closes the session, and records the result (or the error) on
-// the query's row. A local activity's input is not recorded in the history, only its result, so the history holds
-// each model message and tool answer once (not the conversation once per turn); the step limit bounds it.
+// Model turns are activities that heartbeat (a worker lost mid-turn is noticed and the turn retried elsewhere);
+// the short steps (prepare, the session's check, record and close, each tool call) are local activities, run by
+// the worker that runs the workflow. The conversation and the trace never pass through the history: each step
+// reads and writes the run record (runRecord) and the workflow passes its key.
 func Query(ctx workflow.Context, in query.Input) (query.Result, error) {
 	r := &queryRun{in: in, res: query.Result{ID: in.QueryID, Seed: in.Seed}}
+	r.v = workflow.GetVersion(ctx, queryV1, workflow.DefaultVersion, 1)
 	if r.in.MaxSteps <= 0 {
 		r.in.MaxSteps = query.DefaultMaxSteps
 	}
@@ -33,9 +41,9 @@ func Query(ctx workflow.Context, in query.Input) (query.Result, error) {
 		r.in.Deadline = query.DefaultDeadline
 	}
 	err := r.run(ctx)
-	fin := FinishQueryInput{QueryID: in.QueryID, SessionID: r.res.SessionID, Usage: r.res.Usage}
+	fin := FinishQueryInput{QueryID: in.QueryID, SessionID: r.res.SessionID, Usage: r.res.Usage, RunKey: r.runKey}
 	if err == nil {
-		fin.Result = &r.res
+		fin.Result, fin.Final = &r.res, r.final
 	} else {
 		fin.Error, fin.ErrorKind = err.Error(), errorType(err)
 	}
@@ -71,37 +79,28 @@ func shortActivity(ctx workflow.Context) workflow.Context {
 	})
 }
 
+// queryRun is one run's state. Since queryV1 the trace is in the run record at runKey and the workflow keeps only
+// the count of its spans and the final one; before, it kept the trace in res.
 type queryRun struct {
-	in    query.Input
-	res   query.Result
-	start time.Time
+	in     query.Input
+	res    query.Result
+	start  time.Time
+	v      workflow.Version
+	runKey string
+	final  *query.Span
 }
 
 func (r *queryRun) run(ctx workflow.Context) error {
 	var a *Activities
 	r.start = workflow.Now(ctx)
-	// Preparing may ask the model for seed instructions (auto_seed): as long as a model turn.
-	prepCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 3 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3, NonRetryableErrorTypes: []string{
-			query.KindInvalid, query.KindNotFound}},
-	})
-	var prep PreparedQuery
-	if err := workflow.ExecuteLocalActivity(prepCtx, a.PrepareQuery, PrepareQueryInput{EnvID: r.in.EnvID, Input: r.in.Input,
-		SeedInstructions: r.in.SeedInstructions, AutoSeed: r.in.AutoSeed, Model: r.in.Model}).Get(ctx, &prep); err != nil {
+	prep, err := r.prepare(ctx)
+	if err != nil {
 		return err
 	}
 	r.res.Mode, r.res.Model, r.res.BuildID = prep.Mode, prep.Model, prep.BuildID
 	r.res.Usage = prep.SeedUsage
-	// The open waits for a cold twin as sessions.open does (about two minutes at most).
-	openCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: 6 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 2, NonRetryableErrorTypes: []string{
-			query.KindInvalid, query.KindNotFound}},
-	})
-	var opened QueryOpened
-	if err := workflow.ExecuteLocalActivity(openCtx, a.OpenQuerySession, QueryOpen{WorkspaceID: r.in.WorkspaceID,
-		KeyID: r.in.KeyID, EnvSlug: r.in.EnvSlug, Seed: r.in.Seed, SeedInstructions: prep.SeedInstructions}).Get(ctx, &opened); err != nil {
+	opened, err := r.open(ctx, prep)
+	if err != nil {
 		return err
 	}
 	r.res.SessionID, r.res.Seeded, r.res.WorldHash = opened.SessionID, opened.Seeded, opened.WorldHash
@@ -124,7 +123,6 @@ func (r *queryRun) run(ctx workflow.Context) error {
 			workflow.GetLogger(ctx).Warn("close query session", "session", opened.SessionID, "error", err)
 		}
 	}()
-	var err error
 	if prep.Mode == query.ModeReplay {
 		err = r.replay(ctx, prep.Replay)
 	} else {
@@ -133,27 +131,12 @@ func (r *queryRun) run(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
-	r.res.NSpans = len(r.res.Trace)
+	if r.v == workflow.DefaultVersion {
+		r.res.NSpans = len(r.res.Trace)
+	} else {
+		r.res.NSpans++ // the final answer's span
+	}
 	return nil
-}
-
-// callActivity runs one tool call; a call is journaled by the tool plane, so it is retried only on failures
-// that leave nothing applied (the plane answers those as errors before journaling).
-func callActivity(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3, InitialInterval: 500 * time.Millisecond},
-	})
-}
-
-// boundedBy gives a model turn at most limit, and no more than the run's time left (at least a second). It is not
-// retried: the model client retries a failing endpoint with backoff itself.
-func (r *queryRun) boundedBy(ctx workflow.Context, limit time.Duration) workflow.Context {
-	left := r.in.Deadline - workflow.Now(ctx).Sub(r.start)
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: max(min(limit, left), time.Second),
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
 }
 
 // overDeadline reports whether the run has used its time.
@@ -161,31 +144,18 @@ func (r *queryRun) overDeadline(ctx workflow.Context) bool {
 	return workflow.Now(ctx).Sub(r.start) >= r.in.Deadline
 }
 
-// toolSpan runs a call and appends its span; it answers the call's answer.
-func (r *queryRun) toolSpan(ctx workflow.Context, sessionID, tool, args string, replayed bool) (ToolAnswer, error) {
-	var a *Activities
-	var ans ToolAnswer
-	if err := workflow.ExecuteLocalActivity(callActivity(ctx), a.CallQueryTool, QueryToolCall{SessionID: sessionID, Tool: tool,
-		Arguments: args}).Get(ctx, &ans); err != nil {
-		return ans, err
-	}
-	sp := query.Span{Kind: "tool", Label: tool, Dur: durText(ans.Took, ans.Ms), Detail: args, Result: ans.Content,
-		Error: ans.Error || ans.Refused, Fidelity: ans.Fidelity, Rung: ans.Rung, Downgraded: ans.Downgraded, Replayed: replayed}
-	r.res.Trace = append(r.res.Trace, sp)
-	if query.HighFidelity(ans.Fidelity) {
+// left is the run's time left, at least a second.
+func (r *queryRun) left(ctx workflow.Context, limit time.Duration) time.Duration {
+	return max(min(limit, r.in.Deadline-workflow.Now(ctx).Sub(r.start)), time.Second)
+}
+
+// count counts a tool span's fidelity.
+func (r *queryRun) count(fidelity string) {
+	if query.HighFidelity(fidelity) {
 		r.res.Fidelity.High++
 	} else {
 		r.res.Fidelity.Low++
 	}
-	return ans, nil
-}
-
-// durText is a step's time as text, to the microsecond (from took, or ms when took is unknown).
-func durText(took time.Duration, ms int64) string {
-	if took <= 0 {
-		took = time.Duration(ms) * time.Millisecond
-	}
-	return took.Round(time.Microsecond).String()
 }
 
 // replay replays the recorded run's calls against the seeded world and answers its recorded final answer.
@@ -204,60 +174,23 @@ func (r *queryRun) replay(ctx workflow.Context, plan *ReplayPlan) error {
 			r.res.Stopped = "deadline"
 			break
 		}
-		if _, err := r.toolSpan(ctx, r.res.SessionID, c.Tool, c.Arguments, true); err != nil {
+		if _, err := r.call(ctx, "", c.Tool, c.Arguments, true); err != nil {
 			return err
 		}
 		r.res.Steps++
 	}
 	r.res.Response = plan.Answer
-	r.res.Trace = append(r.res.Trace, query.Span{Kind: "ok", Label: "final answer", Dur: durText(0, 0),
-		Detail: "replayed from " + plan.TraceID, Replayed: true})
+	r.answered(query.Span{Kind: "ok", Label: "final answer", Dur: durText(0, 0), Detail: "replayed from " + plan.TraceID, Replayed: true})
 	return nil
 }
 
-// agentLoop runs model → tool calls → twin → model … until the model answers without calling a tool, the step
-// limit or the deadline.
-func (r *queryRun) agentLoop(ctx workflow.Context, prep PreparedQuery) error {
-	var a *Activities
-	var msgs Conversation
-	r.res.Stopped = "step_limit"
-	for step := 0; step < r.in.MaxSteps; step++ {
-		if r.overDeadline(ctx) {
-			r.res.Stopped = "deadline"
-			break
-		}
-		var turn ModelTurnResult
-		if err := workflow.ExecuteLocalActivity(r.boundedBy(ctx, 3*time.Minute), a.ModelTurn, ModelTurnInput{BuildID: prep.BuildID, Model: prep.Model,
-			Input: r.in.Input, Messages: msgs, Seed: r.in.Seed}).Get(ctx, &turn); err != nil {
-			return err
-		}
-		r.res.Steps++
-		r.res.Usage.ModelCalls++
-		r.res.Usage.PromptTokens += turn.Usage.PromptTokens
-		r.res.Usage.CompletionTokens += turn.Usage.CompletionTokens
-		msg := turn.Message
-		msg.Role = "assistant"
-		if len(msg.ToolCalls) == 0 {
-			r.res.Response = msg.Content
-			r.res.Stopped = "answered"
-			r.res.Trace = append(r.res.Trace, query.Span{Kind: "ok", Label: "final answer", Dur: durText(turn.Took, turn.Ms)})
-			return nil
-		}
-		msgs = append(msgs, msg)
-		for i, c := range msg.ToolCalls {
-			id := c.ID
-			if id == "" {
-				id = fmt.Sprintf("call_%d_%d", step, i)
-				msgs[len(msgs)-1].ToolCalls[i].ID = id
-			}
-			ans, err := r.toolSpan(ctx, r.res.SessionID, c.Name, c.Arguments, false)
-			if err != nil {
-				return err
-			}
-			msgs = msgs.WithTool(id, ans.Content)
-		}
+// answered adds the final answer's span.
+func (r *queryRun) answered(sp query.Span) {
+	if r.v == workflow.DefaultVersion {
+		r.res.Trace = append(r.res.Trace, sp)
+		return
 	}
-	return nil
+	r.final = &sp
 }
 
 // Registrar is the part of a worker (or the test environment) that takes workflow registrations.

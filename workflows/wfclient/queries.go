@@ -20,12 +20,17 @@ func QueryWorkflowID(queryID string) string { return "query/" + queryID }
 // Queries runs query workflows for the query service (its query.Runner).
 type Queries struct {
 	Conn
+	// TwinWait bounds a query's session open's wait for a cold twin (config twin.wait).
+	TwinWait time.Duration
 }
 
 var _ query.Runner = (*Queries)(nil)
 
 // Start starts the query's workflow (workflow id query/<id>); starting it again is a no-op.
 func (q *Queries) Start(ctx context.Context, in query.Input) error {
+	if in.TwinWait == 0 {
+		in.TwinWait = q.TwinWait
+	}
 	deadline := in.Deadline
 	if deadline <= 0 {
 		deadline = query.DefaultDeadline

@@ -70,12 +70,7 @@ func OpenError(err error) error {
 		msg := appErr.Message()
 		switch appErr.Type() {
 		case activities.ErrTypeSessionSpec:
-			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed"} {
-				if i := strings.Index(msg, f+":"); i >= 0 {
-					return &toolplane.Error{Kind: toolplane.Invalid, Field: "body." + f, Detail: strings.TrimSpace(msg[i+len(f)+1:])}
-				}
-			}
-			return &toolplane.Error{Kind: toolplane.Invalid, Field: "body", Detail: msg}
+			return toolplane.SpecRefusal(msg)
 		case activities.ErrTypeBadInput:
 			return &toolplane.Error{Kind: toolplane.NotFound, Detail: msg}
 		}
