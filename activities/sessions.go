@@ -118,7 +118,7 @@ func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint
 	if a.Twins == nil {
 		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError("no twin directory is configured", ErrTypeTwinUnavailable, nil)
 	}
-	st, err := a.Twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: in.Suspect, Wait: true})
+	st, err := a.Twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Suspect: in.Suspect, Wait: true})
 	if err != nil {
 		return TwinEndpoint{}, fmt.Errorf("wake twin of %s: %w", env.ID, err)
 	}

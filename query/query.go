@@ -45,11 +45,14 @@ const (
 // Input is one query as its workflow runs it: its id (its row already written), who asked, the environment, the
 // user's input and the world's seed (drawn when the request gave none), and its bounds.
 type Input struct {
-	QueryID          string
-	WorkspaceID      string
-	KeyID            string
-	EnvID            string
-	EnvSlug          string
+	QueryID     string
+	WorkspaceID string
+	KeyID       string
+	EnvID       string
+	EnvSlug     string
+	// BuildID is the environment's active build when the query was asked, its search attribute (the run takes the
+	// build active when it prepares).
+	BuildID          string `json:",omitempty"`
 	Input            string
 	SeedInstructions string
 	AutoSeed         bool

@@ -133,7 +133,7 @@ func (s *Service) Run(ctx context.Context, req Request) (*Answer, error) {
 	if err := store.CreateQuery(ctx, s.DB, q); err != nil {
 		return nil, err
 	}
-	in := Input{QueryID: q.ID, WorkspaceID: env.WorkspaceID, KeyID: req.KeyID, EnvID: env.ID, EnvSlug: env.Slug,
+	in := Input{QueryID: q.ID, WorkspaceID: env.WorkspaceID, KeyID: req.KeyID, EnvID: env.ID, EnvSlug: env.Slug, BuildID: env.ActiveBuildID,
 		Input: req.Input, SeedInstructions: req.SeedInstructions, AutoSeed: req.AutoSeed, Seed: seed, Model: req.Model,
 		MaxSteps: s.MaxSteps, Deadline: s.Deadline}
 	if err := s.Runner.Start(ctx, in); err != nil {

@@ -318,7 +318,7 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 	} else if err != nil {
 		return nil, err
 	}
-	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Build: store.TwinBuildOf(l.build), Suspect: suspect})
+	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Build: store.TwinBuildOf(l.build), Suspect: suspect})
 	if err != nil {
 		return nil, errorf(Unavailable, "the session's twin cannot be found: %v", err)
 	}

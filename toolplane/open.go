@@ -140,7 +140,8 @@ func (p *Plane) checkOpen(ctx context.Context, req OpenRequest) (*PendingOpen, e
 	if env.ActiveBuildID == "" {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s)", env.Slug, env.Status)
 	}
-	pend := &PendingOpen{World: OpenWorld{EnvID: env.ID, Spec: spec}, WorkspaceID: env.WorkspaceID, EnvSlug: env.Slug,
+	pend := &PendingOpen{World: OpenWorld{EnvID: env.ID, Spec: spec, WorkspaceID: env.WorkspaceID, BuildID: env.ActiveBuildID},
+		WorkspaceID: env.WorkspaceID, EnvSlug: env.Slug,
 		ActiveBuildID: env.ActiveBuildID, KeyID: req.KeyID, RecordOutputs: req.RecordOutputs}
 	if len(req.Faults) > 0 {
 		build, err := store.GetBuildByID(ctx, p.db, env.ActiveBuildID)

@@ -29,11 +29,14 @@ type SessionOpener interface {
 	Open(ctx context.Context, w OpenWorld) (OpenedWorld, error)
 }
 
-// OpenWorld is a world to open: the session (its id chosen by the plane), its environment and its world spec.
+// OpenWorld is a world to open: the session (its id chosen by the plane), its environment and its world spec. The
+// workspace and the environment's active build when the open began name the open (its search attributes).
 type OpenWorld struct {
-	SessionID string
-	EnvID     string
-	Spec      twinrpc.SessionSpec
+	SessionID   string
+	EnvID       string
+	Spec        twinrpc.SessionSpec
+	WorkspaceID string `json:",omitempty"`
+	BuildID     string `json:",omitempty"`
 }
 
 // OpenedWorld is an opened world: where its twin answers, the build it runs, and its receipts.

@@ -212,7 +212,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if p.twins == nil {
 		return nil, errorf(Unavailable, "no twin directory is configured")
 	}
-	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active})
+	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active})
 	if err != nil {
 		return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 	}
@@ -221,7 +221,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 		// directory inspects it and answers what it found — booting when it is gone.
 		p.dropTwin(active.BuildID)
 		suspect := st.HandleID
-		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: suspect})
+		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Suspect: suspect})
 		if err != nil {
 			return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 		}

@@ -55,6 +55,8 @@ const (
 // Wake asks the twin directory for a build's twin, booting it when it is stopped.
 type Wake struct {
 	EnvID string
+	// WorkspaceID is the environment's workspace (the TwinWorkflow's search attribute when the wake starts it).
+	WorkspaceID string
 	// Active is the environment's active build; it starts the environment's TwinWorkflow when none runs.
 	Active Build
 	// Build is the build whose twin is wanted; zero means Active.

@@ -146,7 +146,7 @@ func TestRecordTwinReapHistory(t *testing.T) {
 	defer w.Stop()
 	in := workflows.TwinInput{EnvID: "env_record_reap", Active: twinstate.Build{BuildID: "bld_1", BundleKey: "bundles/1", BundleHash: "sha256:1"},
 		Idle: time.Hour, HealthEvery: time.Hour, ReapEvery: time.Second}
-	if st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready {
+	if st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready {
 		t.Fatalf("wake: %+v %v", st, err)
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -278,6 +278,58 @@ func TestRecordWebhookGaveUpHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, c, id, out)
+}
+
+// TestRecordTwinTaggedHistory: a twin workflow started with doppel's search attributes (the namespace has them)
+// takes a new build's id as its DoppelBuild (version twin-build-attribute), then stops; into RECORD_TWIN_TAGGED.
+func TestRecordTwinTaggedHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_TWIN_TAGGED", "record-tagged-")
+	ctx := context.Background()
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
+		return twinstate.Handle{Driver: "process", ID: "twin-" + in.Build.BuildID, EnvID: in.EnvID, BuildID: in.Build.BuildID,
+			Addr: "http://127.0.0.1:1/" + in.Build.BuildID}, nil
+	}, activity.RegisterOptions{Name: "StartTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
+		return activities.TwinHealth{State: driver.StateReady}, nil
+	}, activity.RegisterOptions{Name: "InspectTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) error { return nil }, activity.RegisterOptions{Name: "StopTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapTwinsInput) ([]twinstate.Handle, error) {
+		return nil, nil
+	}, activity.RegisterOptions{Name: "ReapTwins"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.TwinEventInput) error { return nil }, activity.RegisterOptions{Name: "RecordTwinEvent"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	conn := wfclient.Conn{Client: c, TaskQueue: queue, Tagged: true}
+	in := workflows.TwinInput{EnvID: "env_record_tagged" + time.Now().Format("150405"), Active: twinstate.Build{BuildID: "bld_1",
+		BundleKey: "bundles/1", BundleHash: "sha256:1"}, Idle: time.Hour, HealthEvery: time.Hour}
+	if st, err := conn.Wake(ctx, "ws_record", in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready {
+		t.Fatalf("wake: %+v %v", st, err)
+	}
+	id := workflows.TwinWorkflowID(in.EnvID)
+	if err := conn.ActivateTwinBuild(ctx, in.EnvID, twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := c.QueryWorkflow(ctx, id, "", workflows.TwinStatusQuery)
+		var s workflows.TwinStatus
+		if err == nil && v.Get(&s) == nil && s.Active.BuildID == "bld_2" && s.State == twinstate.Ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the new build's twin did not boot")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.SignalWorkflow(ctx, id, "", workflows.StopTwinSignal, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	writeHistory(t, c, id, out)

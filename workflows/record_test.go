@@ -44,7 +44,7 @@ func TestRecordTwinHistory(t *testing.T) {
 	defer w.Stop()
 	in := workflows.TwinInput{EnvID: "env_record", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
 		Idle: 2 * time.Second, HealthEvery: time.Second}
-	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true})
+	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", in, workflows.WakeRequest{Wait: true})
 	if err != nil || st.State != twinstate.Ready {
 		t.Fatalf("wake: %+v %v", st, err)
 	}
@@ -97,14 +97,14 @@ func TestRecordTwinSuspectHistory(t *testing.T) {
 	defer w.Stop()
 	in := workflows.TwinInput{EnvID: "env_record_suspect", Active: twinstate.Build{BuildID: "bld_record", BundleKey: "bundles/x", BundleHash: "sha256:x"},
 		Idle: time.Hour, HealthEvery: time.Hour}
-	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true})
+	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", in, workflows.WakeRequest{Wait: true})
 	if err != nil || st.State != twinstate.Ready {
 		t.Fatalf("wake: %+v %v", st, err)
 	}
-	if _, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Suspect: st.Handle.ID}); err != nil {
+	if _, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", in, workflows.WakeRequest{Suspect: st.Handle.ID}); err != nil {
 		t.Fatalf("suspect wake: %v", err)
 	}
-	if st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready || st.Handle.ID == "twin-1" {
+	if st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", in, workflows.WakeRequest{Wait: true}); err != nil || st.State != twinstate.Ready || st.Handle.ID == "twin-1" {
 		t.Fatalf("wake after the restart: %+v %v", st, err)
 	}
 	id := workflows.TwinWorkflowID(in.EnvID)

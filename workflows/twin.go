@@ -354,10 +354,25 @@ func (w *twinWF) newBuild(ctx workflow.Context, b twinstate.Build) {
 		awake = awake || s.State == twinstate.Ready || s.State == twinstate.Booting
 	}
 	w.in.Active = b
+	w.tagBuild(ctx, b)
 	s := w.slotFor(ctx, b)
 	if awake && (s.State == twinstate.Stopped || s.State == twinstate.Failed) {
 		s.wanted = true
 		s.set(ctx, twinstate.Booting)
+	}
+}
+
+// tagBuild makes the new active build the workflow's DoppelBuild, when it carries doppel's search attributes.
+// Workflows started before the attributes existed carry none (and their histories no upsert).
+func (w *twinWF) tagBuild(ctx workflow.Context, b twinstate.Build) {
+	if !workflow.GetTypedSearchAttributes(ctx).ContainsKey(EnvAttr) {
+		return
+	}
+	if workflow.GetVersion(ctx, "twin-build-attribute", workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, BuildAttr.ValueSet(b.BuildID)); err != nil {
+		workflow.GetLogger(ctx).Warn("tag the twin workflow with its new build", "build", b.BuildID, "error", err)
 	}
 }
 

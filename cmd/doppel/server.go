@@ -343,7 +343,11 @@ func scheduleMissedBuilds(ctx context.Context, st *stack) error {
 	}
 	starter := buildStarter(st)
 	for _, id := range ids {
-		if err := starter.ScheduleBuild(ctx, id); err != nil {
+		env, err := store.GetEnvByID(ctx, st.db, id)
+		if err != nil {
+			return err
+		}
+		if err := starter.ScheduleBuild(ctx, env.WorkspaceID, id); err != nil {
 			return err
 		}
 		st.log.Info("scheduled a rebuild missed before a restart", "env", id)

@@ -60,6 +60,8 @@ type stack struct {
 	meters *metering.Source
 	gate   *metering.Gate
 	hooks  *wfclient.Webhooks
+	// tagged says the namespace has doppel's search attributes: the workflows this process starts carry them.
+	tagged bool
 }
 
 // usageSource is the process's usage reader, over the configured plans and period.
@@ -107,7 +109,10 @@ func (s *stack) webhookStarter() *wfclient.Webhooks {
 		w := s.cfg.Webhooks
 		s.hooks = &wfclient.Webhooks{Conn: s.conn(),
 			Dispatched: func(ctx context.Context, ids []string) error { return store.MarkDispatched(ctx, s.db, ids) },
-			Log:        s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
+			Workspaces: func(ctx context.Context, ids []string) (map[string]string, error) {
+				return store.DeliveryWorkspaces(ctx, s.db, ids)
+			},
+			Log: s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
 				Initial: w.BackoffInitial, Max: w.BackoffMax, Attempt: w.AttemptTimeout + 15*time.Second}}
 	}
 	return s.hooks
@@ -115,7 +120,7 @@ func (s *stack) webhookStarter() *wfclient.Webhooks {
 
 // conn is the process's connection to its workflows.
 func (s *stack) conn() wfclient.Conn {
-	return wfclient.Conn{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue}
+	return wfclient.Conn{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue, Tagged: s.tagged}
 }
 
 // events records events with the changes they report and starts their deliveries.
@@ -304,6 +309,7 @@ func startStack(ctx context.Context, cfg *config.Config, environ []string, logge
 		srv, err := devserver.Start(ctx, devserver.Options{
 			DataDir: cfg.DataDir, FrontendAddr: cfg.Temporal.DevAddr, UIAddr: cfg.Temporal.UIAddr,
 			Namespace: cfg.Temporal.Namespace, Logger: logger.With("component", "temporal"),
+			SearchAttributes: wfclient.SearchAttributes(),
 		})
 		if err != nil {
 			return fail(fmt.Errorf("temporal dev server: %w", err))
@@ -340,7 +346,30 @@ func startStack(ctx context.Context, cfg *config.Config, environ []string, logge
 	}
 	s.temporal = c
 	s.onClose(func() error { c.Close(); return nil })
+	s.tagged = searchAttributesReady(ctx, c, cfg.Temporal.Namespace, logger)
 	return s, nil
+}
+
+// searchAttributesReady reports whether the namespace has doppel's search attributes, so the workflows this process
+// starts can carry them. Without them doppel runs, its workflows untagged, and says so: the attributes let an
+// operator filter workflows in the Temporal UI, nothing depends on them, and refusing to start would turn an
+// upgrade whose operator has not registered them yet into an outage.
+func searchAttributesReady(ctx context.Context, c client.Client, namespace string, logger *slog.Logger) bool {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	missing, err := wfclient.MissingSearchAttributes(cctx, c, namespace, wfclient.SearchAttributes())
+	switch {
+	case err != nil:
+		logger.Warn("could not check the namespace's search attributes: doppel's workflows start without them",
+			"namespace", namespace, "error", err)
+		return false
+	case len(missing) > 0:
+		logger.Warn("the namespace lacks doppel's search attributes: its workflows start without them and cannot be "+
+			"filtered by workspace, environment or build in the Temporal UI; register them (docs/temporal.md) and restart",
+			"namespace", namespace, "missing", missing, "commands", wfclient.CreateCommands(namespace, missing))
+		return false
+	}
+	return true
 }
 
 // twinDriver is the driver twin.driver names; unset, `doppel dev` (one process, st.dev set) runs its twins in

@@ -86,6 +86,7 @@ func (r *queryRun) open(ctx workflow.Context, prep PreparedQuery) (QueryOpened, 
 		WorkflowID:               workflows.SessionOpenWorkflowID(w.SessionID),
 		WorkflowExecutionTimeout: wait + time.Minute,
 		StaticSummary:            "open session " + w.SessionID + " for query " + r.in.QueryID,
+		TypedSearchAttributes:    workflows.ChildTags(ctx, pend.ActiveBuildID),
 	})
 	var world workflows.SessionOpenResult
 	if err := workflow.ExecuteChildWorkflow(cctx, workflows.SessionOpenWorkflowName, workflows.SessionOpenInput{

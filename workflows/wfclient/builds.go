@@ -23,12 +23,13 @@ type Builds struct {
 
 // ScheduleBuild signals the environment's Rebuild workflow, starting it if none runs: batches that arrive close
 // together produce one build, started Debounce after the last.
-func (b *Builds) ScheduleBuild(ctx context.Context, envID string) error {
+func (b *Builds) ScheduleBuild(ctx context.Context, workspaceID, envID string) error {
 	_, err := b.Client.SignalWithStartWorkflow(ctx, RebuildWorkflowID(envID), workflows.CollectedSignal, nil,
 		client.StartWorkflowOptions{
 			TaskQueue:             b.TaskQueue,
 			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 			StaticSummary:         "rebuild " + envID + " after collected traces",
+			TypedSearchAttributes: b.tags(workspaceID, envID, ""),
 		},
 		workflows.RebuildWorkflowName, workflows.RebuildInput{EnvID: envID, Debounce: b.Debounce})
 	if err != nil {
@@ -38,11 +39,12 @@ func (b *Builds) ScheduleBuild(ctx context.Context, envID string) error {
 }
 
 // StartBuild starts the Build workflow for an already created build row and answers its workflow id.
-func (b *Builds) StartBuild(ctx context.Context, envID, buildID string) (string, error) {
+func (b *Builds) StartBuild(ctx context.Context, workspaceID, envID, buildID string) (string, error) {
 	run, err := b.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:            workflows.BuildWorkflowID(buildID),
-		TaskQueue:     b.TaskQueue,
-		StaticSummary: "build " + buildID + " of " + envID,
+		ID:                    workflows.BuildWorkflowID(buildID),
+		TaskQueue:             b.TaskQueue,
+		StaticSummary:         "build " + buildID + " of " + envID,
+		TypedSearchAttributes: b.tags(workspaceID, envID, buildID),
 	}, workflows.BuildWorkflowName, workflows.BuildInput{EnvID: envID, BuildID: buildID})
 	if err != nil {
 		return "", fmt.Errorf("start build %s: %w", buildID, err)

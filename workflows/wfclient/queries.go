@@ -42,6 +42,7 @@ func (q *Queries) Start(ctx context.Context, in query.Input) error {
 		WorkflowExecutionTimeout: deadline + 10*time.Minute, // the open may wait for a cold twin; closing and recording follow
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            "query " + in.QueryID + " on " + in.EnvSlug,
+		TypedSearchAttributes:    q.tags(in.WorkspaceID, in.EnvID, in.BuildID),
 	}, flow.QueryWorkflowName, in)
 	if err != nil {
 		return fmt.Errorf("start query %s: %w", in.QueryID, err)

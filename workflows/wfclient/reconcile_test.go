@@ -72,7 +72,7 @@ func TestReconcileTwins(t *testing.T) {
 	}
 	defer w.Stop()
 	heldEnv := schema.NewID(schema.PrefixEnv)
-	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, workflows.TwinInput{EnvID: heldEnv, Active: build, Idle: time.Hour}, workflows.WakeRequest{Wait: true})
+	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", workflows.TwinInput{EnvID: heldEnv, Active: build, Idle: time.Hour}, workflows.WakeRequest{Wait: true})
 	if err != nil || st.State != twinstate.Ready || st.Handle == nil {
 		t.Fatalf("wake: %+v, %v", st, err)
 	}

@@ -50,6 +50,7 @@ func (s *Sessions) Open(ctx context.Context, w toolplane.OpenWorld) (toolplane.O
 		WorkflowExecutionTimeout: in.TwinWait + time.Minute,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		StaticSummary:            "open session " + in.SessionID + " on " + in.EnvID,
+		TypedSearchAttributes:    s.tags(w.WorkspaceID, w.EnvID, w.BuildID),
 	}, workflows.SessionOpenWorkflowName, in)
 	if err != nil {
 		return toolplane.OpenedWorld{}, fmt.Errorf("start session open %s: %w", in.SessionID, err)

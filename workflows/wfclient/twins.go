@@ -26,7 +26,7 @@ type TwinDirectory struct {
 func (d *TwinDirectory) WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error) {
 	in := d.Input
 	in.EnvID, in.Active, in.Twins = w.EnvID, w.Active, nil
-	st, err := d.Wake(ctx, in, workflows.WakeRequest{Build: w.Build, Wait: w.Wait, Suspect: w.Suspect, Idle: d.Input.Idle})
+	st, err := d.Wake(ctx, w.WorkspaceID, in, workflows.WakeRequest{Build: w.Build, Wait: w.Wait, Suspect: w.Suspect, Idle: d.Input.Idle})
 	if err != nil {
 		return twinstate.Status{}, err
 	}
@@ -83,16 +83,17 @@ func (c Conn) Status(ctx context.Context, envID string) (st workflows.TwinStatus
 	return st, true, nil
 }
 
-// Wake sends a WakeRequest to the environment's twin workflow, starting it with in if none runs, and answers the
-// build's TwinStatus. The API's wake route answers 202 for booting and 200 for ready; a session open sets Wait.
+// Wake sends a WakeRequest to the environment's twin workflow, starting it with in (in workspaceID) if none runs,
+// and answers the build's TwinStatus. The API's wake route answers 202 for booting and 200 for ready; a session open sets Wait.
 // An ErrorType of twinstate.EngineUnreachable on a failed twin is a 503.
-func (c Conn) Wake(ctx context.Context, in workflows.TwinInput, req workflows.WakeRequest) (workflows.TwinStatus, error) {
+func (c Conn) Wake(ctx context.Context, workspaceID string, in workflows.TwinInput, req workflows.WakeRequest) (workflows.TwinStatus, error) {
 	start := c.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.TwinWorkflowID(in.EnvID),
 		TaskQueue:                c.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		StaticSummary:            "twin of " + in.EnvID,
+		TypedSearchAttributes:    c.tags(workspaceID, in.EnvID, in.Active.BuildID),
 	}, workflows.TwinWorkflowName, in)
 	h, err := c.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,

@@ -36,6 +36,9 @@ type Webhooks struct {
 	// Dispatched records deliveries as started, so the sweeper leaves them be (the wiring passes the store's
 	// MarkDispatched: workflows does no database I/O of its own).
 	Dispatched func(ctx context.Context, ids []string) error
+	// Workspaces answers deliveries' workspaces by id, for their search attribute (the wiring passes the store's
+	// DeliveryWorkspaces; nil, or a failure, starts them without).
+	Workspaces func(ctx context.Context, ids []string) (map[string]string, error)
 	Policy     workflows.DeliveryPolicy
 	Log        *slog.Logger
 
@@ -49,8 +52,9 @@ var _ activities.Dispatcher = (*Webhooks)(nil)
 func (w *Webhooks) Dispatch(ctx context.Context, ids []string) error {
 	var started []string
 	var errs []error
+	ws := w.workspaces(ctx, ids)
 	for _, id := range ids {
-		if err := w.Start(ctx, id, "auto"); err != nil {
+		if err := w.start(ctx, ws[id], id, "auto"); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -64,14 +68,26 @@ func (w *Webhooks) Dispatch(ctx context.Context, ids []string) error {
 
 // StartDelivery starts one delivery's workflow now (a test send, a redelivery) and records it started.
 func (w *Webhooks) StartDelivery(ctx context.Context, id, reason string) error {
-	if err := w.Start(ctx, id, reason); err != nil {
+	if err := w.start(ctx, w.workspaces(ctx, []string{id})[id], id, reason); err != nil {
 		return err
 	}
 	return w.Dispatched(ctx, []string{id})
 }
 
-// Start starts one delivery's workflow; reason is recorded on its attempts.
-func (w *Webhooks) Start(ctx context.Context, id, reason string) error {
+// workspaces answers the deliveries' workspaces when the workflows are tagged (none when it cannot).
+func (w *Webhooks) workspaces(ctx context.Context, ids []string) map[string]string {
+	if !w.Tagged || w.Workspaces == nil {
+		return nil
+	}
+	ws, err := w.Workspaces(ctx, ids)
+	if err != nil && w.Log != nil {
+		w.Log.Warn("deliveries' workspaces: starting them without the search attribute", "error", err)
+	}
+	return ws
+}
+
+// start starts one delivery's workflow; reason is recorded on its attempts.
+func (w *Webhooks) start(ctx context.Context, workspaceID, id, reason string) error {
 	_, err := w.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       WebhookDeliveryWorkflowID(id),
 		TaskQueue:                w.TaskQueue,
@@ -79,6 +95,7 @@ func (w *Webhooks) Start(ctx context.Context, id, reason string) error {
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		EnableEagerStart:         true, // a worker in this process (doppel dev, doppel worker) takes it at once
 		StaticSummary:            "deliver " + id,
+		TypedSearchAttributes:    w.tags(workspaceID, "", ""),
 	}, workflows.WebhookDeliveryWorkflowName, workflows.WebhookDeliveryInput{DeliveryID: id, Reason: reason, Policy: w.Policy})
 	if err != nil {
 		return fmt.Errorf("start delivery %s: %w", id, err)
