@@ -2,7 +2,10 @@
 package layering
 
 import (
+	"go/ast"
 	"go/build"
+	"go/parser"
+	"go/token"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -67,6 +70,31 @@ func TestNoTemporalClientInWorkflows(t *testing.T) {
 			if imp == "go.temporal.io/sdk/client" || imp == "go.temporal.io/api/serviceerror" {
 				t.Errorf("%s imports %s", pkg, imp)
 			}
+		}
+	}
+}
+
+// TestNoGoroutinesInWorkflowPackages: the packages that hold workflow code start no goroutine (a workflow's
+// concurrency is workflow.Go; background work that is not a workflow's belongs to its callers, e.g.
+// workflows/wfclient's webhook dispatchers).
+func TestNoGoroutinesInWorkflowPackages(t *testing.T) {
+	for _, pkg := range []string{"workflows", "query/flow"} {
+		p, err := build.ImportDir(filepath.Join(root, pkg), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", pkg, err)
+		}
+		fset := token.NewFileSet()
+		for _, name := range p.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				if g, ok := n.(*ast.GoStmt); ok {
+					t.Errorf("%s: a go statement in a workflow package", fset.Position(g.Pos()))
+				}
+				return true
+			})
 		}
 	}
 }
