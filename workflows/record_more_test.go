@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/internal/replaytest"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
@@ -125,21 +124,12 @@ func TestRecordTwinReapHistory(t *testing.T) {
 	out, c, queue, w := recorder(t, "RECORD_TWIN_REAP", "record-reap-")
 	ctx := context.Background()
 	var reaps atomic.Int32
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
-		return twinstate.Handle{Driver: "process", ID: "twin-" + in.Build.BuildID, EnvID: in.EnvID, BuildID: in.Build.BuildID,
-			Addr: "http://127.0.0.1:1/" + in.Build.BuildID}, nil
-	}, activity.RegisterOptions{Name: "StartTwin"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
-		return activities.TwinHealth{State: driver.StateReady}, nil
-	}, activity.RegisterOptions{Name: "InspectTwin"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) error { return nil }, activity.RegisterOptions{Name: "StopTwin"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapTwinsInput) ([]twinstate.Handle, error) {
+	twinStandIns{reap: func(in activities.ReapTwinsInput) []twinstate.Handle {
 		if reaps.Add(1) == 1 {
-			return []twinstate.Handle{{Driver: "process", ID: "stray", EnvID: in.EnvID}}, nil
+			return []twinstate.Handle{{Driver: "process", ID: "stray", EnvID: in.EnvID}}
 		}
-		return nil, nil
-	}, activity.RegisterOptions{Name: "ReapTwins"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.TwinEventInput) error { return nil }, activity.RegisterOptions{Name: "RecordTwinEvent"})
+		return nil
+	}}.register(w)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -160,24 +150,13 @@ func TestRecordTwinReapHistory(t *testing.T) {
 	if err := (wfclient.Conn{Client: c, TaskQueue: queue}).ActivateTwinBuild(ctx, in.EnvID, twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.TwinStatusQuery)
-		var s workflows.TwinStatus
-		if err == nil && v.Get(&s) == nil && s.Active.BuildID == "bld_2" && s.State == twinstate.Ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the new build's twin did not boot")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := c.SignalWorkflow(ctx, id, "", workflows.StopTwinSignal, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	writeHistory(t, c, id, out)
+	awaitTwin(t, c, id, "the new build's twin did not boot", newBuildReady)
+	stopAndWrite(t, c, id, out)
+}
+
+// newBuildReady says the twin of the new build (bld_2) is active and ready.
+func newBuildReady(s workflows.TwinStatus) bool {
+	return s.Active.BuildID == "bld_2" && s.State == twinstate.Ready
 }
 
 // TestRecordBuildFailedHistory: the build's inference fails with bad input; the failure is recorded.
@@ -288,18 +267,7 @@ func TestRecordWebhookGaveUpHistory(t *testing.T) {
 func TestRecordTwinTaggedHistory(t *testing.T) {
 	out, c, queue, w := recorder(t, "RECORD_TWIN_TAGGED", "record-tagged-")
 	ctx := context.Background()
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.StartTwinInput) (twinstate.Handle, error) {
-		return twinstate.Handle{Driver: "process", ID: "twin-" + in.Build.BuildID, EnvID: in.EnvID, BuildID: in.Build.BuildID,
-			Addr: "http://127.0.0.1:1/" + in.Build.BuildID}, nil
-	}, activity.RegisterOptions{Name: "StartTwin"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) (activities.TwinHealth, error) {
-		return activities.TwinHealth{State: driver.StateReady}, nil
-	}, activity.RegisterOptions{Name: "InspectTwin"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, h twinstate.Handle) error { return nil }, activity.RegisterOptions{Name: "StopTwin"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.ReapTwinsInput) ([]twinstate.Handle, error) {
-		return nil, nil
-	}, activity.RegisterOptions{Name: "ReapTwins"})
-	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.TwinEventInput) error { return nil }, activity.RegisterOptions{Name: "RecordTwinEvent"})
+	twinStandIns{}.register(w)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -314,23 +282,6 @@ func TestRecordTwinTaggedHistory(t *testing.T) {
 	if err := conn.ActivateTwinBuild(ctx, in.EnvID, twinstate.Build{BuildID: "bld_2", BundleKey: "bundles/2", BundleHash: "sha256:2"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		v, err := c.QueryWorkflow(ctx, id, "", workflows.TwinStatusQuery)
-		var s workflows.TwinStatus
-		if err == nil && v.Get(&s) == nil && s.Active.BuildID == "bld_2" && s.State == twinstate.Ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the new build's twin did not boot")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := c.SignalWorkflow(ctx, id, "", workflows.StopTwinSignal, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	writeHistory(t, c, id, out)
+	awaitTwin(t, c, id, "the new build's twin did not boot", newBuildReady)
+	stopAndWrite(t, c, id, out)
 }

@@ -51,7 +51,7 @@ type Activities struct {
 	Plane   Plane
 	Bundles BundleSource
 	// Blobs keeps the run records of queries (their conversations and traces).
-	Blobs BlobStore
+	Blobs activities.BlobStore
 	// Model is the configured model endpoint; nil: queries run in replay mode only.
 	Model ChatModel
 	Log   *slog.Logger

@@ -5,20 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/query"
 )
-
-// BlobStore is the part of the blob store the run records use (blob.Store is one).
-type BlobStore interface {
-	Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error
-	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	Delete(ctx context.Context, key string) error
-}
 
 // runRecord is a query's run as its activities keep it, so the workflow passes a key and not the conversation:
 // the user's input, the conversation after it, the trace so far and the model's final answer. Each step writes
