@@ -20,6 +20,7 @@ import (
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
@@ -167,7 +168,7 @@ func (f *buildFixture) do(method, path, key string, body io.Reader, contentType 
 
 func loadTraces(t *testing.T, name string) []trace.Trace {
 	t.Helper()
-	data, err := os.ReadFile("../../shared/data/" + name)
+	data, err := sampledata.Read(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func loadTraces(t *testing.T, name string) []trace.Trace {
 }
 
 func TestStartBuild(t *testing.T) {
-	tools, err := os.ReadFile("../../shared/data/tau-retail-tools.json")
+	tools, err := sampledata.Read("tau-retail-tools.json")
 	if err != nil {
 		t.Fatal(err)
 	}

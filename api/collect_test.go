@@ -34,14 +34,13 @@ import (
 	"github.com/doppel-dev/doppel/collector"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
 )
-
-const collectData = "../../shared/data"
 
 // collectBackends are the two stacks collect runs on: the embedded one and the production one.
 var collectBackends = []struct{ name, driver string }{
@@ -243,7 +242,7 @@ func (fx *collectFx) env(t testing.TB, slug string) *schema.Environment {
 
 func readCollectData(t testing.TB, name string) ([]byte, trace.Batch) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(collectData, name))
+	data, err := sampledata.Read(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +324,7 @@ func TestCollectRealTraces(t *testing.T) {
 			}
 
 			// The airline file through `doppel collect`'s code, in batches of 50.
-			airlinePath := filepath.Join(collectData, "tau-airline-dev.json")
+			airlinePath := sampledata.File(t, "tau-airline-dev.json")
 			res, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: fx.url, Key: fx.key, Files: []string{airlinePath}})
 			if err != nil {
 				t.Fatal(err)

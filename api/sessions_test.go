@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/query"
@@ -433,13 +433,6 @@ func (p *plane) journaled(id string) int {
 
 // ---- bundles ----
 
-func dataDir() string {
-	if d := os.Getenv("DOPPEL_TEST_DATA"); d != "" {
-		return d
-	}
-	return filepath.Join("..", "..", "shared", "data")
-}
-
 var (
 	tauOnce   sync.Once
 	tauBundle []byte
@@ -451,7 +444,7 @@ var (
 func retailBundle(t testing.TB) ([]byte, []trace.Trace) {
 	t.Helper()
 	tauOnce.Do(func() {
-		raw, err := os.ReadFile(filepath.Join(dataDir(), "tau-retail-dev.json"))
+		raw, err := sampledata.Read("tau-retail-dev.json")
 		if err != nil {
 			tauErr = err
 			return
@@ -460,7 +453,7 @@ func retailBundle(t testing.TB) ([]byte, []trace.Trace) {
 		if tauErr = json.Unmarshal(raw, &b); tauErr != nil {
 			return
 		}
-		rawTools, err := os.ReadFile(filepath.Join(dataDir(), "tau-retail-tools.json"))
+		rawTools, err := sampledata.Read("tau-retail-tools.json")
 		if err != nil {
 			tauErr = err
 			return

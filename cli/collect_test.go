@@ -19,10 +19,9 @@ import (
 
 	"github.com/doppel-dev/doppel/collector"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
-
-const dataDir = "../../shared/data"
 
 // server is a local collect endpoint that validates bodies with ingest.Decode and keeps each trace
 // id once per project, as doppel does.
@@ -86,7 +85,7 @@ func opts(url string, files ...string) CollectOptions {
 
 func TestCollectRealTraces(t *testing.T) {
 	s, url := newServer(t)
-	retail, airline := filepath.Join(dataDir, "tau-retail-dev.json"), filepath.Join(dataDir, "tau-airline-dev.json")
+	retail, airline := sampledata.File(t, "tau-retail-dev.json"), sampledata.File(t, "tau-airline-dev.json")
 	var out bytes.Buffer
 	o := opts(url, retail, airline)
 	o.Out = &out

@@ -7,16 +7,16 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/infer"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
 
-// readTraces reads the tau-retail dev traces from infer's testdata (gzip copies of shared/data).
+// readTraces reads the tau-retail dev traces (gzip-compressed under the repository's testdata/).
 func readTraces(t testing.TB) []trace.Trace {
 	t.Helper()
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

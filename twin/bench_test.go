@@ -11,7 +11,7 @@ import (
 
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/internal/latency"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -27,7 +27,7 @@ var (
 func retail(b testing.TB) (*twin.Bundle, [][]trace.Call) {
 	b.Helper()
 	retailOnce.Do(func() {
-		traces, err := taudata.Traces("..", "retail")
+		traces, err := sampledata.Traces("retail")
 		if err != nil {
 			retailErr = err
 			return

@@ -29,16 +29,18 @@ import (
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
-// Real traces and tool definitions shared by the e2e and crash tests.
-var (
-	e2eRetailTraces = filepath.Join("..", "..", "..", "shared", "data", "tau-retail-dev.json")
-	e2eRetailTools  = filepath.Join("..", "..", "..", "shared", "data", "tau-retail-tools.json")
+// Real traces and tool definitions shared by the e2e and crash tests: files of the repository's testdata/, read
+// with internal/sampledata.
+const (
+	e2eRetailTraces = "tau-retail-dev.json"
+	e2eRetailTools  = "tau-retail-tools.json"
 )
 
 // Bounds of the e2e waits: generous, because two busy cores run everything here.
@@ -277,9 +279,9 @@ func e2eWorkflowEnv(t *testing.T, c client.Client, id string) string {
 const e2eScenarios = `{"scenarios": {"pending": "1 order with status pending"}}`
 
 // e2eBuildForm is a multipart body with the tool definitions as the "tools" part and e2eScenarios as "config".
-func e2eBuildForm(t *testing.T, toolsPath string) (*bytes.Buffer, string) {
+func e2eBuildForm(t *testing.T, toolsName string) (*bytes.Buffer, string) {
 	t.Helper()
-	data, err := os.ReadFile(toolsPath)
+	data, err := sampledata.Read(toolsName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +309,7 @@ func e2eBuildForm(t *testing.T, toolsPath string) (*bytes.Buffer, string) {
 // e2eOneMoreTrace is a collect body of one retail trace under a new id.
 func e2eOneMoreTrace(t *testing.T) []byte {
 	t.Helper()
-	data, err := os.ReadFile(e2eRetailTraces)
+	data, err := sampledata.Read(e2eRetailTraces)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +438,7 @@ func TestE2EDevStack(t *testing.T) {
 	t.Run("collect-build", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		res, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{e2eRetailTraces}})
+		res, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{sampledata.File(t, e2eRetailTraces)}})
 		if err != nil {
 			t.Fatalf("cli.Collect %s: %v", e2eRetailTraces, err)
 		}
@@ -453,7 +455,7 @@ func TestE2EDevStack(t *testing.T) {
 		envID = envs[0].ID
 
 		// A resent file is acknowledged and counted once.
-		again, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{e2eRetailTraces}})
+		again, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{sampledata.File(t, e2eRetailTraces)}})
 		if err != nil {
 			t.Fatalf("collect again: %v", err)
 		}
