@@ -61,15 +61,17 @@ type collectFx struct {
 }
 
 type schedRecorder struct {
-	mu   sync.Mutex
-	envs []string
-	err  error
+	mu         sync.Mutex
+	envs       []string
+	workspaces []string // the workspace of each scheduled rebuild (its workflow's search attribute)
+	err        error
 }
 
-func (s *schedRecorder) ScheduleBuild(_ context.Context, envID string) error {
+func (s *schedRecorder) ScheduleBuild(_ context.Context, workspaceID, envID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.envs = append(s.envs, envID)
+	s.workspaces = append(s.workspaces, workspaceID)
 	return s.err
 }
 
@@ -279,8 +281,8 @@ func TestCollectRealTraces(t *testing.T) {
 				env.NTools != 14 || env.Language != "python" {
 				t.Fatalf("env %+v", env)
 			}
-			if got := fx.sched.calls(); len(got) != 1 || got[0] != env.ID {
-				t.Errorf("build scheduled for %v, want [%s]", got, env.ID)
+			if got := fx.sched.calls(); len(got) != 1 || got[0] != env.ID || fx.sched.workspaces[0] != env.WorkspaceID {
+				t.Errorf("build scheduled for %v in %v, want [%s] in %s", got, fx.sched.workspaces, env.ID, env.WorkspaceID)
 			}
 			// The blob reads back to exactly the traces sent.
 			batches, err := store.ListTraceBatches(ctx, fx.db, env.ID)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -317,7 +316,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if err != nil {
 		return nil, notFoundOr(err, "environment "+slug)
 	}
-	active, err := activities.ActiveTwinBuild(ctx, p.db, env)
+	active, err := store.ActiveTwinBuild(ctx, p.db, env)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s): nothing to wake", env.Slug, env.Status)
 	}
@@ -327,7 +326,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if p.twins == nil {
 		return nil, errorf(Unavailable, "no twin directory is configured")
 	}
-	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active})
+	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active})
 	if err != nil {
 		return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 	}
@@ -336,7 +335,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 		// directory inspects it and answers what it found — booting when it is gone.
 		p.dropTwin(active.BuildID)
 		suspect := st.HandleID
-		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: suspect})
+		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Suspect: suspect})
 		if err != nil {
 			return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 		}

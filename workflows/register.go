@@ -13,6 +13,5 @@ func Register(r Registrar) {
 	r.RegisterWorkflowWithOptions(Rebuild, workflow.RegisterOptions{Name: RebuildWorkflowName})
 	r.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
 	RegisterSessions(r)
-	RegisterQueries(r)
 	RegisterWebhooks(r)
 }

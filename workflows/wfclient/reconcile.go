@@ -1,13 +1,9 @@
-package workflows
+package wfclient
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/doppel-dev/doppel/twinstate"
 )
@@ -23,7 +19,7 @@ type TwinReconciler interface {
 // crashed worker whose environment's workflow ended or was lost. A TwinWorkflow reaps strays only of its own
 // environment while it runs; this covers the rest, at worker start. Twins younger than grace are kept (a start
 // may still be returning their handle).
-func ReconcileTwins(ctx context.Context, c client.Client, rec TwinReconciler, grace time.Duration) ([]twinstate.Handle, error) {
+func (c Conn) ReconcileTwins(ctx context.Context, rec TwinReconciler, grace time.Duration) ([]twinstate.Handle, error) {
 	handles, err := rec.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile twins: %w", err)
@@ -35,17 +31,12 @@ func ReconcileTwins(ctx context.Context, c client.Client, rec TwinReconciler, gr
 			continue
 		}
 		asked[h.EnvID] = true
-		v, err := c.QueryWorkflow(ctx, TwinWorkflowID(h.EnvID), "", TwinStatusQuery)
-		var notFound *serviceerror.NotFound
-		if errors.As(err, &notFound) {
-			continue // no workflow holds this environment's twins
-		}
+		st, ok, err := c.Status(ctx, h.EnvID)
 		if err != nil {
-			return nil, fmt.Errorf("reconcile twins: status of %s: %w", h.EnvID, err)
+			return nil, fmt.Errorf("reconcile twins: %w", err)
 		}
-		var st TwinStatus
-		if err := v.Get(&st); err != nil {
-			return nil, fmt.Errorf("reconcile twins: status of %s: %w", h.EnvID, err)
+		if !ok {
+			continue // no workflow holds this environment's twins
 		}
 		for _, slot := range st.Twins {
 			if slot.Handle != nil {

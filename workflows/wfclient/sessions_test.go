@@ -1,4 +1,4 @@
-package workflows
+package wfclient_test
 
 import (
 	"bytes"
@@ -18,9 +18,13 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
+	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/worker"
+	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // TestSessionOpenOnRealTemporal runs the session-open workflow and the TwinWorkflow on a real Temporal frontend
@@ -72,21 +76,19 @@ func TestSessionOpenOnRealTemporal(t *testing.T) {
 	}
 	defer c.Close()
 	queue := "test-sessions-" + schema.NewID("")
-	dir := &TwinDirectory{Client: c, TaskQueue: queue, Input: TwinInput{Idle: time.Hour}}
+	dir := &wfclient.TwinDirectory{Conn: wfclient.Conn{Client: c, TaskQueue: queue}, Input: workflows.TwinInput{Idle: time.Hour}}
 	w := sdkworker.New(c, queue, sdkworker.Options{})
-	Register(w)
-	w.RegisterActivity(&activities.Twins{Driver: drv})
-	w.RegisterActivity(&activities.Sessions{DB: db, Twins: dir})
+	worker.Register(w, worker.Deps{Twins: &activities.Twins{Driver: drv}, Sessions: &activities.Sessions{DB: db, Twins: dir}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	defer func() { _ = c.SignalWorkflow(ctx, TwinWorkflowID(env.ID), "", StopTwinSignal, nil) }()
-	sessions := &Sessions{Client: c, TaskQueue: queue, TwinWait: time.Minute}
+	defer func() { _ = c.SignalWorkflow(ctx, workflows.TwinWorkflowID(env.ID), "", workflows.StopTwinSignal, nil) }()
+	sessions := &wfclient.Sessions{Conn: wfclient.Conn{Client: c, TaskQueue: queue}, TwinWait: time.Minute}
 
-	open := func(id string) SessionOpenResult {
+	open := func(id string) toolplane.OpenedWorld {
 		t.Helper()
-		res, err := sessions.Open(ctx, SessionOpenInput{SessionID: id, EnvID: env.ID, Spec: twinrpc.SessionSpec{Seed: 1}})
+		res, err := sessions.Open(ctx, toolplane.OpenWorld{SessionID: id, EnvID: env.ID, Spec: twinrpc.SessionSpec{Seed: 1}})
 		if err != nil {
 			t.Fatalf("open %s: %v", id, err)
 		}

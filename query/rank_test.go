@@ -1,4 +1,4 @@
-package agent_test
+package query_test
 
 import (
 	"encoding/json"
@@ -6,9 +6,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/doppel-dev/doppel/agent"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/internal/sampledata"
+	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -56,7 +56,7 @@ func TestReplayRanking(t *testing.T) {
 		t.Fatalf("profile runs: %+v", ag)
 	}
 	traces := readTraces(t)[:50]
-	ix := agent.NewIndex(ag.Runs)
+	ix := query.NewIndex(ag.Runs)
 	self, sameTask := 0, 0
 	looSame, looHas := 0, 0
 	for _, tr := range traces {
@@ -91,7 +91,7 @@ func TestReplayRanking(t *testing.T) {
 			continue
 		}
 		looHas++
-		lix := agent.NewIndex(rest)
+		lix := query.NewIndex(rest)
 		if lm, ok := lix.Best(req); ok && task(rest[lm.Run].TraceID) == task(tr.ID) {
 			looSame++
 		}
@@ -112,7 +112,7 @@ func TestRankDeterministicAndEmpty(t *testing.T) {
 		{TraceID: "a", Request: "cancel my order please"},
 		{TraceID: "c", Request: "exchange a keyboard for a different color"},
 	}
-	ix := agent.NewIndex(runs)
+	ix := query.NewIndex(runs)
 	r := ix.Rank("I want to cancel an order")
 	if len(r) != 2 || runs[r[0].Run].TraceID != "a" || runs[r[1].Run].TraceID != "b" {
 		t.Fatalf("tie order by trace id: %+v", r)
@@ -123,7 +123,7 @@ func TestRankDeterministicAndEmpty(t *testing.T) {
 	if _, ok := ix.Best("zzz qqq"); ok {
 		t.Error("a request sharing no word matched")
 	}
-	if _, ok := agent.NewIndex(nil).Best("cancel"); ok {
+	if _, ok := query.NewIndex(nil).Best("cancel"); ok {
 		t.Error("an empty index matched")
 	}
 }
@@ -158,7 +158,7 @@ func TestDeriveSeed(t *testing.T) {
 		{"Hello, I need help with a return from 2024", ""},
 	}
 	for _, c := range cases {
-		if got := agent.DeriveSeed(c.in, b.Tables); got != c.want {
+		if got := query.DeriveSeed(c.in, b.Tables); got != c.want {
 			t.Errorf("DeriveSeed(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
@@ -167,7 +167,7 @@ func TestDeriveSeed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rc, err := rt.Open(twin.SessionSpec{Seed: 1, SeedInstructions: agent.DeriveSeed(cases[3].in, b.Tables)})
+	_, rc, err := rt.Open(twin.SessionSpec{Seed: 1, SeedInstructions: query.DeriveSeed(cases[3].in, b.Tables)})
 	if err != nil || !rc.Seeded {
 		t.Fatalf("derived instructions did not seed: %+v %v", rc, err)
 	}

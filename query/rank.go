@@ -1,6 +1,4 @@
-// Package agent is the hosted agent of one-shot queries without I/O: ranking recorded runs against a request
-// (replay mode), deriving seed instructions from what a request names, and the query result's spans.
-package agent
+package query
 
 import (
 	"cmp"

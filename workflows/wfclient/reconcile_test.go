@@ -1,4 +1,4 @@
-package workflows
+package wfclient_test
 
 import (
 	"bytes"
@@ -21,6 +21,9 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
 	"github.com/doppel-dev/doppel/twinstate"
+	"github.com/doppel-dev/doppel/worker"
+	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // TestReconcileTwins: on a real Temporal frontend, with real twin processes, a twin no TwinWorkflow holds (left by
@@ -29,7 +32,7 @@ func TestReconcileTwins(t *testing.T) {
 	addr := testenv.Temporal(t)
 	ctx := context.Background()
 	bin := filepath.Join(t.TempDir(), "twinmain")
-	if out, err := exec.Command("go", "build", "-o", bin, "../driver/internal/twinmain").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, "../../driver/internal/twinmain").CombinedOutput(); err != nil {
 		t.Fatalf("build the twin binary: %v\n%s", err, out)
 	}
 	blobs, err := blob.NewLocal(t.TempDir())
@@ -63,23 +66,22 @@ func TestReconcileTwins(t *testing.T) {
 	defer c.Close()
 	queue := "test-reconcile-" + schema.NewID("")
 	w := sdkworker.New(c, queue, sdkworker.Options{})
-	Register(w)
-	w.RegisterActivity(&activities.Twins{Driver: drv})
+	worker.Register(w, worker.Deps{Twins: &activities.Twins{Driver: drv}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
 	heldEnv := schema.NewID(schema.PrefixEnv)
-	st, err := WakeTwin(ctx, c, queue, TwinInput{EnvID: heldEnv, Active: build, Idle: time.Hour}, WakeRequest{Wait: true})
+	st, err := (wfclient.Conn{Client: c, TaskQueue: queue}).Wake(ctx, "", workflows.TwinInput{EnvID: heldEnv, Active: build, Idle: time.Hour}, workflows.WakeRequest{Wait: true})
 	if err != nil || st.State != twinstate.Ready || st.Handle == nil {
 		t.Fatalf("wake: %+v, %v", st, err)
 	}
 	t.Cleanup(func() {
-		_ = c.SignalWorkflow(context.Background(), TwinWorkflowID(heldEnv), "", StopTwinSignal, nil)
+		_ = c.SignalWorkflow(context.Background(), workflows.TwinWorkflowID(heldEnv), "", workflows.StopTwinSignal, nil)
 		_ = drv.Stop(context.Background(), *st.Handle)
 	})
 
-	removed, err := ReconcileTwins(ctx, c, drv, 0)
+	removed, err := (wfclient.Conn{Client: c, TaskQueue: queue}).ReconcileTwins(ctx, drv, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
