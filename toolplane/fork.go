@@ -123,7 +123,7 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 		}
 		return nil, err
 	}
-	p.events.Kick(kick)
+	p.kick(kick)
 	p.mu.Lock()
 	p.live[id] = &liveSession{calls: at, lastUsed: s.CreatedAt, build: l.build}
 	p.mu.Unlock()

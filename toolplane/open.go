@@ -209,9 +209,7 @@ func (p *Plane) FinishOpen(ctx context.Context, pend *PendingOpen, res OpenedWor
 		p.clients[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
 	}
 	p.mu.Unlock()
-	if p.events != nil {
-		p.events.Kick(kick)
-	}
+	p.kick(kick)
 	if rc.Pinned == nil {
 		rc.Pinned = map[string][]string{}
 	}
@@ -240,6 +238,13 @@ func (p *Plane) createSession(ctx context.Context, env *schema.Environment, s *s
 		return err
 	})
 	return token, kick, err
+}
+
+// kick starts the deliveries of events a committed change recorded (none with events off).
+func (p *Plane) kick(ids []string) {
+	if p.events != nil {
+		p.events.Kick(ids)
+	}
 }
 
 func deref(s *string) string {

@@ -174,7 +174,7 @@ func (p *Plane) endSession(ctx context.Context, s *schema.Session, status string
 	if err != nil {
 		return false, err
 	}
-	p.events.Kick(kick)
+	p.kick(kick)
 	return ended, nil
 }
 
