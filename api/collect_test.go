@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/minio/minio-go/v7"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
@@ -999,11 +1001,22 @@ func TestCollectSurvivesKill9(t *testing.T) {
 func checkAfterKill(t *testing.T, db *bun.DB, blobs blob.Store, wsID string, sent map[int]bool, batchIDs func(int) []string) {
 	t.Helper()
 	ctx := context.Background()
-	env, err := store.GetEnv(ctx, db, wsID, "shop")
+	// One snapshot for every read: a COMMIT the killed process sent may still land on PostgreSQL while this reads,
+	// and the environment's counters and the batch rows must be read as of one moment.
+	opts := &sql.TxOptions{ReadOnly: true}
+	if db.Dialect().Name() == dialect.PG {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	snap, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := store.ListTraces(ctx, db, env.ID)
+	defer snap.Rollback()
+	env, err := store.GetEnv(ctx, snap, wsID, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.ListTraces(ctx, snap, env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1034,7 +1047,7 @@ func checkAfterKill(t *testing.T, db *bun.DB, blobs blob.Store, wsID string, sen
 	if env.NTraces != int64(len(rows)) {
 		t.Errorf("n_traces %d, but %d trace rows", env.NTraces, len(rows))
 	}
-	batches, err := store.ListTraceBatches(ctx, db, env.ID)
+	batches, err := store.ListTraceBatches(ctx, snap, env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
