@@ -14,7 +14,7 @@ import (
 
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -136,7 +136,7 @@ func TestBuildActivitiesResume(t *testing.T) {
 
 func airlineTraces(t *testing.T, n int) []trace.Trace {
 	t.Helper()
-	traces, err := taudata.Traces("..", "airline")
+	traces, err := sampledata.Traces("airline")
 	if err != nil {
 		t.Fatal(err)
 	}

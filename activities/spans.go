@@ -32,7 +32,7 @@ const (
 
 // BuildScheduler is told that an environment has new traces (workflows.Starter debounces its rebuild).
 type BuildScheduler interface {
-	ScheduleBuild(ctx context.Context, envID string) error
+	ScheduleBuild(ctx context.Context, workspaceID, envID string) error
 }
 
 // Spans holds what span assembly needs: OTLP spans staged by POST /v1/traces become traces once their
@@ -271,5 +271,12 @@ func (s *Spans) ScheduleRebuild(ctx context.Context, envID string) error {
 	if s.Scheduler == nil {
 		return nil
 	}
-	return s.Scheduler.ScheduleBuild(ctx, envID)
+	env, err := store.GetEnvByID(ctx, s.DB, envID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // deleted meanwhile: nothing to build
+	}
+	if err != nil {
+		return fmt.Errorf("schedule the rebuild of %s: %w", envID, err)
+	}
+	return s.Scheduler.ScheduleBuild(ctx, env.WorkspaceID, envID)
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/otlptest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/otlp"
 	"github.com/doppel-dev/doppel/schema"
@@ -33,7 +33,7 @@ type rebuilds struct {
 	envs []string
 }
 
-func (r *rebuilds) ScheduleBuild(_ context.Context, envID string) error {
+func (r *rebuilds) ScheduleBuild(_ context.Context, _, envID string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.envs = append(r.envs, envID)
@@ -104,11 +104,11 @@ func storedTraces(t *testing.T, db bun.IDB, blobs envinputs.Blobs, envID string)
 // due; the rest wait, and the run says for how long. Running again stores nothing; a span arriving later makes a
 // new version of its trace, counted once.
 func TestAssembleSettled(t *testing.T) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

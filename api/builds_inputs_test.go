@@ -3,13 +3,13 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/store"
 )
 
@@ -57,7 +57,7 @@ func (f *buildFixture) postBuild(t *testing.T, parts ...part) string {
 // Rebuild workflow's QueueBuild activity creates after collected traces, or after a restart found missed traces)
 // and a later multipart build that gives only some parts both build from them.
 func TestBuildInputsCarryForward(t *testing.T) {
-	tools, err := os.ReadFile("../../shared/data/tau-retail-tools.json")
+	tools, err := sampledata.Read("tau-retail-tools.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,13 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/schema"
 )
 
 // Issue #13: parts over the in-memory threshold (8 KiB) are spooled to temp files while the form is read; every
 // answer of the build route, success included, leaves none behind.
 func TestBuildFormLeavesNoTempFiles(t *testing.T) {
-	tools, err := os.ReadFile("../../shared/data/tau-retail-tools.json")
+	tools, err := sampledata.Read("tau-retail-tools.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const (
 // BuildScheduler is told that an environment has new traces; the implementation debounces the
 // rebuild. It is called after the batch is durable; an error is logged, not answered.
 type BuildScheduler interface {
-	ScheduleBuild(ctx context.Context, envID string) error
+	ScheduleBuild(ctx context.Context, workspaceID, envID string) error
 }
 
 // CollectOptions configure POST /api/collect. Zero values mean the defaults.
@@ -304,7 +304,7 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if len(res.Inserted) > 0 && c.opts.Scheduler != nil {
 		// The batch is stored: schedule its rebuild even if the client has gone meanwhile.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)
-		err := c.opts.Scheduler.ScheduleBuild(sctx, env.ID)
+		err := c.opts.Scheduler.ScheduleBuild(sctx, env.WorkspaceID, env.ID)
 		cancel()
 		if err != nil {
 			c.logger(ctx).WarnContext(ctx, "collect: schedule build", slog.String("env", env.ID), slog.Any("error", err))

@@ -17,6 +17,7 @@ import (
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -84,7 +85,7 @@ func consoleEnv(t *testing.T) (*plane, string) {
 
 func retailToolDefs(t *testing.T) []infer.ToolDef {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(dataDir(), "tau-retail-tools.json"))
+	raw, err := sampledata.Read("tau-retail-tools.json")
 	if err != nil {
 		t.Fatal(err)
 	}

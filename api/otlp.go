@@ -40,7 +40,7 @@ const (
 // once it has settled. It is called after the spans are durable; an error is logged, not answered (a restart
 // schedules what was missed).
 type SpanSettler interface {
-	ScheduleSettle(ctx context.Context, envID string) error
+	ScheduleSettle(ctx context.Context, workspaceID, envID string) error
 }
 
 // TracesOptions configure OTLP trace ingest (POST /v1/traces, and the OTLP/gRPC service when it is served).
@@ -173,7 +173,7 @@ func (t *TraceIngest) export(ctx context.Context, p *Principal, project string, 
 		// The spans are stored: schedule their settling even if the client has gone meanwhile.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)
 		for _, id := range envs {
-			if err := t.opts.Settler.ScheduleSettle(sctx, id); err != nil {
+			if err := t.opts.Settler.ScheduleSettle(sctx, p.Workspace.ID, id); err != nil {
 				t.logger(ctx).WarnContext(ctx, "traces: schedule settle", slog.String("env", id), slog.Any("error", err))
 			}
 		}

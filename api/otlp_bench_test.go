@@ -25,7 +25,7 @@ import (
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/internal/otlptest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 )
 
@@ -108,11 +108,11 @@ func (tm *otlpTemplate) request(dst []byte, n int) []byte {
 //	go test ./api -run '^$' -bench BenchmarkIngestOTLP -benchtime 40x
 func BenchmarkIngestOTLP(b *testing.B) {
 	const clients, perBatch = 4, 50
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		b.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,7 +37,7 @@ import (
 	"github.com/doppel-dev/doppel/blob/blobtest"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/ingest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
@@ -51,7 +51,7 @@ type settleRecorder struct {
 	envs []string
 }
 
-func (s *settleRecorder) ScheduleSettle(_ context.Context, envID string) error {
+func (s *settleRecorder) ScheduleSettle(_ context.Context, _, envID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.envs = append(s.envs, envID)
@@ -95,11 +95,11 @@ func stagedCount(t testing.TB, fx *collectFx, slug string) (all, pending int) {
 // span is staged once (the second exporter's spans are the same spans: nothing doubles), the project is the
 // resource's service.name, and its environment is asked to settle.
 func TestTracesRealExporter(t *testing.T) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestTracesRateLimitAndOutage(t *testing.T) {
 // spansOf records the first n tau traces' spans.
 func spansOf(t testing.TB, n int) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestTracesAcrossReplicas(t *testing.T) {
 		t.Cleanup(srv.Close)
 		urls = append(urls, srv.URL)
 	}
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

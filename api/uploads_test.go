@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/textproto"
-	"os"
 	"strings"
 	"testing"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/doppel-dev/doppel/blob/blobtest"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
@@ -109,11 +109,11 @@ func countRows(t *testing.T, db bun.IDB, table string) int {
 }
 
 func TestUploads(t *testing.T) {
-	retail, err := os.ReadFile(collectData + "/tau-retail-dev.json")
+	retail, err := sampledata.Read("tau-retail-dev.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := os.ReadFile(collectData + "/tau-retail-tools.json")
+	tools, err := sampledata.Read("tau-retail-tools.json")
 	if err != nil {
 		t.Fatal(err)
 	}

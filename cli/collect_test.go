@@ -19,12 +19,10 @@ import (
 
 	"github.com/doppel-dev/doppel/collector"
 	"github.com/doppel-dev/doppel/ingest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
 )
-
-const dataDir = "../../shared/data"
 
 // server is a local collect endpoint that validates bodies with ingest.Decode and keeps each trace
 // id once per project, as doppel does.
@@ -95,7 +93,7 @@ func opts(url string, files ...string) CollectOptions {
 
 func TestCollectRealTraces(t *testing.T) {
 	s, url := newServer(t)
-	retail, airline := filepath.Join(dataDir, "tau-retail-dev.json"), filepath.Join(dataDir, "tau-airline-dev.json")
+	retail, airline := sampledata.File(t, "tau-retail-dev.json"), sampledata.File(t, "tau-airline-dev.json")
 	var out bytes.Buffer
 	o := opts(url, retail, airline)
 	o.Out = &out
@@ -323,11 +321,11 @@ func mustTrace(t *testing.T, s string) *trace.Trace {
 // chat trace carrying tools, sent as given) is collected; the server maps each to the trace collected in the chat
 // format.
 func TestCollectOtherFormats(t *testing.T) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

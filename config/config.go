@@ -694,7 +694,7 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Reference renders the configuration keys as a Markdown table (for the README and `doppel config`).
+// Reference renders the configuration keys as a Markdown table (for docs/configuration.md and `doppel config`).
 func Reference() string {
 	var b strings.Builder
 	b.WriteString("| key | env | flag | default | meaning |\n|---|---|---|---|---|\n")

@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/infer"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
 
-// The benchmarks run the tau-retail bundle: built once from the real traces in /work/shared/data (or
-// DOPPEL_TEST_DATA), with recorded writes and reads to drive it.
+// The benchmarks run the tau-retail bundle: built once from the real traces of the repository's testdata/, with
+// recorded writes and reads to drive it.
 var tauRetail struct {
 	sync.Once
 	err    error
@@ -26,15 +27,8 @@ var tauRetail struct {
 	session []trace.Call
 }
 
-func tauRetailData() string {
-	if d := os.Getenv("DOPPEL_TEST_DATA"); d != "" {
-		return d
-	}
-	return "/work/shared/data"
-}
-
 func loadTauRetail(dir string) error {
-	data, err := os.ReadFile(filepath.Join(tauRetailData(), "tau-retail-dev.json"))
+	data, err := sampledata.Read("tau-retail-dev.json")
 	if err != nil {
 		return err
 	}
@@ -42,7 +36,7 @@ func loadTauRetail(dir string) error {
 	if err := json.Unmarshal(data, &batch); err != nil {
 		return err
 	}
-	toolsJSON, err := os.ReadFile(filepath.Join(tauRetailData(), "tau-retail-tools.json"))
+	toolsJSON, err := sampledata.Read("tau-retail-tools.json")
 	if err != nil {
 		return err
 	}

@@ -1,35 +1,19 @@
 package infer
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
-// readData reads a gzip-compressed file from testdata.
+// readData reads a sample file of the repository's testdata/ (stored gzip-compressed).
 func readData(t testing.TB, name string) []byte {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name+".gz"))
-	if err != nil {
-		t.Fatalf("open testdata: %v", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("gunzip %s: %v", name, err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatalf("read %s: %v", name, err)
-	}
-	return data
+	return sampledata.MustRead(t, name)
 }
 
 func loadTraces(t testing.TB, name string) []trace.Trace {

@@ -2,24 +2,17 @@ package ingest
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
-// dataDir holds the shared tau-bench traces in the collect body format.
-const dataDir = "../../shared/data"
-
+// readData reads a file of recorded traces in the collect body format from the repository's testdata/.
 func readData(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dataDir, name))
-	if err != nil {
-		t.Fatalf("read shared data: %v", err)
-	}
-	return b
+	return sampledata.MustRead(t, name)
 }
 
 var dataFiles = []struct {
@@ -28,6 +21,7 @@ var dataFiles = []struct {
 }{
 	{"tau-retail-dev.json", "tau2-retail", "tau2-retail", 126, 960},
 	{"tau-airline-dev.json", "tau-airline", "tau-airline", 148, 941},
+	{"bfcl-multi-turn-dev.json", "bfcl-multi-turn", "bfcl-multi-turn", 268, 1573},
 }
 
 func TestDecodeRealTraces(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -32,11 +32,11 @@ func withType(t trace.Trace) trace.Trace {
 // trace model is the one collected in the chat format (Messages carries arguments as objects, so only their
 // spelling may differ), and the tools come back with names, descriptions and schemas.
 func TestFormatsTauRoundTrip(t *testing.T) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

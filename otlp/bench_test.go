@@ -8,18 +8,18 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/doppel-dev/doppel/internal/otlptest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 )
 
 // BenchmarkDecodeExtract measures what an OTLP/HTTP request costs before the database: decoding an export of the
 // official exporter (512 spans of tau retail's agent loop, GenAI content captured) and making its staged spans.
 func BenchmarkDecodeExtract(b *testing.B) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		b.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		b.Fatal(err)
 	}

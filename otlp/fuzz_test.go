@@ -16,7 +16,7 @@ import (
 
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/otlptest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -27,11 +27,11 @@ import (
 // to the same trace whatever the order its spans come in and however often each is repeated: malformed, partial,
 // out-of-order and duplicated batches lose nothing and count nothing twice.
 func FuzzOTLPDecode(f *testing.F) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		f.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/otlptest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
 )
@@ -77,11 +77,11 @@ func assembleAll(t *testing.T, bodies [][]byte, encoding string, opts Options) (
 // last model call), with the tool definitions. The same exports re-encoded as OTLP JSON (the official types
 // through protojson, ids in hex) decode to the same requests.
 func TestRealExporterTau(t *testing.T) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func traceDiff(got, want trace.Trace) string {
 // TestTaskAndConversationFallback: spans naming no conversation make one trace per OpenTelemetry trace, named by
 // its id, and a task attribute leads the id so the self-check can hold trials of a task out together.
 func TestTaskAndConversationFallback(t *testing.T) {
-	traces, err := taudata.Traces("..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/infer"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -35,7 +35,7 @@ func domain(t testing.TB, name string) (*twin.Runtime, [][]trace.Call) {
 		d = &domainData{}
 		domains[name] = d
 		d.err = func() error {
-			traces, err := taudata.Traces("..", name)
+			traces, err := sampledata.Traces(name)
 			if err != nil {
 				return err
 			}

@@ -14,6 +14,5 @@ func Register(r Registrar) {
 	r.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
 	r.RegisterWorkflowWithOptions(SettleSpans, workflow.RegisterOptions{Name: SettleSpansWorkflowName})
 	RegisterSessions(r)
-	RegisterQueries(r)
 	RegisterWebhooks(r)
 }

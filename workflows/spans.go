@@ -1,12 +1,8 @@
 package workflows
 
 import (
-	"context"
-	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -27,9 +23,6 @@ const settleRoundsPerRun = 100
 
 // minSettleWait keeps a run from spinning when a conversation is due now.
 const minSettleWait = time.Second
-
-// SettleSpansWorkflowID is the workflow id of an environment's span settling.
-func SettleSpansWorkflowID(envID string) string { return "settle-spans/" + envID }
 
 // SettleSpansInput configures an environment's span settling.
 type SettleSpansInput struct {
@@ -91,19 +84,4 @@ func SettleSpans(ctx workflow.Context, in SettleSpansInput) error {
 		}
 	}
 	return workflow.NewContinueAsNewError(ctx, SettleSpansWorkflowName, in)
-}
-
-// ScheduleSettle signals the environment's SettleSpans workflow, starting it if none runs (api.SpanSettler).
-func (s *Starter) ScheduleSettle(ctx context.Context, envID string) error {
-	_, err := s.Client.SignalWithStartWorkflow(ctx, SettleSpansWorkflowID(envID), SpansStagedSignal, nil,
-		client.StartWorkflowOptions{
-			TaskQueue:             s.TaskQueue,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			StaticSummary:         "assemble the spans of " + envID + " into traces as their conversations settle",
-		},
-		SettleSpansWorkflowName, SettleSpansInput{EnvID: envID, Settle: s.Settle})
-	if err != nil {
-		return fmt.Errorf("schedule span settling of %s: %w", envID, err)
-	}
-	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/doppel-dev/doppel/blob/blobtest"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
@@ -55,13 +57,25 @@ type crashServer struct {
 	runs int
 }
 
-// crashProc is one running child.
+// crashProc is one running child: a process, or a container the docker CLI (cmd) is attached to.
 type crashProc struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{}
-	waitErr error
-	ready   time.Duration
+	cmd       *exec.Cmd
+	container string // when set, signals go to this container, not to the docker CLI
+	logPath   string
+	exited    chan struct{}
+	waitErr   error
+	ready     time.Duration
+}
+
+// signal sends sig to the child: to the container's process (PID 1 there) through the engine, or to the process.
+func (p *crashProc) signal(sig syscall.Signal) error {
+	if p.container == "" {
+		return p.cmd.Process.Signal(sig)
+	}
+	if out, err := exec.Command("docker", "kill", "--signal", strconv.Itoa(int(sig)), p.container).CombinedOutput(); err != nil {
+		return fmt.Errorf("docker kill --signal %d %s: %w: %s", sig, p.container, err, out)
+	}
+	return nil
 }
 
 func (c *crashServer) apiURL() string { return "http://" + c.apiAddr }
@@ -134,29 +148,29 @@ func (p *crashProc) kill(t testing.TB) {
 		return
 	default:
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.signal(syscall.SIGKILL); err != nil {
 		t.Logf("kill -9: %v", err)
 	}
 	select {
 	case <-p.exited:
 	case <-time.After(time.Minute):
-		t.Errorf("process %d still running a minute after SIGKILL", p.cmd.Process.Pid)
+		t.Errorf("process %d (%s) still running a minute after SIGKILL", p.cmd.Process.Pid, p.container)
 	}
 }
 
 // term sends SIGTERM and requires a clean exit (status 0) in bounded time.
 func (p *crashProc) term(t testing.TB) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
 	select {
 	case <-p.exited:
 		if p.waitErr != nil {
-			t.Errorf("doppel dev after SIGTERM: %v, want exit 0\n%s", p.waitErr, p.logTail())
+			t.Errorf("doppel after SIGTERM: %v, want exit 0\n%s", p.waitErr, p.logTail())
 		}
 	case <-time.After(e2eStopTimeout):
-		t.Errorf("doppel dev still running %s after SIGTERM\n%s", e2eStopTimeout, p.logTail())
+		t.Errorf("doppel still running %s after SIGTERM\n%s", e2eStopTimeout, p.logTail())
 		p.kill(t)
 	}
 }
@@ -172,7 +186,7 @@ func (p *crashProc) logTail() string {
 // crashTraces are the real retail traces, each as its JSON fields, so ids can be rewritten per batch.
 func crashTraces(t testing.TB) []map[string]json.RawMessage {
 	t.Helper()
-	data, err := os.ReadFile(e2eRetailTraces)
+	data, err := sampledata.Read(e2eRetailTraces)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -54,7 +54,7 @@ func TestE2ECLI(t *testing.T) {
 		return out
 	}
 
-	if out := must("collect", e2eRetailTraces); !strings.Contains(out, "collected") {
+	if out := must("collect", sampledata.File(t, e2eRetailTraces)); !strings.Contains(out, "collected") {
 		t.Fatalf("collect: %s", out)
 	}
 	const slug = "tau2-retail"
@@ -99,7 +99,7 @@ func TestE2ECLI(t *testing.T) {
 	}
 
 	// A call that replays a real trace's get_order_details, with the session token.
-	data, err := os.ReadFile(e2eRetailTraces)
+	data, err := sampledata.Read(e2eRetailTraces)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/trace"
@@ -66,7 +66,7 @@ func openDevState(t *testing.T, dir, key string) (*bun.DB, *schema.Workspace, *b
 func seedUnscheduledBatch(t *testing.T, dir, key string) trace.Batch {
 	t.Helper()
 	ctx := context.Background()
-	data, err := os.ReadFile("../../../shared/data/tau-retail-dev.json")
+	data, err := sampledata.Read(e2eRetailTraces)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func e2eSessions(t *testing.T, twinDriver string) {
 	// doppel bench against this stack: sessions, replayed calls, the raw round trip beside them.
 	var bench bytes.Buffer
 	err = run(context.Background(), []string{"bench", "--url", s.apiURL, "--key", s.key, "--env", slug,
-		"--traces", "../../../shared/data/tau-retail-dev.json", "--sessions", "2", "--rate", "50", "--duration", "1s",
+		"--traces", sampledata.File(t, e2eRetailTraces), "--sessions", "2", "--rate", "50", "--duration", "1s",
 		"--seed-instructions", "2 orders with status pending"},
 		nil, &bench, io.Discard)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/doppel-dev/doppel/api"
@@ -28,15 +29,18 @@ import (
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
-// Real traces and tool definitions shared by the e2e and crash tests.
-var (
-	e2eRetailTraces = filepath.Join("..", "..", "..", "shared", "data", "tau-retail-dev.json")
-	e2eRetailTools  = filepath.Join("..", "..", "..", "shared", "data", "tau-retail-tools.json")
+// Real traces and tool definitions shared by the e2e and crash tests: files of the repository's testdata/, read
+// with internal/sampledata.
+const (
+	e2eRetailTraces = "tau-retail-dev.json"
+	e2eRetailTools  = "tau-retail-tools.json"
 )
 
 // Bounds of the e2e waits: generous, because two busy cores run everything here.
@@ -253,13 +257,31 @@ func e2eWorkflowStatus(t *testing.T, c client.Client, id string) enumspb.Workflo
 	return d.GetWorkflowExecutionInfo().GetStatus()
 }
 
+// e2eWorkflowEnv is a workflow's DoppelEnv search attribute ("" when unset).
+func e2eWorkflowEnv(t *testing.T, c client.Client, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		t.Fatalf("describe workflow %s: %v", id, err)
+	}
+	var env string
+	if p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.EnvAttr.GetName()]; p != nil {
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &env); err != nil {
+			t.Fatalf("DoppelEnv of %s: %v", id, err)
+		}
+	}
+	return env
+}
+
 // e2eScenarios is the config part of the multipart build: a scenario sessions open by name.
 const e2eScenarios = `{"scenarios": {"pending": "1 order with status pending"}}`
 
 // e2eBuildForm is a multipart body with the tool definitions as the "tools" part and e2eScenarios as "config".
-func e2eBuildForm(t *testing.T, toolsPath string) (*bytes.Buffer, string) {
+func e2eBuildForm(t *testing.T, toolsName string) (*bytes.Buffer, string) {
 	t.Helper()
-	data, err := os.ReadFile(toolsPath)
+	data, err := sampledata.Read(toolsName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +309,7 @@ func e2eBuildForm(t *testing.T, toolsPath string) (*bytes.Buffer, string) {
 // e2eOneMoreTrace is a collect body of one retail trace under a new id.
 func e2eOneMoreTrace(t *testing.T) []byte {
 	t.Helper()
-	data, err := os.ReadFile(e2eRetailTraces)
+	data, err := sampledata.Read(e2eRetailTraces)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +438,7 @@ func TestE2EDevStack(t *testing.T) {
 	t.Run("collect-build", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		res, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{e2eRetailTraces}})
+		res, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{sampledata.File(t, e2eRetailTraces)}})
 		if err != nil {
 			t.Fatalf("cli.Collect %s: %v", e2eRetailTraces, err)
 		}
@@ -433,7 +455,7 @@ func TestE2EDevStack(t *testing.T) {
 		envID = envs[0].ID
 
 		// A resent file is acknowledged and counted once.
-		again, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{e2eRetailTraces}})
+		again, err := cli.Collect(ctx, cli.CollectOptions{Endpoint: s.apiURL, Key: key, Files: []string{sampledata.File(t, e2eRetailTraces)}})
 		if err != nil {
 			t.Fatalf("collect again: %v", err)
 		}
@@ -582,9 +604,13 @@ func TestE2EDevStack(t *testing.T) {
 			t.Errorf("builds after restart %+v, before %+v", builds, buildsBeforeSt)
 		}
 		tc := e2eTemporalClient(t, tempAddr)
-		for _, id := range []string{workflows.BuildWorkflowID(firstBuild), workflows.BuildWorkflowID(providedBuild), workflows.RebuildWorkflowID(envID)} {
+		for _, id := range []string{workflows.BuildWorkflowID(firstBuild), workflows.BuildWorkflowID(providedBuild), wfclient.RebuildWorkflowID(envID)} {
 			if st := e2eWorkflowStatus(t, tc, id); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 				t.Errorf("workflow %s after restart: %s, want COMPLETED", id, st)
+			}
+			// doppel dev registers doppel's search attributes, so its workflows can be filtered by environment.
+			if got := e2eWorkflowEnv(t, tc, id); got != envID {
+				t.Errorf("workflow %s carries DoppelEnv %q, want %q", id, got, envID)
 			}
 		}
 		var src api.ToolSource

@@ -27,16 +27,21 @@ import (
 	"github.com/doppel-dev/doppel/internal/testenv"
 )
 
-// The fault suite on the production shape (issue 13): `doppel serve` and `doppel worker` as separate processes on
-// a real PostgreSQL, MinIO, Temporal server and Docker engine, with Docker twins. The worker is killed (-9) in the
-// middle of a build and the API in the middle of a stream of session calls; each comes back and nothing
+// The fault suite on the production shape (issue 13): `doppel serve` and `doppel worker` as containers of the
+// service image (docker/service.Dockerfile, built by docker/service-image.sh as `task service-image` builds it)
+// on a real PostgreSQL, MinIO, Temporal server and Docker engine, with Docker twins. The worker is killed (-9) in
+// the middle of a build and the API in the middle of a stream of session calls; each comes back and nothing
 // acknowledged is lost. The figures go to the test log and, when DOPPEL_FAULT_REPORT names a file, to it
 // (.ci/run prints it).
 
-// faultStack is the production shape's two processes, each restartable on the same configuration.
+// faultStack is the production shape's two processes, each restartable on the same configuration: containers of
+// image when it is set (on the host's network, so they reach the services the tests were given on loopback, as
+// processes would), else processes of bin.
 type faultStack struct {
 	t        *testing.T
 	bin      string
+	image    string
+	label    string // dev.doppel.test=<label> on the containers, for the cleanup
 	dir      string
 	key      string
 	apiAddr  string
@@ -69,6 +74,38 @@ func figure(t *testing.T, format string, args ...any) {
 
 func (s *faultStack) url() string { return "http://" + s.apiAddr }
 
+// dockerRun is the docker CLI's arguments to run a container of the service image named name on the host's
+// network with the stack's environment (a variable set twice takes its last value, as for a process), removed when
+// it exits.
+func (s *faultStack) dockerRun(name string, args ...string) []string {
+	run := []string{"run", "--rm", "--name", name, "--network", "host", "--label", "dev.doppel.test=" + s.label}
+	last := map[string]int{}
+	for i, kv := range s.env {
+		k, _, _ := strings.Cut(kv, "=")
+		last[k] = i
+	}
+	for i, kv := range s.env {
+		if k, _, _ := strings.Cut(kv, "="); last[k] == i {
+			run = append(run, "-e", kv)
+		}
+	}
+	return append(append(run, s.image), args...)
+}
+
+// faultServiceImage builds the service image with docker/service-image.sh, the script `task service-image` runs
+// (no registry: FROM scratch around the static binary).
+func faultServiceImage(t *testing.T) string {
+	t.Helper()
+	const image = "doppel-service:fault-test"
+	began := time.Now()
+	out, err := exec.Command("bash", filepath.Join("..", "..", "docker", "service-image.sh"), image).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker/service-image.sh: %v\n%s", err, out)
+	}
+	t.Logf("built %s in %s", image, time.Since(began).Round(time.Millisecond))
+	return image
+}
+
 // reapProcessTwins stops the process twins recorded under a stack's data directory dir and clears their records, as a
 // worker's reconciler would for twins no deployment keeps.
 func reapProcessTwins(t testing.TB, dir string) {
@@ -97,10 +134,20 @@ func (s *faultStack) start(cmd string) *crashProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := exec.Command(s.bin, cmd, "--api-addr", s.apiAddr, "--log-level", "info", "--data-dir", s.dir)
-	c.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}, s.env...)
+	var c *exec.Cmd
+	var container string
+	if s.image != "" {
+		// The docker CLI stays attached (its output is the container's, its exit status the container's); signals go
+		// to the container (crashProc.signal). The container keeps its own /data: with PostgreSQL and S3 nothing
+		// of the stack's state is on local disk.
+		container = fmt.Sprintf("%s-%s-%d", s.label, cmd, s.runs)
+		c = exec.Command("docker", s.dockerRun(container, cmd, "--api-addr", s.apiAddr, "--log-level", "info")...)
+	} else {
+		c = exec.Command(s.bin, cmd, "--api-addr", s.apiAddr, "--log-level", "info", "--data-dir", s.dir)
+		c.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}, s.env...)
+	}
 	c.Stdout, c.Stderr = logf, logf
-	p := &crashProc{cmd: c, logPath: logPath, exited: make(chan struct{})}
+	p := &crashProc{cmd: c, container: container, logPath: logPath, exited: make(chan struct{})}
 	began := time.Now()
 	if err := c.Start(); err != nil {
 		logf.Close()
@@ -230,14 +277,15 @@ func TestFaultsProductionShape(t *testing.T) {
 	be := realBackend(t, nil, nil)
 
 	dir := t.TempDir()
-	bin := crashBuild(t, dir)
+	serviceImage := faultServiceImage(t)
 	image := faultImage(t)
 	m, err := cred.Mint(cred.KindWorkspace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
-	s := &faultStack{t: t, bin: bin, dir: dir, key: m.Plaintext, apiAddr: e2eFreeAddr(t), temporal: temporalAddr,
+	s := &faultStack{t: t, image: serviceImage, label: "faults-" + suffix, dir: dir, key: m.Plaintext, apiAddr: e2eFreeAddr(t),
+		temporal: temporalAddr,
 		env: append([]string{
 			"DOPPEL_BOOTSTRAP_KEY=" + m.Plaintext,
 			"DOPPEL_TEMPORAL_ADDRESS=" + temporalAddr,
@@ -246,22 +294,25 @@ func TestFaultsProductionShape(t *testing.T) {
 			"DOPPEL_TWIN_DOCKER_HOST=tcp://" + engine.addr(),
 			"DOPPEL_COLLECT_REBUILD_DEBOUNCE=1s",
 			"DOPPEL_COLLECT_RATE_PER_SECOND=100000", "DOPPEL_COLLECT_RATE_BURST=100000",
+			// On the host's network the image's 0.0.0.0:9464 would be every worker's: a free loopback port instead.
+			"DOPPEL_METRICS_WORKER_ADDR=" + e2eFreeAddr(t),
 		}, be.env...)}
 	t.Cleanup(func() {
-		// The twins this suite started: its owner label names only them.
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.doppel.owner=faults-"+suffix).Output()
-		if ids := strings.Fields(string(out)); len(ids) > 0 {
-			_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
+		// The twins this suite started (its owner label names only them), and any service container a killed test
+		// left (dev.doppel.test).
+		for _, label := range []string{"dev.doppel.owner=faults-" + suffix, "dev.doppel.test=" + s.label} {
+			out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+label).Output()
+			if ids := strings.Fields(string(out)); len(ids) > 0 {
+				_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
+			}
 		}
 	})
-	migrate := exec.Command(bin, "migrate")
-	migrate.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, s.env...)
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("doppel migrate: %v\n%s", err, out)
+	if out, err := exec.Command("docker", s.dockerRun(s.label+"-migrate", "migrate")...).CombinedOutput(); err != nil {
+		t.Fatalf("doppel migrate (container of %s): %v\n%s", serviceImage, err, out)
 	}
 	s.api = s.start("serve")
 	s.worker = s.start("worker")
-	figure(t, "production shape: serve up in %s, worker polling in %s",
+	figure(t, "production shape (serve and worker as containers of the service image, host network): serve up in %s, worker polling in %s",
 		s.api.ready.Round(time.Millisecond), s.worker.ready.Round(time.Millisecond))
 
 	// The first build, undisturbed: the retail traces.

@@ -28,7 +28,7 @@ import (
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/otlptest"
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/trace"
@@ -321,11 +321,11 @@ func TestOTLPAcceptance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e: starts the whole dev stack")
 	}
-	traces, err := taudata.Traces("../..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("../..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,11 +429,11 @@ func TestOTLPKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash: builds and kills the real binary")
 	}
-	traces, err := taudata.Traces("../..", "retail")
+	traces, err := sampledata.Traces("retail")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := tauformats.Tools("../..", "retail")
+	tools, err := tauformats.Tools("retail")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
-	"github.com/doppel-dev/doppel/internal/taudata"
+	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -24,9 +24,9 @@ type Tool struct {
 	Parameters  json.RawMessage `json:"parameters"`
 }
 
-// Tools reads a tau domain's tool definitions from infer/testdata under root (the repository's root).
-func Tools(root, domain string) ([]Tool, error) {
-	data, err := taudata.ToolsJSON(root, domain)
+// Tools reads a tau domain's tool definitions (testdata/tau-<domain>-tools.json.gz).
+func Tools(domain string) ([]Tool, error) {
+	data, err := sampledata.Read("tau-" + domain + "-tools.json")
 	if err != nil {
 		return nil, err
 	}
