@@ -68,3 +68,10 @@ func resumeFrom(ctx context.Context, v any) bool {
 	}
 	return activity.GetHeartbeatDetails(ctx, v) == nil
 }
+
+// Heartbeat records a heartbeat of the running activity at once and then every period until stop is called: for an
+// activity that waits on something slow (a model) with no progress to resume from. In a local activity it does
+// nothing.
+func Heartbeat(ctx context.Context, period time.Duration) (stop func()) {
+	return startBeat(ctx, period, nil).stop
+}

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
@@ -36,30 +35,12 @@ type TwinEndpoint struct {
 	HandleID string
 }
 
-// TwinDirectory finds environments' twins: the TwinWorkflow seen from sessions (workflows.TwinDirectory is it).
+// TwinDirectory finds environments' twins: the TwinWorkflow seen from sessions (wfclient.TwinDirectory is it).
 type TwinDirectory interface {
 	// WakeTwin boots the wanted build's twin if it is stopped and answers its state.
 	WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error)
 	// RunningTwins answers the environment's twins that are ready, by build id, without booting any.
 	RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error)
-}
-
-// ActiveTwinBuild returns the environment's active build as the twin activities name it, or an error wrapping
-// store.ErrNotFound when it has none.
-func ActiveTwinBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (twinstate.Build, error) {
-	if env.ActiveBuildID == "" {
-		return twinstate.Build{}, fmt.Errorf("environment %s has no active build: %w", env.ID, store.ErrNotFound)
-	}
-	b, err := store.GetBuildByID(ctx, db, env.ActiveBuildID)
-	if err != nil {
-		return twinstate.Build{}, err
-	}
-	return TwinBuildOf(b), nil
-}
-
-// TwinBuildOf names a build row's bundle for the twin activities.
-func TwinBuildOf(b *schema.Build) twinstate.Build {
-	return twinstate.Build{BuildID: b.ID, BundleKey: b.BundleKey, BundleHash: b.BundleHash}
 }
 
 // Sessions holds the dependencies of the session activities: opening a session on its twin, closing it,
@@ -127,7 +108,7 @@ func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint
 			return ep, nil
 		}
 	}
-	active, err := ActiveTwinBuild(ctx, a.DB, env)
+	active, err := store.ActiveTwinBuild(ctx, a.DB, env)
 	if errors.Is(err, store.ErrNotFound) {
 		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError("environment "+env.Slug+" has no build yet", ErrTypeBadInput, err)
 	}
@@ -137,7 +118,7 @@ func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint
 	if a.Twins == nil {
 		return TwinEndpoint{}, temporal.NewNonRetryableApplicationError("no twin directory is configured", ErrTypeTwinUnavailable, nil)
 	}
-	st, err := a.Twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: in.Suspect, Wait: true})
+	st, err := a.Twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Suspect: in.Suspect, Wait: true})
 	if err != nil {
 		return TwinEndpoint{}, fmt.Errorf("wake twin of %s: %w", env.ID, err)
 	}

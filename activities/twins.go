@@ -22,7 +22,7 @@ import (
 // fix them, and a wake must report them at once.
 const (
 	// ErrTypeEngineUnreachable: the Docker engine does not answer (the API answers 503).
-	ErrTypeEngineUnreachable = "TwinEngineUnreachable"
+	ErrTypeEngineUnreachable = twinstate.EngineUnreachable
 	// ErrTypeImageMissing: the twin image is not in the engine.
 	ErrTypeImageMissing = "TwinImageMissing"
 	// ErrTypeTwinBundle: the bundle cannot be read, or the twin serves another.

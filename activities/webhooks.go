@@ -20,7 +20,7 @@ import (
 // ErrTypeDeliveryFailed: one webhook attempt failed (retried by the delivery workflow's backoff).
 const ErrTypeDeliveryFailed = "WebhookAttemptFailed"
 
-// Dispatcher starts the delivery of recorded webhook deliveries (workflows.Webhooks is one). Kick must not
+// Dispatcher starts the delivery of recorded webhook deliveries (wfclient.Webhooks is one). Kick must not
 // block: what it cannot start now, the sweeper starts later.
 type Dispatcher interface {
 	Kick(ids []string)

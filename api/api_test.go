@@ -193,7 +193,7 @@ func newFixture(t testing.TB, driver string, ready map[string]api.Checker) *fixt
 		Logger:       slog.New(slog.NewTextHandler(f.log, nil)),
 		Readiness:    ready,
 		ReadyTimeout: 200 * time.Millisecond,
-		Routes:       []func(huma.API, *api.Deps){testRoutes},
+		Routes:       []func(huma.API, *api.Deps){testRoutes, api.TracesRoutes(api.TracesOptions{}, nil)},
 	})
 	f.h = h
 	f.api = humatest.Wrap(t, humaAPI)

@@ -87,9 +87,11 @@ type Authenticator struct {
 }
 
 // TokenResolver answers the session and workspace of a session token, whatever the session's status; an unknown
-// token is store.ErrNotFound. The returned values are shared: callers must not change them.
+// token is store.ErrNotFound. The returned values are shared: callers must not change them. ForgetAll drops every
+// cached resolution (after a key is revoked: the tokens derived from it are refused at once).
 type TokenResolver interface {
 	Resolve(ctx context.Context, token string) (*schema.Session, *schema.Workspace, error)
+	ForgetAll()
 }
 
 // resolveToken reads a session token through Tokens when set, else from the database; the session is a copy.
@@ -173,11 +175,14 @@ func (a *Authenticator) Key(ctx context.Context, authorization string, kinds ...
 	return &Principal{Workspace: ws, Key: key}, nil
 }
 
-// forgetKeys drops every cached key resolution, after this process revoked a key or changed a workspace, so
-// the change applies to its next request at once.
+// forgetKeys drops every cached key and session-token resolution, after this process revoked a key or changed a
+// workspace, so the change applies to its next request at once, to the key and to every credential derived from it.
 func (a *Authenticator) forgetKeys() {
 	if a != nil {
 		a.keys.forget()
+		if a.Tokens != nil {
+			a.Tokens.ForgetAll()
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/doppel-dev/doppel/internal/osmem"
 )
 
 // Defaults of the request-body budget.
@@ -40,7 +41,7 @@ type bodyBudget struct {
 	size     int64
 	inflight atomic.Int64
 	refused  atomic.Int64
-	ret      *memReturner
+	ret      *osmem.Returner
 	obs      BudgetObserver
 }
 
@@ -62,7 +63,7 @@ func newBodyBudget(size int64, returnEvery time.Duration, obs BudgetObserver) *b
 		if returnEvery == 0 {
 			returnEvery = DefaultReturnMemoryEvery
 		}
-		b.ret = &memReturner{every: returnEvery, free: debug.FreeOSMemory}
+		b.ret = osmem.New(returnEvery, nil)
 	}
 	return b
 }
@@ -85,12 +86,12 @@ func (b *bodyBudget) admit(r *http.Request) (release func(), over *atomic.Bool, 
 		}
 		large := n >= largeBody
 		if large && b.ret != nil {
-			b.ret.begin()
+			b.ret.Begin()
 		}
 		return func() {
 			b.give(n)
 			if large && b.ret != nil {
-				b.ret.end()
+				b.ret.End()
 			}
 		}, nil, nil
 	}
@@ -127,7 +128,8 @@ func (b *bodyBudget) refusal() *Envelope {
 		b.size, budgetRetryAfter)
 }
 
-// refuse answers r with e: the REST envelope, or tRPC's error shape under /trpc/. A 503 carries Retry-After.
+// refuse answers r with e: the REST envelope, tRPC's error shape under /trpc/, or OTLP's google.rpc.Status at
+// /v1/traces. A 503 carries Retry-After.
 func refuse(w http.ResponseWriter, r *http.Request, e *Envelope) {
 	if e.status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", strconv.Itoa(budgetRetryAfter))
@@ -136,6 +138,10 @@ func refuse(w http.ResponseWriter, r *http.Request, e *Envelope) {
 	w.Header().Set("Connection", "close")
 	if strings.HasPrefix(r.URL.Path, "/trpc/") {
 		trpcFail(w, r, e)
+		return
+	}
+	if r.URL.Path == tracesPath { // OTLP/HTTP's error body
+		writeTraceRefusal(w, r, e)
 		return
 	}
 	writeEnvelope(w, e.status, e)
@@ -163,7 +169,7 @@ func (br *budgetReader) Read(p []byte) (int, error) {
 		br.taken += int64(n)
 		if !br.large && br.taken >= largeBody && br.b.ret != nil {
 			br.large = true
-			br.b.ret.begin()
+			br.b.ret.Begin()
 		}
 	}
 	return n, err
@@ -178,49 +184,6 @@ func (br *budgetReader) release() {
 	}
 	if br.large {
 		br.large = false
-		br.b.ret.end()
+		br.b.ret.End()
 	}
-}
-
-// memReturner returns the heap's free memory to the OS once no large body is in flight, at most once per every:
-// the Go runtime would keep a spike's pages for minutes (longer with a high GOGC), so one burst of uploads would
-// leave the process at its peak size.
-type memReturner struct {
-	every time.Duration
-	free  func()
-
-	mu    sync.Mutex
-	large int
-	last  time.Time
-	timer *time.Timer
-}
-
-func (m *memReturner) begin() {
-	m.mu.Lock()
-	m.large++
-	m.mu.Unlock()
-}
-
-// end schedules the return once the last large body is done: at once, or when every has passed since the last.
-func (m *memReturner) end() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.large--
-	if m.large > 0 || m.timer != nil {
-		return
-	}
-	wait := max(m.every-time.Since(m.last), 0)
-	m.timer = time.AfterFunc(wait, m.run)
-}
-
-func (m *memReturner) run() {
-	m.mu.Lock()
-	m.timer = nil
-	if m.large > 0 {
-		m.mu.Unlock()
-		return // a large body began meanwhile: its end schedules the return
-	}
-	m.last = time.Now()
-	m.mu.Unlock()
-	m.free()
 }

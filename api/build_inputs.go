@@ -11,6 +11,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/envinputs"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -59,19 +60,7 @@ func (br *BuildRoutes) queueBuild(ctx context.Context, d *Deps, env *schema.Envi
 
 // inputs reads the inputs blob key names ("" is no inputs).
 func (br *BuildRoutes) inputs(ctx context.Context, key string) (infer.Upload, error) {
-	var up infer.Upload
-	if key == "" {
-		return up, nil
-	}
-	rc, err := br.Blobs.Get(ctx, key)
-	if err != nil {
-		return up, fmt.Errorf("read build inputs %s: %w", key, err)
-	}
-	defer rc.Close()
-	if err := json.NewDecoder(rc).Decode(&up); err != nil {
-		return up, fmt.Errorf("decode build inputs %s: %w", key, err)
-	}
-	return up, nil
+	return envinputs.Read(ctx, br.Blobs, key)
 }
 
 // inputsError is the 422 for inputs that do not validate, located at the part the message names (body.tools,

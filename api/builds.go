@@ -24,7 +24,7 @@ import (
 
 // BuildStarter starts the build workflow for a queued build row.
 type BuildStarter interface {
-	StartBuild(ctx context.Context, envID, buildID string) (workflowID string, err error)
+	StartBuild(ctx context.Context, workspaceID, envID, buildID string) (workflowID string, err error)
 }
 
 // BuildRoutes serve the multipart build route, build status and reports, and tools' handler source.
@@ -190,7 +190,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		if err := br.queueBuild(ctx, d, env, up, b); err != nil {
 			return nil, err
 		}
-		wid, err := br.Starter.StartBuild(ctx, env.ID, b.ID)
+		wid, err := br.Starter.StartBuild(ctx, env.WorkspaceID, env.ID, b.ID)
 		if err != nil {
 			b.Status, b.Stage, b.Error = schema.BuildFailed, "failed", "could not start: "+err.Error()
 			_ = store.UpdateBuild(ctx, d.DB, b, "status", "stage", "error")

@@ -29,14 +29,16 @@ import (
 
 // recordingStarter records the builds the route asks to start (the e2e test starts real workflows).
 type recordingStarter struct {
-	mu      sync.Mutex
-	started [][2]string
+	mu         sync.Mutex
+	started    [][2]string
+	workspaces []string // the workspace of each started build (its workflow's search attribute)
 }
 
-func (s *recordingStarter) StartBuild(_ context.Context, envID, buildID string) (string, error) {
+func (s *recordingStarter) StartBuild(_ context.Context, workspaceID, envID, buildID string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.started = append(s.started, [2]string{envID, buildID})
+	s.workspaces = append(s.workspaces, workspaceID)
 	return "build/" + buildID, nil
 }
 
@@ -201,8 +203,8 @@ func TestStartBuild(t *testing.T) {
 		if !strings.HasPrefix(out.BuildID, "bld_") || out.BuildIDB != out.BuildID || out.Status != "queued" || out.Env != f.env.Slug {
 			t.Errorf("answer = %+v", out)
 		}
-		if len(f.starter.started) != 1 || f.starter.started[0] != [2]string{f.env.ID, out.BuildID} {
-			t.Errorf("started = %v", f.starter.started)
+		if len(f.starter.started) != 1 || f.starter.started[0] != [2]string{f.env.ID, out.BuildID} || f.starter.workspaces[0] != f.workspaceID {
+			t.Errorf("started = %v in %v", f.starter.started, f.starter.workspaces)
 		}
 
 		w = f.do(http.MethodGet, out.Poll, f.key, nil, "")

@@ -35,7 +35,7 @@ const (
 // BuildScheduler is told that an environment has new traces; the implementation debounces the
 // rebuild. It is called after the batch is durable; an error is logged, not answered.
 type BuildScheduler interface {
-	ScheduleBuild(ctx context.Context, envID string) error
+	ScheduleBuild(ctx context.Context, workspaceID, envID string) error
 }
 
 // CollectOptions configure POST /api/collect. Zero values mean the defaults.
@@ -197,11 +197,13 @@ func document(a huma.API) {
 	}
 	op := *item.Post
 	op.Security = WorkspaceKeyAuth()
+	bodySchema := oapi.Components.Schemas.Schema(reflect.TypeOf(collectBody{}), true, "")
+	documentFormats(oapi, bodySchema)
 	op.RequestBody = &huma.RequestBody{
-		Description: "A collect body (spec §2.7).",
+		Description: "A collect body (spec §2.7), its traces in any of three formats.",
 		Required:    true,
 		Content: map[string]*huma.MediaType{"application/json": {
-			Schema: oapi.Components.Schemas.Schema(reflect.TypeOf(collectBody{}), true, ""),
+			Schema: bodySchema,
 		}},
 	}
 	ref := oapi.Components.Schemas.Schema(typeOfEnvelope, true, "Envelope")
@@ -287,17 +289,22 @@ func (c *collect) handle(ctx context.Context, in *collectInput) (*collectOutput,
 	if err != nil {
 		return nil, err
 	}
+	body, tools, err := normalizeCollect(body)
+	if err != nil {
+		return nil, err
+	}
 	env, res, err := c.storeBatch(ctx, p.Workspace.ID, body, ingest.Hints{UserAgent: userAgent(ctx), Framework: in.Framework, Language: in.Language})
 	if err != nil {
 		return nil, err
 	}
+	addTools(context.WithoutCancel(ctx), c.logger(ctx), c.deps.DB, c.opts.Blobs, env.ID, tools)
 	if c.deps.Observer != nil {
 		c.deps.Observer.Collected(int64(len(body)))
 	}
 	if len(res.Inserted) > 0 && c.opts.Scheduler != nil {
 		// The batch is stored: schedule its rebuild even if the client has gone meanwhile.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scheduleTimeout)
-		err := c.opts.Scheduler.ScheduleBuild(sctx, env.ID)
+		err := c.opts.Scheduler.ScheduleBuild(sctx, env.WorkspaceID, env.ID)
 		cancel()
 		if err != nil {
 			c.logger(ctx).WarnContext(ctx, "collect: schedule build", slog.String("env", env.ID), slog.Any("error", err))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/minio/minio-go/v7"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
@@ -61,15 +63,17 @@ type collectFx struct {
 }
 
 type schedRecorder struct {
-	mu   sync.Mutex
-	envs []string
-	err  error
+	mu         sync.Mutex
+	envs       []string
+	workspaces []string // the workspace of each scheduled rebuild (its workflow's search attribute)
+	err        error
 }
 
-func (s *schedRecorder) ScheduleBuild(_ context.Context, envID string) error {
+func (s *schedRecorder) ScheduleBuild(_ context.Context, workspaceID, envID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.envs = append(s.envs, envID)
+	s.workspaces = append(s.workspaces, workspaceID)
 	return s.err
 }
 
@@ -128,7 +132,7 @@ func newCollectServer(t testing.TB, driver string, opts api.CollectOptions, prox
 	if opts.Scheduler == nil {
 		opts.Scheduler = fx.sched
 	}
-	serve.DB, serve.Routes = fx.db, []func(huma.API, *api.Deps){api.CollectRoutes(opts)}
+	serve.DB, serve.Routes = fx.db, append([]func(huma.API, *api.Deps){api.CollectRoutes(opts)}, serve.Routes...)
 	h, _ := api.New(serve)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -279,8 +283,8 @@ func TestCollectRealTraces(t *testing.T) {
 				env.NTools != 14 || env.Language != "python" {
 				t.Fatalf("env %+v", env)
 			}
-			if got := fx.sched.calls(); len(got) != 1 || got[0] != env.ID {
-				t.Errorf("build scheduled for %v, want [%s]", got, env.ID)
+			if got := fx.sched.calls(); len(got) != 1 || got[0] != env.ID || fx.sched.workspaces[0] != env.WorkspaceID {
+				t.Errorf("build scheduled for %v in %v, want [%s] in %s", got, fx.sched.workspaces, env.ID, env.WorkspaceID)
 			}
 			// The blob reads back to exactly the traces sent.
 			batches, err := store.ListTraceBatches(ctx, fx.db, env.ID)
@@ -997,11 +1001,22 @@ func TestCollectSurvivesKill9(t *testing.T) {
 func checkAfterKill(t *testing.T, db *bun.DB, blobs blob.Store, wsID string, sent map[int]bool, batchIDs func(int) []string) {
 	t.Helper()
 	ctx := context.Background()
-	env, err := store.GetEnv(ctx, db, wsID, "shop")
+	// One snapshot for every read: a COMMIT the killed process sent may still land on PostgreSQL while this reads,
+	// and the environment's counters and the batch rows must be read as of one moment.
+	opts := &sql.TxOptions{ReadOnly: true}
+	if db.Dialect().Name() == dialect.PG {
+		opts.Isolation = sql.LevelRepeatableRead
+	}
+	snap, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := store.ListTraces(ctx, db, env.ID)
+	defer snap.Rollback()
+	env, err := store.GetEnv(ctx, snap, wsID, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.ListTraces(ctx, snap, env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1032,7 +1047,7 @@ func checkAfterKill(t *testing.T, db *bun.DB, blobs blob.Store, wsID string, sen
 	if env.NTraces != int64(len(rows)) {
 		t.Errorf("n_traces %d, but %d trace rows", env.NTraces, len(rows))
 	}
-	batches, err := store.ListTraceBatches(ctx, db, env.ID)
+	batches, err := store.ListTraceBatches(ctx, snap, env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,13 +22,15 @@ import (
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/webhook"
+	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // hookRig is a webhook endpoint on a local receiver with a Temporal worker (DOPPEL_TEST_TEMPORAL) delivering to it.
 type hookRig struct {
 	rcv   *hooktest.Receiver
-	hooks *workflows.Webhooks
+	hooks *wfclient.Webhooks
 	ep    *schema.WebhookEndpoint
 }
 
@@ -43,12 +45,11 @@ func newHookRig(tb testing.TB, p *plane) *hookRig {
 	tb.Cleanup(rig.rcv.Close)
 	allow, _ := webhook.ParseCIDRs([]string{"127.0.0.0/8"})
 	queue := "bench-hooks-" + schema.NewID("")
-	rig.hooks = &workflows.Webhooks{Client: c, TaskQueue: queue,
+	rig.hooks = &wfclient.Webhooks{Conn: wfclient.Conn{Client: c, TaskQueue: queue},
 		Dispatched: func(ctx context.Context, ids []string) error { return store.MarkDispatched(ctx, p.db, ids) },
 		Policy:     workflows.DeliveryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}}
 	w := sdkworker.New(c, queue, sdkworker.Options{})
-	workflows.RegisterWebhooks(w)
-	w.RegisterActivity(&activities.Webhooks{DB: p.db, Sender: webhook.NewSender(&webhook.Guard{Allow: allow}, 5*time.Second), Dispatch: rig.hooks})
+	worker.Register(w, worker.Deps{Webhooks: &activities.Webhooks{DB: p.db, Sender: webhook.NewSender(&webhook.Guard{Allow: allow}, 5*time.Second), Dispatch: rig.hooks}})
 	if err := w.Start(); err != nil {
 		tb.Fatal(err)
 	}

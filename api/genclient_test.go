@@ -25,6 +25,7 @@ func docAPI() (*huma.OpenAPI, []byte) {
 	sessions := &api.SessionRoutes{}
 	h, humaAPI := api.New(api.Options{Routes: []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, api.CollectOptions{}) },
+		api.TracesRoutes(api.TracesOptions{}, nil),
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,

@@ -72,21 +72,27 @@ type RevokeKeyOutput struct {
 
 func registerKeys(a huma.API, d *Deps) {
 	Declare(a, Verb[CreateKeyInput, CreateKeyOutput]{
-		Name:        "keys.create",
-		Method:      http.MethodPost,
-		Path:        "/v1/keys",
-		Summary:     "Create a key",
-		Description: "Mints a workspace key (mk_live_…) or MCP token (mcp_at_…) in the caller's workspace. The plaintext is in this response only.",
-		Tags:        []string{"keys"},
-		Security:    WorkspaceKeyAuth(),
-		Status:      http.StatusCreated,
+		Name:    "keys.create",
+		Method:  http.MethodPost,
+		Path:    "/v1/keys",
+		Summary: "Create a key",
+		Description: "Mints a workspace key (mk_live_…) or MCP token (mcp_at_…) in the caller's workspace. The plaintext is in this response only. " +
+			"An MCP token derives from the key that minted it and is revoked with it; a workspace key is independent of it.",
+		Tags:     []string{"keys"},
+		Security: WorkspaceKeyAuth(),
+		Status:   http.StatusCreated,
 		Handler: func(ctx context.Context, in *CreateKeyInput) (*CreateKeyOutput, error) {
 			p := PrincipalFrom(ctx)
-			kind := cred.KindWorkspace
+			var k *schema.APIKey
+			var plain string
+			var err error
 			if in.Body.Kind == schema.KeyKindMCP {
-				kind = cred.KindMCP
+				// An MCP token derives from the key that mints it and ends with it (docs/credentials.md).
+				k, plain, err = store.DeriveKey(ctx, d.DB, p.Key, cred.KindMCP, in.Body.Name)
+			} else {
+				// A workspace key is a peer of the one that minted it, so keys can be rotated.
+				k, plain, err = store.CreateKey(ctx, d.DB, p.Workspace.ID, cred.KindWorkspace, in.Body.Name)
 			}
-			k, plain, err := store.CreateKey(ctx, d.DB, p.Workspace.ID, kind, in.Body.Name)
 			if err != nil {
 				return nil, StoreError(err, "key")
 			}
@@ -121,7 +127,8 @@ func registerKeys(a huma.API, d *Deps) {
 		Method:  http.MethodDelete,
 		Path:    "/v1/keys/{id}",
 		Summary: "Revoke a key",
-		Description: "Revokes a key of the caller's workspace; it answers 401 from then on. Revoking a revoked key changes nothing. " +
+		Description: "Revokes a key of the caller's workspace; it answers 401 from then on, and so does every credential derived from it " +
+			"(MCP tokens it minted or consented to, the tokens of sessions they opened, forks made with those tokens). Revoking a revoked key changes nothing. " +
 			"Another workspace's key answers 404.",
 		Tags:     []string{"keys"},
 		Security: WorkspaceKeyAuth(),

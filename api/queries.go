@@ -12,9 +12,9 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/toolplane"
 )
 
 // Defaults of the per-workspace query rate limit (query.rate_per_second, query.burst).
@@ -24,9 +24,9 @@ const (
 )
 
 // QueryRoutes serve one-shot queries: POST /v1/envs/{slug}/query (envs.query) and GET /v1/queries/{query_id}
-// (queries.get). The work is the tool plane's; these hold I/O types, the rate limit and error mapping.
+// (queries.get). The work is the query service's; these hold I/O types, the rate limit and error mapping.
 type QueryRoutes struct {
-	Plane *toolplane.Plane
+	Queries *query.Service
 	// RatePerSecond and Burst shape each workspace's token bucket of query requests (defaults
 	// DefaultQueryRatePerSecond and DefaultQueryBurst); a negative RatePerSecond turns the limit off.
 	RatePerSecond float64
@@ -148,8 +148,8 @@ type QueryPath struct {
 
 // Register adds the query routes.
 func (qr *QueryRoutes) Register(a huma.API, d *Deps) {
-	if qr.Plane == nil {
-		qr.Plane = toolplane.New(toolplane.Options{DB: d.DB})
+	if qr.Queries == nil {
+		qr.Queries = &query.Service{DB: d.DB}
 	}
 	schemaRef := a.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[QueryView](), true, "QueryView")
 	Declare(a, Verb[QueryInput, QueryOutput]{
@@ -209,12 +209,12 @@ func (qr *QueryRoutes) query(ctx context.Context, in *QueryInput) (*QueryOutput,
 	if err != nil {
 		return nil, err
 	}
-	req := toolplane.QueryRequest{WorkspaceID: p.Workspace.ID, KeyID: p.Key.ID, Env: in.Slug, Input: b.Input,
+	req := query.Request{WorkspaceID: p.Workspace.ID, KeyID: p.Key.ID, Env: in.Slug, Input: b.Input,
 		Seed: b.Seed, SeedInstructions: instr, AutoSeed: auto}
 	if b.Model != nil {
 		req.Model = *b.Model
 	}
-	ans, err := qr.Plane.Query(ctx, req)
+	ans, err := qr.Queries.Run(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -226,14 +226,14 @@ func (qr *QueryRoutes) query(ctx context.Context, in *QueryInput) (*QueryOutput,
 }
 
 func (qr *QueryRoutes) get(ctx context.Context, in *QueryPath) (*QueryOutput, error) {
-	ans, err := qr.Plane.GetQuery(ctx, PrincipalFrom(ctx).Workspace.ID, in.QueryID)
+	ans, err := qr.Queries.Get(ctx, PrincipalFrom(ctx).Workspace.ID, in.QueryID)
 	if err != nil {
 		return nil, err
 	}
 	return &QueryOutput{Status: http.StatusOK, Body: queryView(ans)}, nil
 }
 
-func queryView(ans *toolplane.QueryAnswer) QueryView {
+func queryView(ans *query.Answer) QueryView {
 	v := QueryView{ID: ans.ID, Status: ans.Status, Poll: "/v1/queries/" + ans.ID, Seed: ans.Seed, Model: ans.Model,
 		Trace: []QuerySpan{}, Pinned: map[string][]string{},
 		Usage: QueryUsage{ModelCalls: ans.Usage.ModelCalls, PromptTokens: ans.Usage.PromptTokens, CompletionTokens: ans.Usage.CompletionTokens}}

@@ -17,28 +17,28 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/testsuite"
 	sdkworker "go.temporal.io/sdk/worker"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/internal/replaytest"
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/llm"
+	"github.com/doppel-dev/doppel/query"
+	"github.com/doppel-dev/doppel/query/flow"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/usage"
-	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/worker"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // queryOptions make a test plane serve queries.
 type queryOptions struct {
-	starter  toolplane.QueryStarter
+	runner   query.Runner
 	model    string // the configured model's name ("": replay only)
 	wait     time.Duration
 	maxSteps int
@@ -47,27 +47,22 @@ type queryOptions struct {
 	plans    *usage.Plans // meter the workspaces against these plans (nil: no metering)
 }
 
-// lateStarter forwards to a query starter made after the plane (its activities need the plane).
-type lateStarter struct{ toolplane.QueryStarter }
+// lateRunner forwards to a query runner made after the plane (its activities need the plane).
+type lateRunner struct{ query.Runner }
 
 // suiteQueries runs each query's workflow in the Temporal SDK's test environment, with the real query
 // activities: the seam for tests without a Temporal server (one test runs them on a real one).
 type suiteQueries struct {
-	acts *activities.Queries
+	deps worker.Deps
 	mu   sync.Mutex
-	runs map[string]chan suiteOutcome
+	runs map[string]chan error
 }
 
-type suiteOutcome struct {
-	res activities.QueryResult
-	err error
-}
-
-func (s *suiteQueries) StartQuery(_ context.Context, in workflows.QueryInput) error {
-	ch := make(chan suiteOutcome, 1)
+func (s *suiteQueries) Start(_ context.Context, in query.Input) error {
+	ch := make(chan error, 1)
 	s.mu.Lock()
 	if s.runs == nil {
-		s.runs = map[string]chan suiteOutcome{}
+		s.runs = map[string]chan error{}
 	}
 	s.runs[in.QueryID] = ch
 	s.mu.Unlock()
@@ -75,28 +70,23 @@ func (s *suiteQueries) StartQuery(_ context.Context, in workflows.QueryInput) er
 		var ts testsuite.WorkflowTestSuite
 		ts.SetLogger(log.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 		env := ts.NewTestWorkflowEnvironment()
-		workflows.RegisterQueries(env)
-		env.RegisterActivity(s.acts)
-		env.ExecuteWorkflow(workflows.QueryWorkflowName, in)
-		var out suiteOutcome
-		if out.err = env.GetWorkflowError(); out.err == nil {
-			out.err = env.GetWorkflowResult(&out.res)
-		}
-		ch <- out
+		worker.Register(env, s.deps)
+		env.ExecuteWorkflow(flow.QueryWorkflowName, in)
+		ch <- wfclient.QueryFailure(env.GetWorkflowError())
 	}()
 	return nil
 }
 
-func (s *suiteQueries) AwaitQuery(ctx context.Context, id string) (activities.QueryResult, error) {
+func (s *suiteQueries) Await(ctx context.Context, id string) error {
 	s.mu.Lock()
 	ch := s.runs[id]
 	s.mu.Unlock()
 	select {
-	case o := <-ch:
-		ch <- o // later waiters see it too
-		return o.res, o.err
+	case err := <-ch:
+		ch <- err // later waiters see it too
+		return err
 	case <-ctx.Done():
-		return activities.QueryResult{}, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -193,13 +183,19 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request) {
 func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, temporalAddr string) *plane {
 	t.Helper()
 	bundle, _ := retailBundle(t)
-	late := &lateStarter{}
-	qo.starter = late
+	late := &lateRunner{}
+	qo.runner = late
 	if modelURL != "" && qo.model == "" {
 		qo.model = "scripted-agent"
 	}
 	p := newPlane(t, driver, bundle, planeOptions{query: &qo, plans: qo.plans})
-	acts := &activities.Queries{DB: p.db, Sessions: toolplane.QuerySessions{P: p.tp}, Bundles: p.tp.Bundles()}
+	acts := &flow.Activities{DB: p.db, Plane: p.tp, Bundles: p.tp.Bundles(), Blobs: p.blobs}
+	// The query's child session open runs the session activities over the plane's twins.
+	sessions := &activities.Sessions{DB: p.db, Twins: p.twins}
+	if p.locals != nil {
+		sessions.Locals = p.locals
+	}
+	deps := worker.Deps{Queries: acts, Sessions: sessions}
 	if modelURL != "" {
 		c, err := llm.New(llm.Options{BaseURL: modelURL, Model: qo.model, Timeout: 2 * time.Second})
 		if err != nil {
@@ -208,7 +204,7 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 		acts.Model = c
 	}
 	if temporalAddr == "" {
-		late.QueryStarter = &suiteQueries{acts: acts}
+		late.Runner = &suiteQueries{deps: deps}
 		return p
 	}
 	c, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: log.NewStructuredLogger(slog.New(slog.DiscardHandler))})
@@ -218,13 +214,12 @@ func newQueryPlane(t testing.TB, driver, modelURL string, qo queryOptions, tempo
 	t.Cleanup(c.Close)
 	queue := "test-queries-" + schema.NewID("")
 	w := sdkworker.New(c, queue, sdkworker.Options{})
-	workflows.RegisterQueries(w)
-	w.RegisterActivity(acts)
+	worker.Register(w, deps)
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	late.QueryStarter = &workflows.Queries{Client: c, TaskQueue: queue}
+	late.Runner = &wfclient.Queries{Conn: wfclient.Conn{Client: c, TaskQueue: queue}}
 	p.temporal = c
 	return p
 }
@@ -338,29 +333,7 @@ func TestQueryEndToEndOnTemporal(t *testing.T) {
 		t.Errorf("query session: %+v %v (journaled %d)", sess, err, p.journaled(q.SessionID))
 	}
 	if f := os.Getenv("DOPPEL_RECORD_QUERY_HISTORY"); f != "" {
-		recordHistory(t, p.temporal, workflows.QueryWorkflowID(id), f)
-	}
-}
-
-// recordHistory writes a workflow's history as the Temporal CLI's `workflow show --output json` does, for
-// workflows' replay test.
-func recordHistory(t *testing.T, c client.Client, workflowID, file string) {
-	t.Helper()
-	var h historypb.History
-	it := c.GetWorkflowHistory(context.Background(), workflowID, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Events = append(h.Events, e)
-	}
-	data, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, data, 0o644); err != nil {
-		t.Fatal(err)
+		replaytest.Record(t, p.temporal, wfclient.QueryWorkflowID(id), "", f)
 	}
 }
 
@@ -493,7 +466,7 @@ func TestQueryRefusals(t *testing.T) {
 	if err := p.db.NewSelect().Model(&q).Where("workspace_id = ?", p.ws.ID).Order("created_at DESC").Limit(1).Scan(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if q.Status != schema.QueryFailed || q.ErrorKind != activities.ErrTypeModelUnavailable {
+	if q.Status != schema.QueryFailed || q.ErrorKind != query.KindModelUnavailable {
 		t.Errorf("failed query row: %+v", q)
 	}
 	code, read := p.do(http.MethodGet, "/v1/queries/"+q.ID, p.key, nil)
@@ -602,21 +575,21 @@ func TestQueryAnswers202ThenPolls(t *testing.T) {
 	}
 }
 
-// endedStarter stands for a query workflow that ended without recording its outcome (timed out, terminated):
+// endedRunner stands for a query workflow that ended without recording its outcome (timed out, terminated):
 // it starts nothing and its result is that error.
-type endedStarter struct{}
+type endedRunner struct{}
 
-func (endedStarter) StartQuery(context.Context, workflows.QueryInput) error { return nil }
+func (endedRunner) Start(context.Context, query.Input) error { return nil }
 
-func (endedStarter) AwaitQuery(ctx context.Context, _ string) (activities.QueryResult, error) {
-	return activities.QueryResult{}, errors.New("workflow execution timed out")
+func (endedRunner) Await(ctx context.Context, _ string) error {
+	return wfclient.QueryFailure(errors.New("workflow execution timed out"))
 }
 
 // TestQueryThatEndedUnrecordedReadsFailed: a poll of a query whose workflow ended without recording its outcome
 // answers failed (and records it), not running forever.
 func TestQueryThatEndedUnrecordedReadsFailed(t *testing.T) {
 	bundle, _ := retailBundle(t)
-	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{query: &queryOptions{starter: endedStarter{}, wait: time.Nanosecond}})
+	p := newPlane(t, schema.DriverSQLite, bundle, planeOptions{query: &queryOptions{runner: endedRunner{}, wait: time.Nanosecond}})
 	code, out := p.do(http.MethodPost, "/v1/envs/"+p.env.Slug+"/query", p.key, map[string]any{"input": "cancel my order"})
 	if code != http.StatusAccepted || out["status"] != "running" {
 		t.Fatalf("query: %d %v", code, out)

@@ -433,10 +433,17 @@ type SessionOutput struct {
 }
 
 func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutput, error) {
-	s := PrincipalFrom(ctx).Session
+	p := PrincipalFrom(ctx)
+	s := p.Session
 	st, err := sr.Plane.Read(ctx, s)
 	if err != nil {
 		return nil, err
+	}
+	if p.Key == nil {
+		// The session's own token reads it only while it is open (the read may just have expired it).
+		if err := SessionGone(s); err != nil {
+			return nil, err
+		}
 	}
 	v := SessionView{ID: s.ID, Status: s.Status, EnvID: s.EnvID, BuildID: s.BuildID, StateHash: st.StateHash,
 		WorldHash: s.WorldHash, RecordOutputs: s.RecordOutputs, CreatedAt: s.CreatedAt, ClosedAt: s.ClosedAt,

@@ -30,7 +30,8 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/trace"
-	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/worker"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // The load benchmarks drive the session routes over real loopback HTTP (an httptest server around the API
@@ -353,13 +354,12 @@ func BenchmarkOpenWarmTemporal(b *testing.B) {
 			defer c.Close()
 			queue := "bench-sessions-" + schema.NewID("")
 			w := sdkworker.New(c, queue, sdkworker.Options{})
-			workflows.RegisterSessions(w)
-			w.RegisterActivity(&activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals})
+			worker.Register(w, worker.Deps{Sessions: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}})
 			if err := w.Start(); err != nil {
 				b.Fatal(err)
 			}
 			defer w.Stop()
-			p.opener.set(&workflows.Sessions{Client: c, TaskQueue: queue})
+			p.opener.set(&wfclient.Sessions{Conn: wfclient.Conn{Client: c, TaskQueue: queue}})
 			hc := loadClient()
 			url := srv.URL + "/v1/envs/" + p.env.Slug + "/sessions"
 			n := max(b.N, 300)

@@ -57,6 +57,10 @@ func (sr *SessionRoutes) registerList(a huma.API, d *Deps) {
 			if err != nil {
 				return nil, StoreError(err, "environment "+in.Slug)
 			}
+			// Sessions idle past their deadline are expired first, so the listing says so at once (a call would).
+			if err := sr.Plane.ExpireDue(ctx, env.ID, 0); err != nil {
+				return nil, err
+			}
 			rows, err := store.ListSessions(ctx, d.DB, env.ID, in.Status, in.Limit)
 			if err != nil {
 				return nil, err

@@ -33,6 +33,7 @@ import (
 	"github.com/doppel-dev/doppel/internal/sampledata"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/jsonvalue"
+	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
@@ -42,12 +43,12 @@ import (
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/usage"
-	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // directOpener runs the session-open workflow's two activities in order, without Temporal: the seam the API
-// uses (SessionOpener) over the very activity code the workflow runs. The workflow itself is tested with the
-// SDK test suite in workflows/.
+// uses (SessionOpener) over the very activity code the workflow runs, its failures mapped as wfclient.Sessions
+// maps the workflow's. The workflow itself is tested with the SDK test suite in workflows/.
 type directOpener struct{ a *activities.Sessions }
 
 // swapOpener lets a test change the opener of a plane already serving.
@@ -58,19 +59,19 @@ type swapOpener struct {
 
 func (s *swapOpener) set(o toolplane.SessionOpener) { s.mu.Lock(); s.o = o; s.mu.Unlock() }
 
-func (s *swapOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
+func (s *swapOpener) Open(ctx context.Context, in toolplane.OpenWorld) (toolplane.OpenedWorld, error) {
 	s.mu.Lock()
 	o := s.o
 	s.mu.Unlock()
 	return o.Open(ctx, in)
 }
 
-func (o directOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
+func (o directOpener) Open(ctx context.Context, in toolplane.OpenWorld) (toolplane.OpenedWorld, error) {
 	suspect := ""
 	for attempt := 0; ; attempt++ {
 		ep, err := o.a.FindTwin(ctx, activities.FindTwinInput{EnvID: in.EnvID, Suspect: suspect})
 		if err != nil {
-			return workflows.SessionOpenResult{}, err
+			return toolplane.OpenedWorld{}, wfclient.OpenError(err)
 		}
 		res, err := o.a.OpenOnTwin(ctx, activities.OpenOnTwinInput{Addr: ep.Addr, SessionID: in.SessionID, Spec: in.Spec})
 		var appErr *temporal.ApplicationError
@@ -79,9 +80,9 @@ func (o directOpener) Open(ctx context.Context, in workflows.SessionOpenInput) (
 			continue
 		}
 		if err != nil {
-			return workflows.SessionOpenResult{}, err
+			return toolplane.OpenedWorld{}, wfclient.OpenError(err)
 		}
-		return workflows.SessionOpenResult{TwinAddr: ep.Addr, BuildID: ep.BuildID, Receipts: res.Receipts, StateHash: res.StateHash}, nil
+		return toolplane.OpenedWorld{TwinAddr: ep.Addr, BuildID: ep.BuildID, Receipts: res.Receipts, StateHash: res.StateHash}, nil
 	}
 }
 
@@ -151,6 +152,7 @@ type plane struct {
 	twins   *inprocTwins
 	routes  *api.SessionRoutes
 	queries *api.QueryRoutes
+	qs      *query.Service
 	// temporal is the client queries run through on a real Temporal (nil in the SDK's test environment).
 	temporal client.Client
 	tp       *toolplane.Plane
@@ -220,7 +222,7 @@ type planeOptions struct {
 	// extra route groups (e.g. MCP).
 	routes []func(huma.API, *api.Deps)
 	// events, when set, records session events (and starts their webhook deliveries).
-	events *activities.EventLog
+	events toolplane.EventLog
 	// logger, when set, gets the API's access log and errors (nil: discarded).
 	logger *slog.Logger
 }
@@ -299,9 +301,6 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 		p.opener.set(directOpener{a: &activities.Sessions{DB: p.db, Twins: p.twins, Locals: p.locals}})
 	}
 	routes := []func(huma.API, *api.Deps){}
-	if o.query != nil {
-		popts.Queries, popts.QueryModel, popts.QueryWait, popts.QueryMaxSteps = o.query.starter, o.query.model, o.query.wait, o.query.maxSteps
-	}
 	if o.plans != nil {
 		src := &usage.Source{DB: p.db, Plans: *o.plans, EnvBytesCap: 1 << 20, Idle: o.idle}
 		p.gate = &usage.Gate{Source: src, Now: o.now}
@@ -312,7 +311,11 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	p.routes = &api.SessionRoutes{Plane: p.tp}
 	routes = append(routes, p.routes.Register)
 	if o.query != nil {
-		p.queries = &api.QueryRoutes{Plane: p.tp, RatePerSecond: o.query.rate, Burst: o.query.burst}
+		p.qs = &query.Service{DB: p.db, Runner: o.query.runner, Model: o.query.model, Wait: o.query.wait, MaxSteps: o.query.maxSteps}
+		if p.gate != nil {
+			p.qs.Quota = p.gate
+		}
+		p.queries = &api.QueryRoutes{Queries: p.qs, RatePerSecond: o.query.rate, Burst: o.query.burst}
 		routes = append(routes, p.queries.Register)
 	}
 	routes = append(routes, o.routes...)
@@ -1004,6 +1007,47 @@ func TestIdleSessionExpires(t *testing.T) {
 		}
 		if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID); err == nil {
 			t.Fatal("the twin still holds an expired session's world")
+		}
+	})
+	// A read says expired the moment the idle deadline passes, as a call would (not when the reaper comes by).
+	t.Run("on a read", func(t *testing.T) {
+		p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{idle: time.Millisecond})
+		s, listed, byToken := p.open(map[string]any{"seed": 1}), p.open(map[string]any{"seed": 2}), p.open(map[string]any{"seed": 3})
+		time.Sleep(5 * time.Millisecond) // idle past the (tiny) limit
+		if code, v := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key, nil); code != http.StatusOK || v["status"] != "expired" || v["closed_at"] == nil {
+			t.Fatalf("read of an idle session with its key: %d %v, want status expired", code, v)
+		}
+		if code, e := p.do(http.MethodGet, "/v1/sessions/"+byToken.ID, byToken.Token, nil); code != http.StatusNotFound || !strings.Contains(str(e["detail"]), "expired") {
+			t.Fatalf("read of an idle session with its token: %d %v, want 404 expired", code, e)
+		}
+		list := func(query string) []map[string]any {
+			t.Helper()
+			r := httptest.NewRequest(http.MethodGet, "/v1/envs/"+p.env.Slug+"/sessions"+query, nil)
+			r.Header.Set("Authorization", "Bearer "+p.key)
+			w := httptest.NewRecorder()
+			p.h.ServeHTTP(w, r)
+			var rows []map[string]any
+			if err := json.Unmarshal(w.Body.Bytes(), &rows); err != nil || w.Code != http.StatusOK {
+				t.Fatalf("list%s: %d %s", query, w.Code, w.Body)
+			}
+			return rows
+		}
+		if rows := list("?status=open"); len(rows) != 0 {
+			t.Errorf("status=open lists %d idle sessions, want none", len(rows))
+		}
+		rows := list("")
+		for _, row := range rows {
+			if row["status"] != "expired" {
+				t.Errorf("listed %v as %v, want expired", row["id"], row["status"])
+			}
+		}
+		if len(rows) != 3 {
+			t.Errorf("listed %d sessions, want 3 (%s among them)", len(rows), listed.ID)
+		}
+		for _, id := range []string{s.ID, listed.ID, byToken.ID} {
+			if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), id); err == nil {
+				t.Errorf("the twin still holds expired session %s's world", id)
+			}
 		}
 	})
 	t.Run("by the reaper", func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 // eventTypeEnum is the enum of subscribable event types (webhook.test is sent only by webhooks.test).
 const eventTypeEnum = "build.succeeded,build.failed,env.ready,twin.ready,twin.stopped,session.opened,session.closed,session.expired"
 
-// DeliveryStarter starts a recorded delivery's workflow (workflows.Webhooks is one); reason is logged on its
+// DeliveryStarter starts a recorded delivery's workflow (wfclient.Webhooks is one); reason is logged on its
 // attempts (test, redeliver).
 type DeliveryStarter interface {
 	StartDelivery(ctx context.Context, deliveryID, reason string) error

@@ -66,6 +66,9 @@ func TestWebhookVerbs(t *testing.T) {
 			{map[string]any{"url": "http://169.254.169.254/latest/meta-data/"}, "body.url"},
 			{map[string]any{"url": "http://10.1.2.3/"}, "body.url"},
 			{map[string]any{"url": "http://[fe80::1]/"}, "body.url"},
+			{map[string]any{"url": "http://[::10.0.0.1]/"}, "body.url"},
+			{map[string]any{"url": "http://[::ffff:0:10.0.0.1]/"}, "body.url"},
+			{map[string]any{"url": "http://[::169.254.169.254]/"}, "body.url"},
 			{map[string]any{"url": "file:///etc/passwd"}, "body.url"},
 			{map[string]any{"url": "http://127.0.0.1:9/", "events": []string{"build.exploded"}}, "body.events"},
 		} {
@@ -121,7 +124,9 @@ func TestWebhookVerbs(t *testing.T) {
 		if n := len(record(events.BuildSucceeded)); n != 0 {
 			t.Errorf("build.succeeded made %d deliveries to an endpoint filtering it out", n)
 		}
-		wantEnvelope(t, do(http.MethodPatch, "/v1/webhooks/"+ep.ID, key, map[string]any{"url": "http://192.168.0.1/"}), http.StatusUnprocessableEntity, "invalid")
+		for _, u := range []string{"http://192.168.0.1/", "http://[::10.0.0.1]/", "http://[::ffff:0:10.0.0.1]/"} {
+			wantEnvelope(t, do(http.MethodPatch, "/v1/webhooks/"+ep.ID, key, map[string]any{"url": u}), http.StatusUnprocessableEntity, "invalid")
+		}
 		if w = do(http.MethodPatch, "/v1/webhooks/"+ep.ID, key, map[string]any{"events": []string{}}); w.Code != http.StatusOK {
 			t.Fatalf("update: %d %s", w.Code, w.Body)
 		}

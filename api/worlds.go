@@ -27,10 +27,13 @@ func (sr *SessionRoutes) registerWorlds(a huma.API, d *Deps) {
 			"is now is copy-on-write on the twin, so a fork costs what its own writes cost; an earlier point is " +
 			"rebuilt from the journal. The fork keeps the parent's build, seed, clock and fault plan, and numbers " +
 			"its own calls from `at_call + 1`, so it continues exactly as the uninterrupted session would. The " +
-			"parent is not changed. Its read and transcript name what it was forked from.",
+			"parent is not changed. Its read and transcript name what it was forked from. A fork is an opened " +
+			"session: it counts among the open sessions, and past the sandbox quota it is refused with the open's " +
+			"402. A fork made with the session's token ends when the session ends; one made with a key outlives " +
+			"it and ends with that key.",
 		Tags:     []string{"sessions"},
 		Security: SessionAuth(),
-		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
+		Errors:   []int{http.StatusPaymentRequired, http.StatusConflict, http.StatusServiceUnavailable},
 		Handler:  sr.fork(d),
 	})
 	Declare(a, Verb[DiffInput, DiffOutput]{

@@ -41,7 +41,9 @@ type CollectOptions struct {
 	//   - a collect body, {"project": …, "traces": [...]} (the traces are streamed, not loaded whole);
 	//   - a JSON array of traces;
 	//   - traces one after another: JSONL (one per line) or concatenated JSON objects.
-	// The format is told by the first byte and, for an object, its first field name.
+	// The format is told by the first byte and, for an object, its first field name. Each trace is in any format
+	// collect accepts (ingest.Formats: chat messages, OpenAI Responses items, Anthropic Messages), named by its
+	// "format" field or detected; chat traces are re-encoded, the others sent as given, tools included.
 	Files []string
 	// Project names the project of files that do not name one (arrays, JSONL); when set it also
 	// replaces the project a collect body names.
@@ -509,7 +511,7 @@ func (r *collectRun) trace(ctx context.Context, project string, raw []byte, labe
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t, err := ingest.DecodeTrace(raw)
+	t, tools, format, err := ingest.DecodeAnyTrace(raw)
 	if err != nil {
 		if r.opts.SkipInvalid {
 			r.skipped.Add(1)
@@ -523,7 +525,15 @@ func (r *collectRun) trace(ctx context.Context, project string, raw []byte, labe
 		}
 		return fmt.Errorf("collect: %s: %w", label, err)
 	}
-	return r.add(ctx, project, t.ID, ingest.AppendTrace(nil, t), label)
+	if format == ingest.FormatChat && len(tools) == 0 {
+		return r.add(ctx, project, t.ID, ingest.AppendTrace(nil, t), label)
+	}
+	// Another format, or tools: sent as given, for the server to map and to keep the tools.
+	var enc bytes.Buffer
+	if err := json.Compact(&enc, raw); err != nil {
+		return fmt.Errorf("collect: %s: %w", label, err)
+	}
+	return r.add(ctx, project, t.ID, enc.Bytes(), label)
 }
 
 func expectDelim(dec *json.Decoder, want json.Delim) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/doppel-dev/doppel/collector"
 	"github.com/doppel-dev/doppel/ingest"
 	"github.com/doppel-dev/doppel/internal/sampledata"
+	"github.com/doppel-dev/doppel/internal/tauformats"
 	"github.com/doppel-dev/doppel/trace"
 )
 
@@ -54,7 +55,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"detail":"down for the test"}`)
 		return
 	}
-	p, err := ingest.Decode(body, ingest.Options{})
+	// As doppel does: traces in another format are mapped to the chat format first.
+	norm, err := ingest.NormalizeBody(body)
+	if err != nil {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprintf(w, `{"detail":%q}`, err.Error())
+		return
+	}
+	p, err := ingest.Decode(norm.Body, ingest.Options{})
 	if err != nil {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprintf(w, `{"detail":%q}`, err.Error())
@@ -307,4 +315,52 @@ func mustTrace(t *testing.T, s string) *trace.Trace {
 		t.Fatal(err)
 	}
 	return tr
+}
+
+// TestCollectOtherFormats: a JSONL file of tau traces in the OpenAI Responses and Anthropic Messages shapes (and a
+// chat trace carrying tools, sent as given) is collected; the server maps each to the trace collected in the chat
+// format.
+func TestCollectOtherFormats(t *testing.T) {
+	traces, err := sampledata.Traces("retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := tauformats.Tools("retail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	traces = traces[:10]
+	var lines []string
+	for i, tt := range traces {
+		obj := tauformats.Responses(tt, tools)
+		if i%2 == 1 {
+			obj = tauformats.Messages(tt, tools)
+		}
+		b, _ := json.Marshal(obj)
+		lines = append(lines, string(b))
+	}
+	s, url := newServer(t)
+	o := opts(url, write(t, "t.jsonl", strings.Join(lines, "\n")))
+	o.Project = "Shop"
+	res, err := Collect(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Traces != int64(len(traces)) || len(s.traces["shop"]) != len(traces) {
+		t.Fatalf("result %+v, server holds %d", res, len(s.traces["shop"]))
+	}
+	for i, tt := range traces {
+		want := tauformats.CompactArgs(tt)
+		if i%2 == 0 { // Responses carries arguments as strings: their spelling is kept
+			want = tt
+			for j := range want.Messages {
+				for k := range want.Messages[j].ToolCalls {
+					want.Messages[j].ToolCalls[k].Type = "function"
+				}
+			}
+		}
+		if got := s.traces["shop"][tt.ID]; !reflect.DeepEqual(got.Messages, want.Messages) {
+			t.Errorf("%s: the server got other messages", tt.ID)
+		}
+	}
 }

@@ -2,7 +2,9 @@
 package collector
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -151,7 +153,11 @@ func (c *Collector) Add(t trace.Trace) error {
 		c.invalid.Add(1)
 		return err
 	}
-	enc := ingest.AppendTrace(nil, &t)
+	return c.enqueue(ingest.AppendTrace(nil, &t))
+}
+
+// enqueue queues an encoded trace.
+func (c *Collector) enqueue(enc []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -169,6 +175,24 @@ func (c *Collector) Add(t trace.Trace) error {
 		}
 	}
 	return nil
+}
+
+// AddRaw queues a trace given as JSON in any format collect accepts (ingest.Formats): the chat format, the OpenAI
+// Responses API's items ({id, instructions, input, output, tools}) or Anthropic Messages ({id, system, messages,
+// tools}), its format named in a "format" field or detected. It is checked as the server will map it
+// (ingest.DecodeAnyTrace: an *ingest.Error when it breaks the format) and sent as given, tools and all; the server
+// maps it to the chat format and joins its tools to the build inputs. ErrQueueFull and ErrClosed are as for Add.
+func (c *Collector) AddRaw(raw json.RawMessage) error {
+	if _, _, _, err := ingest.DecodeAnyTrace(raw); err != nil {
+		c.invalid.Add(1)
+		return err
+	}
+	var enc bytes.Buffer
+	if err := json.Compact(&enc, raw); err != nil { // DecodeAnyTrace read it as JSON: this cannot fail
+		c.invalid.Add(1)
+		return err
+	}
+	return c.enqueue(enc.Bytes())
 }
 
 // Flush sends every trace queued before it and waits until each is acknowledged or dropped.

@@ -83,7 +83,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"detail":"scripted failure %d","code":"x","requestId":"req_1"}`, code)
 		return
 	}
-	p, err := ingest.Decode(body, ingest.Options{})
+	// As doppel does: traces in another format are mapped to the chat format first.
+	norm, err := ingest.NormalizeBody(body)
+	if err != nil {
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		fmt.Fprintf(w, `{"detail":%q}`, err.Error())
+		return
+	}
+	p, err := ingest.Decode(norm.Body, ingest.Options{})
 	if err != nil {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		fmt.Fprintf(w, `{"detail":%q}`, err.Error())
@@ -389,5 +396,41 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAddRawFormats: traces in the Responses and Messages shapes are checked as the server maps them and sent as
+// given; one that breaks its format is refused at once and counted invalid.
+func TestAddRawFormats(t *testing.T) {
+	s, hs := newServer(t, nil)
+	c := newCollector(t, hs.URL, Options{})
+	resp := `{"id":"r1","format":"openai-responses","input":[{"role":"user","content":"where is 7?"},` +
+		`{"type":"function_call","call_id":"c1","name":"get_order","arguments":"{\"id\":7}"},{"type":"function_call_output","call_id":"c1","output":"shipped"}],` +
+		`"tools":[{"type":"function","name":"get_order","parameters":{"type":"object"}}]}`
+	msgs := `{"id":"m1","system":"be brief","messages":[{"role":"user","content":"where is 7?"},` +
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"get_order","input":{"id":7}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"shipped"}]}]}`
+	for _, raw := range []string{resp, msgs} {
+		if err := c.AddRaw([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Add(mkTrace("chat-1")); err != nil {
+		t.Fatal(err)
+	}
+	err := c.AddRaw([]byte(`{"id":"bad","input":[{"type":"function_call","name":"f","arguments":"{}"}]}`))
+	var ie *ingest.Error
+	if !errors.As(err, &ie) || ie.Fields[0].Path != "input[0].call_id" {
+		t.Fatalf("a call without an id: %v", err)
+	}
+	if err := c.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := s.received()
+	if len(ids) != 3 || ids["r1"] != 1 || ids["m1"] != 1 || ids["chat-1"] != 1 {
+		t.Errorf("server received %v", ids)
+	}
+	if st := c.Stats(); st.Accepted != 3 || st.Invalid != 1 {
+		t.Errorf("stats %+v", st)
 	}
 }

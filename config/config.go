@@ -37,6 +37,7 @@ type Config struct {
 	Blob         Blob     `koanf:"blob"`
 	Temporal     Temporal `koanf:"temporal"`
 	Collect      Collect  `koanf:"collect"`
+	OTLP         OTLP     `koanf:"otlp"`
 	Build        Build    `koanf:"build"`
 	Twin         Twin     `koanf:"twin"`
 	Session      Session  `koanf:"session"`
@@ -185,6 +186,14 @@ type Collect struct {
 	RebuildDebounce time.Duration `koanf:"rebuild_debounce"`
 }
 
+// OTLP configures OpenTelemetry trace ingest (POST /v1/traces, and OTLP/gRPC when GRPCAddr is set); its caps and
+// rate limit are collect's.
+type OTLP struct {
+	Settle        time.Duration `koanf:"settle"`
+	TaskAttribute string        `koanf:"task_attribute"`
+	GRPCAddr      string        `koanf:"grpc_addr"`
+}
+
 // Build bounds environment builds.
 type Build struct {
 	Timeout time.Duration `koanf:"timeout"`
@@ -278,6 +287,9 @@ func Keys() []Key {
 		{"collect.rate_per_second", 50.0, "collect requests per second allowed per client address (429 above)"},
 		{"collect.rate_burst", 100, "burst of collect requests allowed per client address"},
 		{"collect.rebuild_debounce", "30s", "quiet time after the last collected batch before an environment rebuilds"},
+		{"otlp.settle", "1m", "OTLP spans: a conversation becomes a trace once none of its spans arrived for this long; a later span makes a new version of it"},
+		{"otlp.task_attribute", "doppel.task", "OTLP spans: the span attribute naming a trace's task (task-N or N); it leads the trace id so the self-check holds a task's trials out together"},
+		{"otlp.grpc_addr", "", "address OTLP/gRPC trace export listens on (e.g. 127.0.0.1:4317); empty: off (OTLP/HTTP is served at /v1/traces on api.addr)"},
 		{"build.timeout", "30m", "longest an environment build may run"},
 		{"twin.driver", "", "how twins run: inproc (in this process, reached without HTTP), process (child processes) or docker; empty: inproc in `doppel dev`, process elsewhere"},
 		{"twin.idle", "15m", "idle time after which a twin stops"},
@@ -592,6 +604,11 @@ func (c *Config) Validate() error {
 	if c.Collect.RebuildDebounce < 0 {
 		bad("collect.rebuild_debounce", "must not be negative")
 	}
+	positive("otlp.settle", c.OTLP.Settle)
+	if strings.TrimSpace(c.OTLP.TaskAttribute) != c.OTLP.TaskAttribute {
+		bad("otlp.task_attribute", "must not start or end with white space")
+	}
+	addr("otlp.grpc_addr", c.OTLP.GRPCAddr, true)
 	positive("build.timeout", c.Build.Timeout)
 	if c.Twin.Driver != "" {
 		oneOf("twin.driver", c.Twin.Driver, "process", "docker", "inproc")

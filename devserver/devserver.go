@@ -19,6 +19,7 @@ import (
 	uiserver "github.com/temporalio/ui-server/v2/server"
 	uiconfig "github.com/temporalio/ui-server/v2/server/config"
 	uioptions "github.com/temporalio/ui-server/v2/server/server_options"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
@@ -58,6 +59,9 @@ type Options struct {
 	UIAddr string
 	// Namespace is registered at start if missing; empty means DefaultNamespace.
 	Namespace string
+	// SearchAttributes are custom search attributes (name → type) registered on the namespace at start if missing
+	// (with a new namespace, or added to an existing one); Start returns once workflows can be listed by them.
+	SearchAttributes map[string]enumspb.IndexedValueType
 	// Logger receives the server's warnings and errors (lower levels are dropped); nil discards them.
 	Logger *slog.Logger
 }
@@ -131,7 +135,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			unlock()
 		}
 	}()
-	sqlConf, err := prepareDB(dbPath, o.Namespace)
+	sqlConf, err := prepareDB(dbPath, o.Namespace, o.SearchAttributes)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +162,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	own.Debug("devserver: frontend answers", "addr", s.frontendAddr, "elapsed", time.Since(begin))
+	if len(o.SearchAttributes) > 0 {
+		if err := addSearchAttributes(ctx, s.frontendAddr, o.Namespace, o.SearchAttributes, logger); err != nil {
+			_ = s.Stop()
+			return nil, err
+		}
+		own.Debug("devserver: search attributes registered", "elapsed", time.Since(begin))
+	}
 	if o.UIAddr != "" {
 		if err := s.startUI(ctx, uiHost, uiPort); err != nil {
 			_ = s.Stop()
@@ -249,8 +260,9 @@ func freePorts(host string, n int, taken ...int) ([]int, error) {
 	return ports, nil
 }
 
-// prepareDB creates the SQLite schema on first use and registers the namespace if missing.
-func prepareDB(dbPath, namespace string) (*config.SQL, error) {
+// prepareDB creates the SQLite schema on first use and registers the namespace, with its custom search attributes,
+// if missing.
+func prepareDB(dbPath, namespace string, attrs map[string]enumspb.IndexedValueType) (*config.SQL, error) {
 	sqlConf := func(path string, wal bool) *config.SQL {
 		attrs := map[string]string{"mode": "rwc"}
 		if wal {
@@ -276,7 +288,7 @@ func prepareDB(dbPath, namespace string) (*config.SQL, error) {
 		return nil, fmt.Errorf("devserver: %w", err)
 	}
 	conf := sqlConf(dbPath, true)
-	ns, err := sqliteschema.NewNamespaceConfig(clusterName, namespace, false, nil)
+	ns, err := sqliteschema.NewNamespaceConfig(clusterName, namespace, false, attrs)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: namespace %q: %w", namespace, err)
 	}
@@ -347,6 +359,8 @@ func newTemporal(conf *config.Config, logger *slog.Logger) (temporal.Server, err
 		// A dev box runs few workflows: cache more of them, and let the UI list freely.
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key():                 8192,
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+		// A search attribute added to an existing namespace is usable once the namespace caches refresh.
+		dynamicconfig.NamespaceCacheRefreshInterval.Key(): time.Second,
 	}
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(conf),

@@ -14,10 +14,12 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -347,4 +349,81 @@ func reportPercentiles(b *testing.B, durs []time.Duration) {
 	pct := func(p float64) time.Duration { return latency.Percentile(durs, p) }
 	b.ReportMetric(float64(pct(50).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(pct(99).Microseconds())/1000, "p99-ms")
+}
+
+// TestSearchAttributes: the custom search attributes asked for are registered at start (on SQLite visibility), a
+// workflow started with them can be listed by them, a restart with the same ones is fine, and one already
+// registered with another type is refused.
+func TestSearchAttributes(t *testing.T) {
+	for _, existing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "new namespace", true: "existing namespace"}[existing], func(t *testing.T) {
+			testSearchAttributes(t, existing)
+		})
+	}
+}
+
+// testSearchAttributes runs TestSearchAttributes on a new data dir, or on one whose namespace a start without the
+// attributes made.
+func testSearchAttributes(t *testing.T, existing bool) {
+	dir := t.TempDir()
+	if existing {
+		first, _ := start(t, devserver.Options{DataDir: dir, FrontendAddr: "127.0.0.1:0"})
+		if err := first.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attrs := map[string]enumspb.IndexedValueType{"DoppelTestEnv": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		"DoppelTestBuild": enumspb.INDEXED_VALUE_TYPE_KEYWORD}
+	s, _ := start(t, devserver.Options{DataDir: dir, FrontendAddr: "127.0.0.1:0", SearchAttributes: attrs})
+	c := dial(t, s)
+	ctx := context.Background()
+	list, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.Namespace()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, typ := range attrs {
+		if got := list.GetCustomAttributes()[name]; got != typ {
+			t.Errorf("%s registered as %v, want %v", name, got, typ)
+		}
+	}
+	startWorker(t, c)
+	env := temporal.NewSearchAttributeKeyKeyword("DoppelTestEnv")
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "tagged", TaskQueue: taskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(env.ValueSet("env_1"))}, workflowName, "tag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.Namespace(), Query: `DoppelTestEnv = "env_1"`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Executions) == 1 && res.Executions[0].Execution.WorkflowId == "tagged" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listing by the attribute found %d executions", len(res.Executions))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := start(t, devserver.Options{DataDir: dir, FrontendAddr: "127.0.0.1:0", SearchAttributes: attrs})
+	if err := again.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	other := map[string]enumspb.IndexedValueType{"DoppelTestEnv": enumspb.INDEXED_VALUE_TYPE_TEXT}
+	bad, err := devserver.Start(context.Background(), devserver.Options{DataDir: dir, FrontendAddr: "127.0.0.1:0", SearchAttributes: other})
+	if err == nil {
+		_ = bad.Stop()
+		t.Fatal("a search attribute registered with another type was accepted")
+	}
+	if !strings.Contains(err.Error(), "DoppelTestEnv") {
+		t.Fatalf("error does not name the attribute: %v", err)
+	}
 }

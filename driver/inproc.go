@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/doppel-dev/doppel/internal/osmem"
 	"github.com/doppel-dev/doppel/twinrpc"
 )
 
@@ -26,6 +27,9 @@ type InprocOptions struct {
 	// ReadyTimeout bounds Start's wait for ready (zero: DefaultReadyTimeout).
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
+	// Memory, when set, is told each time a twin drops a session's world, so mass closes give the memory back to
+	// the OS (rate-limited; one Returner for the whole process).
+	Memory *osmem.Returner
 }
 
 // Inproc runs each twin as a twinrpc server on a loopback port of this process: the same RPC as a real twin,
@@ -75,7 +79,7 @@ func (d *Inproc) Start(ctx context.Context, spec Spec) (Handle, error) {
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t := &inprocTwin{cancel: cancel, done: make(chan struct{}),
-		srv: twinrpc.NewServer(twinrpc.ServerOptions{Logger: d.opts.Logger})}
+		srv: twinrpc.NewServer(twinrpc.ServerOptions{Logger: d.opts.Logger, Memory: d.opts.Memory})}
 	listening := make(chan string, 1)
 	go func() {
 		t.err = twinrpc.Serve(sctx, twinrpc.ServeOptions{

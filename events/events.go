@@ -100,6 +100,8 @@ type SessionData struct {
 	Seed      *int64     `json:"seed,omitempty"`
 	WorldHash string     `json:"world_hash,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// ForkedFrom names the session a fork was forked from (session.opened of a fork).
+	ForkedFrom string `json:"forked_from,omitempty"`
 }
 
 // TestData is the data of webhook.test.

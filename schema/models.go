@@ -105,6 +105,19 @@ type APIKey struct {
 	// from ("" for keys minted directly).
 	OAuthClientID string `bun:"oauth_client_id,notnull"`
 	OAuthCodeID   string `bun:"oauth_code_id,notnull"`
+	// ParentKeyID is the credential a derived key was derived from: the key that minted an mcp_at_ token, the key
+	// whose consent an OAuth token was issued on ("" for a workspace key, which derives from nothing). RootKeyID is
+	// the workspace key at the root of its chain ("" when the key is a root). A derived key ends with either.
+	ParentKeyID string `bun:"parent_key_id,notnull"`
+	RootKeyID   string `bun:"root_key_id,notnull"`
+}
+
+// Root is the workspace key at the root of k's chain: RootKeyID, or k itself when it is a root.
+func (k *APIKey) Root() string {
+	if k.RootKeyID != "" {
+		return k.RootKeyID
+	}
+	return k.ID
 }
 
 // OAuthClient is an OAuth client registered dynamically (RFC 7591) to reach the MCP server. Clients are public:
@@ -194,7 +207,7 @@ type TraceBatch struct {
 	ID          string    `bun:"id,pk"`
 	EnvID       string    `bun:"env_id,notnull"`
 	BlobKey     string    `bun:"blob_key,notnull"`
-	NTraces     int64     `bun:"n_traces,notnull"`     // traces new to the environment
+	NTraces     int64     `bun:"n_traces,notnull"`     // traces new to the environment, or new versions of traces it holds (span assembly)
 	NDuplicates int64     `bun:"n_duplicates,notnull"` // traces already present, skipped
 	Bytes       int64     `bun:"bytes,notnull"`
 	ToolsSeen   []string  `bun:"tools_seen"`
@@ -252,6 +265,11 @@ type Session struct {
 	ForkedAt   int64  `bun:"forked_at,notnull"`
 	// Faults is the session's fault plan (faults.Spec as JSON; nil: none).
 	Faults json.RawMessage `bun:"faults"`
+	// RootKeyID is the workspace key at the root of the credential that opened the session, when that credential
+	// is derived ("" when OpenedByKeyID is a root itself): the session's token ends with either.
+	RootKeyID string `bun:"root_key_id,notnull"`
+	// EndsWithParent marks a fork made with its parent's session token: it ends when ForkedFrom ends.
+	EndsWithParent bool `bun:"ends_with_parent,notnull"`
 }
 
 // Call is one tool call in a session's transcript (its journal entry).

@@ -61,10 +61,17 @@ func LastActivity(ctx context.Context, db bun.IDB, s *schema.Session) (time.Time
 
 // DueSessions returns open sessions whose recorded expiry is before now, oldest expiry first, at most limit.
 func DueSessions(ctx context.Context, db bun.IDB, now time.Time, limit int) ([]schema.Session, error) {
+	return DueSessionsOf(ctx, db, "", now, limit)
+}
+
+// DueSessionsOf is DueSessions of one environment ("" for every environment).
+func DueSessionsOf(ctx context.Context, db bun.IDB, envID string, now time.Time, limit int) ([]schema.Session, error) {
 	var due []schema.Session
-	err := db.NewSelect().Model(&due).
-		Where("status = ? AND expires_at < ?", schema.SessionOpen, now).
-		Order("expires_at ASC").Limit(int64(limit)).Scan(ctx)
+	q := db.NewSelect().Model(&due).Where("status = ? AND expires_at < ?", schema.SessionOpen, now)
+	if envID != "" {
+		q = q.Where("env_id = ?", envID)
+	}
+	err := q.Order("expires_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: find idle sessions: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/doppel-dev/doppel/schema"
+	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // CreateBuild inserts a build for b.EnvID over the environment's current inputs: b.UploadKey is set to the
@@ -85,6 +86,24 @@ func GetBuildByID(ctx context.Context, db bun.IDB, id string) (*schema.Build, er
 		return nil, wrap(err, "get build %q", id)
 	}
 	return b, nil
+}
+
+// ActiveTwinBuild returns the environment's active build as twins name it, or an error wrapping ErrNotFound when it
+// has none.
+func ActiveTwinBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (twinstate.Build, error) {
+	if env.ActiveBuildID == "" {
+		return twinstate.Build{}, fmt.Errorf("environment %s has no active build: %w", env.ID, ErrNotFound)
+	}
+	b, err := GetBuildByID(ctx, db, env.ActiveBuildID)
+	if err != nil {
+		return twinstate.Build{}, err
+	}
+	return TwinBuildOf(b), nil
+}
+
+// TwinBuildOf names a build row's bundle as twins name it.
+func TwinBuildOf(b *schema.Build) twinstate.Build {
+	return twinstate.Build{BuildID: b.ID, BundleKey: b.BundleKey, BundleHash: b.BundleHash}
 }
 
 // ListBuilds returns an environment's builds, newest first; limit ≤ 0 means all.

@@ -287,6 +287,23 @@ func MarkDispatched(ctx context.Context, db bun.IDB, ids []string) error {
 	return wrap(err, "mark deliveries dispatched")
 }
 
+// DeliveryWorkspaces answers the workspace of each delivery of ids that exists, by delivery id.
+func DeliveryWorkspaces(ctx context.Context, db bun.IDB, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var rows []schema.WebhookDelivery
+	err := db.NewSelect().Model(&rows).Column("id", "workspace_id").Where("id IN (?)", bun.In(ids)).Scan(ctx)
+	if err != nil {
+		return nil, wrap(err, "deliveries' workspaces")
+	}
+	for _, r := range rows {
+		out[r.ID] = r.WorkspaceID
+	}
+	return out, nil
+}
+
 // Undispatched returns pending deliveries created before olderThan whose workflows were not started (the process
 // that recorded them died first, or Temporal did not answer), oldest first.
 func Undispatched(ctx context.Context, db bun.IDB, olderThan time.Time, limit int) ([]string, error) {

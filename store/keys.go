@@ -78,6 +78,27 @@ func CreateKey(ctx context.Context, db bun.IDB, workspaceID string, kind cred.Ki
 	return k, m.Plaintext, nil
 }
 
+// DeriveKey mints an MCP token (cred.KindMCP) derived from the credential from (the key that asks for it): it lives
+// in from's workspace and ends with from and with from's root (schema.APIKey.Root), however it is revoked. The
+// plaintext is returned once and kept nowhere.
+func DeriveKey(ctx context.Context, db bun.IDB, from *schema.APIKey, kind cred.Kind, name string) (*schema.APIKey, string, error) {
+	if kind != cred.KindMCP {
+		return nil, "", fmt.Errorf("store: derive key: %w: only MCP tokens derive from a key, not %q", ErrInvalid, kind)
+	}
+	m, err := cred.Mint(kind)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: derive key: %w", err)
+	}
+	key := &schema.APIKey{
+		ID: schema.NewID(schema.PrefixKey), WorkspaceID: from.WorkspaceID, Kind: schema.KeyKindMCP,
+		Hash: m.Hash, Prefix: m.Display, Name: name, CreatedAt: now(), ParentKeyID: from.ID, RootKeyID: from.Root(),
+	}
+	if _, err := db.NewInsert().Model(key).Exec(ctx); err != nil {
+		return nil, "", wrap(err, "derive key from %q", from.ID)
+	}
+	return key, m.Plaintext, nil
+}
+
 // InsertKey stores a key whose plaintext the caller chose (e.g. DOPPEL_BOOTSTRAP_KEY).
 // The plaintext must be a well-formed mk_live_ or mcp_at_ credential.
 func InsertKey(ctx context.Context, db bun.IDB, workspaceID, name, plaintext string) (*schema.APIKey, error) {
@@ -119,16 +140,57 @@ func GetKey(ctx context.Context, db bun.IDB, workspaceID, id string) (*schema.AP
 	return k, nil
 }
 
-// RevokeKey revokes a workspace's key. Revoking a revoked key changes nothing and returns it.
+// RevokeKey revokes a workspace's key and, in the same transaction, every key derived from it however many hops
+// away (RevokeDerived). Revoking a revoked key changes nothing but revokes what still derives from it, and
+// returns it.
 func RevokeKey(ctx context.Context, db bun.IDB, workspaceID, id string) (*schema.APIKey, error) {
 	at := now()
-	_, err := db.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", at).
-		Where("id = ? AND workspace_id = ? AND revoked_at IS NULL", id, workspaceID).Exec(ctx)
+	err := inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := GetKey(ctx, tx, workspaceID, id); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", at).
+			Where("id = ? AND workspace_id = ? AND revoked_at IS NULL", id, workspaceID).Exec(ctx)
+		if err != nil {
+			return wrap(err, "revoke key %q", id)
+		}
+		_, err = RevokeDerived(ctx, tx, []string{id}, at)
+		return err
+	})
 	if err != nil {
-		return nil, wrap(err, "revoke key %q", id)
+		return nil, err
 	}
 	return GetKey(ctx, db, workspaceID, id)
 }
+
+// RevokeDerived revokes, as of at, every live key derived from one of ids (whose parent or root it names), then
+// what derives from those, until nothing does; it answers how many it revoked. Use is checked too (ResolveKey and
+// SessionByToken look at a credential's parent and root), so a key derived while this runs ends all the same.
+func RevokeDerived(ctx context.Context, db bun.IDB, ids []string, at time.Time) (int, error) {
+	n := 0
+	for depth := 0; len(ids) > 0; depth++ {
+		if depth > maxDerivation {
+			return n, fmt.Errorf("store: revoke derived keys: chains deeper than %d", maxDerivation)
+		}
+		var next []string
+		err := db.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", at).
+			Where("revoked_at IS NULL").
+			WhereGroup(" AND ", func(q *bun.UpdateQuery) *bun.UpdateQuery {
+				return q.Where("parent_key_id IN (?)", bun.In(ids)).WhereOr("root_key_id IN (?)", bun.In(ids))
+			}).
+			Returning("id").Scan(ctx, &next)
+		if err != nil {
+			return n, wrap(err, "revoke keys derived from %v", ids)
+		}
+		n += len(next)
+		ids = next
+	}
+	return n, nil
+}
+
+// maxDerivation bounds how many hops a chain of derived keys has (a key, an OAuth token on its consent, a token
+// refreshed from that, …): a loop in the records cannot keep RevokeDerived going.
+const maxDerivation = 16
 
 // lastUsedEvery bounds how often a key's last_used_at is written.
 const lastUsedEvery = time.Minute
@@ -150,15 +212,16 @@ func ResolveKey(ctx context.Context, db bun.IDB, token string) (*schema.APIKey, 
 	if key.ExpiresAt != nil && !now().Before(*key.ExpiresAt) {
 		return nil, nil, fmt.Errorf("store: resolve key: %w: expired", ErrNotFound)
 	}
-	if key.OAuthCodeID != "" {
-		// An OAuth-issued token ends with the workspace key that consented to it.
-		n, err := db.NewSelect().TableExpr("oauth_codes AS c").Join("JOIN api_keys AS g ON g.id = c.key_id").
-			Where("c.id = ?", key.OAuthCodeID).Where("g.revoked_at IS NULL").Count(ctx)
+	if key.ParentKeyID != "" || key.RootKeyID != "" {
+		// A derived key ends with the key it derives from and with its chain's root (RevokeDerived revokes the
+		// chain between; this check holds for what was derived while that ran).
+		n, err := db.NewSelect().Model((*schema.APIKey)(nil)).
+			Where("id IN (?) AND revoked_at IS NOT NULL", bun.In([]string{key.ParentKeyID, key.RootKeyID})).Count(ctx)
 		if err != nil {
 			return nil, nil, wrap(err, "resolve key")
 		}
-		if n == 0 {
-			return nil, nil, fmt.Errorf("store: resolve key: %w: its granting key was revoked", ErrNotFound)
+		if n > 0 {
+			return nil, nil, fmt.Errorf("store: resolve key: %w: the key it derives from was revoked", ErrNotFound)
 		}
 	}
 	ws, err := GetWorkspace(ctx, db, key.WorkspaceID)

@@ -66,13 +66,20 @@ func OAuthCodeByValue(ctx context.Context, db bun.IDB, code string) (*schema.OAu
 // RevokeCodeTokens revokes every token issued from an authorization code (OAuth 2.1 §4.1.3: a code presented twice
 // may mean it was stolen). It answers how many it revoked.
 func RevokeCodeTokens(ctx context.Context, db bun.IDB, codeID string) (int64, error) {
-	res, err := db.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", now()).
-		Where("oauth_code_id = ? AND revoked_at IS NULL", codeID).Exec(ctx)
-	if err != nil {
-		return 0, wrap(err, "revoke tokens of code %q", codeID)
-	}
-	n, _ := res.RowsAffected()
-	return n, nil
+	at := now()
+	var n int64
+	err := inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		var ids []string
+		err := tx.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", at).
+			Where("oauth_code_id = ? AND revoked_at IS NULL", codeID).Returning("id").Scan(ctx, &ids)
+		if err != nil {
+			return wrap(err, "revoke tokens of code %q", codeID)
+		}
+		d, err := RevokeDerived(ctx, tx, ids, at)
+		n = int64(len(ids) + d)
+		return err
+	})
+	return n, err
 }
 
 // IssueOAuthToken exchanges an authorization code for an MCP access token (mcp_at_…) of the code's workspace,
@@ -94,6 +101,12 @@ func IssueOAuthToken(ctx context.Context, db bun.IDB, c *schema.OAuthCode, ttl t
 		OAuthClientID: c.ClientID, OAuthCodeID: c.ID,
 	}
 	err = inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		// The token derives from the key that consented: it ends with that key and with its chain's root.
+		granting, err := GetKey(ctx, tx, c.WorkspaceID, c.KeyID)
+		if err != nil {
+			return err
+		}
+		key.ParentKeyID, key.RootKeyID = granting.ID, granting.Root()
 		res, err := tx.NewUpdate().Model((*schema.OAuthCode)(nil)).Set("used_at = ?", at).
 			Where("id = ? AND used_at IS NULL", c.ID).Exec(ctx)
 		if err != nil {
@@ -126,12 +139,17 @@ func RevokeOAuthToken(ctx context.Context, db bun.IDB, token, clientID string) (
 	if cred.KindOf(token) != cred.KindMCP || clientID == "" {
 		return false, nil
 	}
-	res, err := db.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", now()).
-		Where("hash = ? AND kind = ? AND oauth_client_id = ? AND revoked_at IS NULL", cred.Hash(token), schema.KeyKindMCP, clientID).
-		Exec(ctx)
-	if err != nil {
-		return false, wrap(err, "revoke oauth token")
-	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	at := now()
+	var ids []string
+	err := inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
+		err := tx.NewUpdate().Model((*schema.APIKey)(nil)).Set("revoked_at = ?", at).
+			Where("hash = ? AND kind = ? AND oauth_client_id = ? AND revoked_at IS NULL", cred.Hash(token), schema.KeyKindMCP, clientID).
+			Returning("id").Scan(ctx, &ids)
+		if err != nil {
+			return wrap(err, "revoke oauth token")
+		}
+		_, err = RevokeDerived(ctx, tx, ids, at)
+		return err
+	})
+	return len(ids) > 0, err
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,6 +32,13 @@ func CreateSession(ctx context.Context, db bun.IDB, s *schema.Session) (string, 
 		return "", fmt.Errorf("store: create session: %w", err)
 	}
 	s.WorkspaceID = env.WorkspaceID
+	if s.RootKeyID == "" && s.OpenedByKeyID != "" {
+		// The session's token ends with the root of the credential that opened it, too.
+		if err := db.NewSelect().Model((*schema.APIKey)(nil)).Column("root_key_id").
+			Where("id = ?", s.OpenedByKeyID).Scan(ctx, &s.RootKeyID); err != nil && !errors.Is(classify(err), ErrNotFound) {
+			return "", wrap(err, "create session: opening key %q", s.OpenedByKeyID)
+		}
+	}
 	if s.ID == "" {
 		s.ID = schema.NewID(schema.PrefixSession)
 	}
@@ -67,13 +75,14 @@ func GetSessionByID(ctx context.Context, db bun.IDB, id string) (*schema.Session
 }
 
 // SessionByToken returns the session an ms_ token belongs to, whatever its status
-// (callers decide what a closed or expired session answers). Unknown or malformed tokens are ErrNotFound.
+// (callers decide what a closed or expired session answers). Unknown or malformed tokens are ErrNotFound, and so
+// is the token of a session whose opening credential, or that credential's root, was revoked, and that of an open
+// fork made with its parent's token whose parent has ended (EndBoundForks ends it; this check holds until then).
 func SessionByToken(ctx context.Context, db bun.IDB, token string) (*schema.Session, error) {
 	if k, err := cred.Parse(token); err != nil || k != cred.KindSession {
 		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
 	}
 	s := new(schema.Session)
-	// A token's life ends with its session or with the key that opened it: a revoked opening key revokes it.
 	if err := db.NewSelect().Model(s).Where("token_hash = ?", cred.Hash(token)).
 		Where("NOT EXISTS (SELECT 1 FROM api_keys AS k WHERE k.id = session.opened_by_key_id AND k.revoked_at IS NOT NULL)").
 		Scan(ctx); err != nil {
@@ -81,6 +90,25 @@ func SessionByToken(ctx context.Context, db bun.IDB, token string) (*schema.Sess
 	}
 	if !cred.Matches(token, s.TokenHash) {
 		return nil, fmt.Errorf("store: session by token: %w", ErrNotFound)
+	}
+	// Derived sessions only (the common one, opened by a root key and not bound to a parent, takes one read).
+	if s.RootKeyID != "" {
+		n, err := db.NewSelect().Model((*schema.APIKey)(nil)).Where("id = ? AND revoked_at IS NOT NULL", s.RootKeyID).Count(ctx)
+		if err != nil {
+			return nil, wrap(err, "session by token: root key")
+		}
+		if n > 0 {
+			return nil, fmt.Errorf("store: session by token: %w: the key it derives from was revoked", ErrNotFound)
+		}
+	}
+	if s.EndsWithParent && s.Status == schema.SessionOpen {
+		n, err := db.NewSelect().Model((*schema.Session)(nil)).Where("id = ? AND status = ?", s.ForkedFrom, schema.SessionOpen).Count(ctx)
+		if err != nil {
+			return nil, wrap(err, "session by token: parent")
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("store: session by token: %w: the session it was forked from has ended", ErrNotFound)
+		}
 	}
 	return s, nil
 }
@@ -136,6 +164,28 @@ func EndSession(ctx context.Context, db bun.IDB, id, status string) (bool, error
 	}
 	n, _ := res.RowsAffected()
 	return n > 0, nil
+}
+
+// BoundForks returns the open forks of parentID made with its token (EndsWithParent), which end when it ends.
+func BoundForks(ctx context.Context, db bun.IDB, parentID string) ([]schema.Session, error) {
+	var out []schema.Session
+	if err := db.NewSelect().Model(&out).Where("forked_from = ? AND ends_with_parent AND status = ?", parentID, schema.SessionOpen).
+		Order("id").Scan(ctx); err != nil {
+		return nil, wrap(err, "forks of session %q", parentID)
+	}
+	return out, nil
+}
+
+// OrphanedForks returns open forks made with a token whose parent is no longer open (their end was cut short, say by
+// a crash between the parent's end and theirs), at most limit.
+func OrphanedForks(ctx context.Context, db bun.IDB, limit int) ([]schema.Session, error) {
+	var out []schema.Session
+	if err := db.NewSelect().Model(&out).Where("session.ends_with_parent AND session.status = ?", schema.SessionOpen).
+		Where("NOT EXISTS (SELECT 1 FROM sessions AS p WHERE p.id = session.forked_from AND p.status = ?)", schema.SessionOpen).
+		Order("session.id").Limit(int64(limit)).Scan(ctx); err != nil {
+		return nil, wrap(err, "orphaned forks")
+	}
+	return out, nil
 }
 
 // ExpireIdleSessions marks every open session whose expires_at is before at as expired and returns their ids.

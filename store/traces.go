@@ -115,22 +115,9 @@ func InsertTraceBatchSized(ctx context.Context, db bun.IDB, batch *schema.TraceB
 		}
 		res.Bytes = bytes
 		// Last, so that concurrent batches of one environment wait for its row only from here to their commit.
-		var envs []schema.Environment
-		err := tx.NewUpdate().Model(&envs).
-			Set("n_traces = n_traces + ?", batch.NTraces).
-			Set("collected_bytes = collected_bytes + ?", bytes).
-			Set("updated_at = ?", batch.CreatedAt).
-			Where("id = ?", batch.EnvID).
-			Returning("*").
-			Scan(ctx)
-		if err != nil {
-			return wrap(err, "count traces of env %q", batch.EnvID)
-		}
-		if len(envs) == 0 {
-			return fmt.Errorf("store: insert trace batch: env %q: %w", batch.EnvID, ErrNotFound)
-		}
-		res.Env = &envs[0]
-		return nil
+		env, err := countBatch(ctx, tx, batch, batch.NTraces, bytes)
+		res.Env = env
+		return err
 	})
 	if err != nil {
 		res.Inserted, res.Duplicates = nil, nil
@@ -182,4 +169,24 @@ func CountTraces(ctx context.Context, db bun.IDB, envID string) (int64, error) {
 		return 0, wrap(err, "count traces of env %q", envID)
 	}
 	return int64(n), nil
+}
+
+// countBatch grows the environment's counters by a batch's new traces and bytes, stamping it with the batch's time,
+// and answers its row as updated (locked until the transaction ends).
+func countBatch(ctx context.Context, tx bun.Tx, batch *schema.TraceBatch, traces, bytes int64) (*schema.Environment, error) {
+	var envs []schema.Environment
+	err := tx.NewUpdate().Model(&envs).
+		Set("n_traces = n_traces + ?", traces).
+		Set("collected_bytes = collected_bytes + ?", bytes).
+		Set("updated_at = ?", batch.CreatedAt).
+		Where("id = ?", batch.EnvID).
+		Returning("*").
+		Scan(ctx)
+	if err != nil {
+		return nil, wrap(err, "count traces of env %q", batch.EnvID)
+	}
+	if len(envs) == 0 {
+		return nil, fmt.Errorf("store: insert trace batch: env %q: %w", batch.EnvID, ErrNotFound)
+	}
+	return &envs[0], nil
 }

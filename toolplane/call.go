@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
@@ -254,6 +253,7 @@ func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Sessi
 			return eerr
 		}
 		p.forget(s.ID)
+		p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionBroken)
 		return errorf(Conflict, "session %s is broken: rebuilding it from its journal gave another world (%s); open a new session", s.ID, twinDetail(err))
 	}
 	return fmt.Errorf("rebuild session %s: %w", s.ID, err)
@@ -316,13 +316,13 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 	if err != nil {
 		return nil, notFoundOr(err, "environment")
 	}
-	active, err := activities.ActiveTwinBuild(ctx, p.db, env)
+	active, err := store.ActiveTwinBuild(ctx, p.db, env)
 	if errors.Is(err, store.ErrNotFound) {
-		active = activities.TwinBuildOf(l.build)
+		active = store.TwinBuildOf(l.build)
 	} else if err != nil {
 		return nil, err
 	}
-	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Build: activities.TwinBuildOf(l.build), Suspect: suspect})
+	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Build: store.TwinBuildOf(l.build), Suspect: suspect})
 	if err != nil {
 		return nil, errorf(Unavailable, "the session's twin cannot be found: %v", err)
 	}
@@ -350,7 +350,7 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 // ready only because its last inspection could not reach the Docker engine: the twin cannot be checked or
 // restarted until the engine is back. (A successful inspection or boot clears the error.)
 func stuckOnEngine(st twinstate.Status, suspect string) bool {
-	return suspect != "" && st.State == twinstate.Ready && st.ErrorType == activities.ErrTypeEngineUnreachable
+	return suspect != "" && st.State == twinstate.Ready && st.ErrorType == twinstate.EngineUnreachable
 }
 
 func (p *Plane) dropTwin(buildID string) {

@@ -9,12 +9,15 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/usage"
 )
 
 // ForkRequest forks a session.
 type ForkRequest struct {
-	// KeyID is the workspace key that forks ("" when the session's token does: the fork is then the parent's
-	// opener's too).
+	// KeyID is the key that forks (a workspace key or MCP token): the fork is then a session of that key's, which
+	// outlives its parent and ends with the key. "" when the session's token forks: the fork is then the parent's
+	// opener's too, and ends when its parent ends (spec §5.7: what a leaked session token derives never outlives
+	// the session).
 	KeyID string
 	// AtCall forks the world as it was after this call (0: the opening world); nil forks it as it is now.
 	AtCall *int64
@@ -24,7 +27,9 @@ type ForkRequest struct {
 const maxLineage = 256
 
 // Fork opens a new session whose world is exactly parent's after call AtCall: its own token, its own journal and
-// receipts, the parent's build, twin, seed, clock and fault plan. Forking the parent as it is now copies its world
+// receipts, the parent's build, twin, seed, clock and fault plan. A fork is an opened session: the quota admits it
+// as it does an open (the same 402s), it counts among the open sessions and is metered from its opening, and its
+// session.opened event is recorded. Forking the parent as it is now copies its world
 // copy-on-write on the twin; an earlier point (or a parent the twin no longer holds, or one that ended) is rebuilt
 // from the parent's journal. The fork's journal refers to the parent's first AtCall calls instead of copying them,
 // and its own calls are numbered from AtCall+1, so call N+1 of the fork is call N+1 of the episode. The parent is
@@ -45,6 +50,21 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 		at = *req.AtCall
 		if at < 0 || at > n {
 			return nil, invalid("body.at_call", fmt.Sprintf("session %s holds %d calls: fork at 0 (its opening world) to %d", parent.ID, n, n))
+		}
+	}
+	bound := req.KeyID == ""
+	if bound && parent.Status != schema.SessionOpen {
+		return nil, errorf(NotFound, "session %s is %s", parent.ID, parent.Status)
+	}
+	env, err := store.GetEnvByID(ctx, p.db, parent.EnvID)
+	if err != nil {
+		return nil, notFoundOr(err, "environment "+parent.EnvID)
+	}
+	maxOpen := 0
+	if p.quota != nil {
+		// As an open is: before the twin forks anything, so a refused fork does nothing.
+		if maxOpen, err = p.quota.AdmitOpen(ctx, parent.WorkspaceID); err != nil {
+			return nil, err
 		}
 	}
 	if err := p.loadBuild(ctx, parent, l); err != nil {
@@ -81,26 +101,46 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 			return nil, twinError(err)
 		}
 	}
-	keyID := req.KeyID
-	if keyID == "" {
-		keyID = parent.OpenedByKeyID
+	keyID, rootKeyID := req.KeyID, "" // the store fills in the key's root
+	if bound {
+		keyID, rootKeyID = parent.OpenedByKeyID, parent.RootKeyID
 	}
 	s := &schema.Session{
 		ID: id, EnvID: parent.EnvID, WorkspaceID: parent.WorkspaceID, BuildID: parent.BuildID, OpenedByKeyID: keyID,
+		RootKeyID: rootKeyID, EndsWithParent: bound,
 		Seed: parent.Seed, SeedInstructions: parent.SeedInstructions, Scenario: parent.Scenario, Clock: parent.Clock,
 		RecordOutputs: parent.RecordOutputs, Seeded: parent.Seeded, SeedNote: parent.SeedNote,
 		WorldHash: parent.WorldHash, StateHash: res.StateHash, Receipts: parent.Receipts,
 		ForkedFrom: parent.ID, ForkedAt: at, Faults: parent.Faults,
 		ExpiresAt: schema.Now().Add(p.idle),
 	}
-	token, err := store.CreateSession(ctx, p.db, s)
+	token, kick, err := p.createSession(ctx, env, s, maxOpen)
 	if err != nil {
 		p.DropWorld(context.WithoutCancel(ctx), s)
+		var over *store.OpenLimitError
+		if errors.As(err, &over) {
+			return nil, usage.OpenLimit(over.Open, over.Limit)
+		}
 		return nil, err
 	}
+	p.kick(kick)
 	p.mu.Lock()
 	p.live[id] = &liveSession{calls: at, lastUsed: s.CreatedAt, build: l.build}
 	p.mu.Unlock()
+	if bound {
+		// The parent may have ended (in another process) while this fork was made: then its end did not see the
+		// fork, which ends now.
+		cur, err := store.GetSessionByID(ctx, p.db, parent.ID)
+		if err != nil {
+			return nil, err
+		}
+		if cur.Status != schema.SessionOpen {
+			if err := p.end(context.WithoutCancel(ctx), s, endedWith(cur.Status)); err != nil {
+				return nil, err
+			}
+			return nil, errorf(NotFound, "session %s is %s", parent.ID, cur.Status)
+		}
+	}
 	var rc twinrpc.Receipts
 	if len(parent.Receipts) > 0 {
 		if err := json.Unmarshal(parent.Receipts, &rc); err != nil {

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
@@ -21,7 +19,6 @@ import (
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/usage"
-	"github.com/doppel-dev/doppel/workflows"
 )
 
 // OpenRequest opens a session on an environment.
@@ -61,9 +58,58 @@ func DrawSeed() int64 {
 	return int64(binary.BigEndian.Uint64(b[:]) & (1<<53 - 1))
 }
 
+// PendingOpen is a session open the plane has checked and admitted but not yet opened: the world to open and what
+// recording the session needs. It is plain data, so a workflow can carry it from BeginOpen to FinishOpen while a
+// child workflow opens the world.
+type PendingOpen struct {
+	World         OpenWorld
+	WorkspaceID   string
+	EnvSlug       string
+	ActiveBuildID string
+	KeyID         string
+	RecordOutputs bool
+	// Faults is the session's fault plan as JSON (nil: none).
+	Faults json.RawMessage `json:",omitempty"`
+	// MaxOpen is the most sessions the workspace may have open at once (0: no cap), held to as the row is written.
+	MaxOpen int
+}
+
 // Open opens an isolated world on the environment's twin (waking it when stopped) through the session-open
 // workflow, and mints the session's token.
 func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
+	pend, err := p.checkOpen(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if p.opener == nil {
+		return nil, errorf(Unavailable, "sessions cannot be opened: no workflow client configured")
+	}
+	if err := p.admitOpen(ctx, pend); err != nil {
+		return nil, err
+	}
+	res, err := p.opener.Open(ctx, pend.World)
+	if err != nil {
+		return nil, openError(err)
+	}
+	return p.FinishOpen(ctx, pend, res)
+}
+
+// BeginOpen checks and admits an open as Open does, without opening its world: the caller opens pend.World (a
+// query's workflow does, with a child session-open workflow) and records the session with FinishOpen.
+func (p *Plane) BeginOpen(ctx context.Context, req OpenRequest) (*PendingOpen, error) {
+	pend, err := p.checkOpen(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.admitOpen(ctx, pend); err != nil {
+		return nil, err
+	}
+	return pend, nil
+}
+
+// checkOpen checks an open's request against the environment and its active build, and draws its seed when none
+// is given.
+func (p *Plane) checkOpen(ctx context.Context, req OpenRequest) (*PendingOpen, error) {
 	spec := twinrpc.SessionSpec{SeedInstructions: req.SeedInstructions}
 	switch req.World {
 	case "", twin.WorldOpen, twin.WorldClosed:
@@ -105,7 +151,9 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 			return nil, err
 		}
 	}
-	var plan json.RawMessage
+	pend := &PendingOpen{World: OpenWorld{EnvID: env.ID, Spec: spec, WorkspaceID: env.WorkspaceID, BuildID: env.ActiveBuildID},
+		WorkspaceID: env.WorkspaceID, EnvSlug: env.Slug,
+		ActiveBuildID: env.ActiveBuildID, KeyID: req.KeyID, RecordOutputs: req.RecordOutputs}
 	if len(req.Faults) > 0 {
 		build, err := store.GetBuildByID(ctx, p.db, env.ActiveBuildID)
 		if err != nil {
@@ -114,41 +162,48 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		if err := p.checkFaults(ctx, req.Faults, build); err != nil {
 			return nil, err
 		}
-		if plan, err = json.Marshal(req.Faults); err != nil {
+		if pend.Faults, err = json.Marshal(req.Faults); err != nil {
 			return nil, err
 		}
 	}
-	if p.opener == nil {
-		return nil, errorf(Unavailable, "sessions cannot be opened: no workflow client configured")
-	}
-	maxOpen := 0
+	return pend, nil
+}
+
+// admitOpen holds the open to the workspace's plan and names its session.
+func (p *Plane) admitOpen(ctx context.Context, pend *PendingOpen) error {
 	if p.quota != nil {
 		// Before the twin is woken or a world seeded: a refused open does nothing.
-		if maxOpen, err = p.quota.AdmitOpen(ctx, env.WorkspaceID); err != nil {
-			return nil, err
+		maxOpen, err := p.quota.AdmitOpen(ctx, pend.WorkspaceID)
+		if err != nil {
+			return err
 		}
+		pend.MaxOpen = maxOpen
 	}
-	id := schema.NewID(schema.PrefixSession)
-	res, err := p.opener.Open(ctx, workflows.SessionOpenInput{SessionID: id, EnvID: env.ID, Spec: spec})
-	if err != nil {
-		return nil, openError(err)
-	}
+	pend.World.SessionID = schema.NewID(schema.PrefixSession)
+	return nil
+}
+
+// FinishOpen records the session whose world res is: its row (and session.opened event) and its token. When the
+// row cannot be written, the world is dropped.
+func (p *Plane) FinishOpen(ctx context.Context, pend *PendingOpen, res OpenedWorld) (*Opened, error) {
 	rc := res.Receipts
 	receipts, err := json.Marshal(rc)
 	if err != nil {
 		return nil, err
 	}
+	w := pend.World
 	s := &schema.Session{
-		ID: id, EnvID: env.ID, WorkspaceID: env.WorkspaceID, BuildID: res.BuildID, OpenedByKeyID: req.KeyID,
-		Seed: spec.Seed, SeedInstructions: spec.SeedInstructions, Scenario: spec.Scenario,
-		Clock: rc.Clock, RecordOutputs: req.RecordOutputs, Seeded: rc.Seeded, SeedNote: deref(rc.Note),
-		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts, Faults: plan,
+		ID: w.SessionID, EnvID: w.EnvID, WorkspaceID: pend.WorkspaceID, BuildID: res.BuildID, OpenedByKeyID: pend.KeyID,
+		Seed: w.Spec.Seed, SeedInstructions: w.Spec.SeedInstructions, Scenario: w.Spec.Scenario,
+		Clock: rc.Clock, RecordOutputs: pend.RecordOutputs, Seeded: rc.Seeded, SeedNote: deref(rc.Note),
+		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts, Faults: pend.Faults,
 		ExpiresAt: schema.Now().Add(p.idle),
 	}
 	if s.BuildID == "" {
-		s.BuildID = env.ActiveBuildID
+		s.BuildID = pend.ActiveBuildID
 	}
-	token, kick, err := p.createSession(ctx, env, s, maxOpen)
+	env := &schema.Environment{ID: w.EnvID, WorkspaceID: pend.WorkspaceID, Slug: pend.EnvSlug}
+	token, kick, err := p.createSession(ctx, env, s, pend.MaxOpen)
 	if err != nil {
 		// The world exists on the twin but no row does: drop it.
 		p.DropWorld(context.WithoutCancel(ctx), s)
@@ -160,12 +215,12 @@ func (p *Plane) Open(ctx context.Context, req OpenRequest) (*Opened, error) {
 		return nil, err
 	}
 	p.mu.Lock()
-	p.live[id] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
+	p.live[s.ID] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
 	if res.TwinAddr != "" && p.clients[s.BuildID] == nil {
 		p.clients[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
 	}
 	p.mu.Unlock()
-	p.events.Kick(kick)
+	p.kick(kick)
 	if rc.Pinned == nil {
 		rc.Pinned = map[string][]string{}
 	}
@@ -185,7 +240,8 @@ func (p *Plane) createSession(ctx context.Context, env *schema.Environment, s *s
 		}
 		seed, exp := s.Seed, s.ExpiresAt
 		ev, err := store.NewEvent(s.WorkspaceID, events.SessionOpened, s.ID, "", events.SessionData{SessionID: s.ID,
-			EnvID: env.ID, Env: env.Slug, BuildID: s.BuildID, Seed: &seed, WorldHash: s.WorldHash, ExpiresAt: &exp})
+			EnvID: env.ID, Env: env.Slug, BuildID: s.BuildID, Seed: &seed, WorldHash: s.WorldHash, ExpiresAt: &exp,
+			ForkedFrom: s.ForkedFrom})
 		if err != nil {
 			return err
 		}
@@ -195,6 +251,13 @@ func (p *Plane) createSession(ctx context.Context, env *schema.Environment, s *s
 	return token, kick, err
 }
 
+// kick starts the deliveries of events a committed change recorded (none with events off).
+func (p *Plane) kick(ids []string) {
+	if p.events != nil {
+		p.events.Kick(ids)
+	}
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -202,33 +265,22 @@ func deref(s *string) string {
 	return *s
 }
 
-// openError turns a failed session-open workflow into the answer: a refused spec is Invalid naming its field, a
-// twin that never came up Unavailable.
+// SpecRefusal is the refusal of a session spec the twin refused for reason msg: Invalid naming the field msg names
+// (body.scenario, body.clock, body.seed_instructions, body.seed or body.trace), else the body.
+func SpecRefusal(msg string) *Error {
+	for _, f := range []string{"scenario", "clock", "seed_instructions", "seed", "trace"} {
+		if i := strings.Index(msg, f+":"); i >= 0 {
+			return invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
+		}
+	}
+	return invalid("body", msg)
+}
+
+// openError is a failed open's answer: the opener's refusals pass unchanged, the rest is an internal error.
 func openError(err error) error {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		msg := appErr.Message()
-		switch appErr.Type() {
-		case activities.ErrTypeSessionSpec:
-			for _, f := range []string{"scenario", "clock", "seed_instructions", "seed", "trace"} {
-				if i := strings.Index(msg, f+":"); i >= 0 {
-					return invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
-				}
-			}
-			return invalid("body", msg)
-		case activities.ErrTypeBadInput:
-			return errorf(NotFound, "%s", msg)
-		}
-		if strings.HasPrefix(appErr.Type(), "Twin") { // the twin activities' error types: it did not come up
-			return errorf(Unavailable, "the environment's twin is not available: %s", msg)
-		}
-	}
-	var te *twinrpc.Error
-	if errors.As(err, &te) && errors.Is(err, twinrpc.ErrBadSpec) {
-		return openError(temporal.NewApplicationError(te.Detail, activities.ErrTypeSessionSpec))
-	}
-	if twinrpc.IsRetryable(err) {
-		return errorf(Unavailable, "the environment's twin is not available: %v", err)
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
 	}
 	return fmt.Errorf("open session: %w", err)
 }

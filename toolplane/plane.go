@@ -15,18 +15,45 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
 	"github.com/doppel-dev/doppel/twinstate"
-	"github.com/doppel-dev/doppel/workflows"
 )
 
-// SessionOpener runs the session-open workflow (workflows.Sessions does, on Temporal).
+// SessionOpener opens sessions' worlds on their environments' twins: the session-open workflow (wfclient.Sessions
+// runs it on Temporal). Its refusals are *Error: a spec the twin refused is Invalid naming its field, an
+// environment gone NotFound, a twin that did not come up Unavailable.
 type SessionOpener interface {
-	Open(ctx context.Context, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error)
+	Open(ctx context.Context, w OpenWorld) (OpenedWorld, error)
+}
+
+// OpenWorld is a world to open: the session (its id chosen by the plane), its environment and its world spec. The
+// workspace and the environment's active build when the open began name the open (its search attributes).
+type OpenWorld struct {
+	SessionID   string
+	EnvID       string
+	Spec        twinrpc.SessionSpec
+	WorkspaceID string `json:",omitempty"`
+	BuildID     string `json:",omitempty"`
+}
+
+// OpenedWorld is an opened world: where its twin answers, the build it runs, and its receipts.
+type OpenedWorld struct {
+	TwinAddr  string
+	BuildID   string
+	Receipts  twinrpc.Receipts
+	StateHash string
+}
+
+// EventLog records events in the transaction of the change they report, and starts their webhook deliveries once
+// it commits (activities.EventLog is one).
+type EventLog interface {
+	// Record records ev with its deliveries in db (the caller's transaction) and answers the deliveries' ids.
+	Record(ctx context.Context, db bun.IDB, ev *schema.Event) ([]string, error)
+	// Kick starts the deliveries' workflows; it does not block.
+	Kick(ids []string)
 }
 
 // CallJournal durably records a call before it is answered (journal.Writer[schema.Call] is one).
@@ -34,7 +61,7 @@ type CallJournal interface {
 	Submit(ctx context.Context, c schema.Call) error
 }
 
-// TwinDirectory finds environments' twins (workflows.TwinDirectory, over the TwinWorkflow, is it).
+// TwinDirectory finds environments' twins (wfclient.TwinDirectory, over the TwinWorkflow, is it).
 type TwinDirectory interface {
 	// WakeTwin boots the wanted build's twin if it is stopped and answers its state.
 	WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error)
@@ -43,8 +70,7 @@ type TwinDirectory interface {
 }
 
 // Quota holds workspaces to their plans before work starts (usage.Gate is one). Its refusals pass through
-// unchanged (usage.LimitError). A one-shot query (envs.query, not built yet) is to be admitted here too: by
-// AdmitCall's meters plus the queries meter and a per-workspace query rate.
+// unchanged (usage.LimitError).
 type Quota interface {
 	// AdmitOpen answers nil when the workspace may open a session, with the most sessions it may have open at
 	// once (0: no cap), which the open holds to as it writes the session row.
@@ -53,12 +79,6 @@ type Quota interface {
 	AdmitCall(ctx context.Context, workspaceID string) error
 	// Called counts an answered call until the durable records the quota reads hold it.
 	Called(workspaceID string)
-}
-
-// QueryQuota is a Quota that also meters one-shot queries.
-type QueryQuota interface {
-	// AdmitQuery answers nil when the workspace may start a query.
-	AdmitQuery(ctx context.Context, workspaceID string) error
 }
 
 // Options are a Plane's dependencies.
@@ -84,18 +104,9 @@ type Options struct {
 	Log      *slog.Logger
 	// Tracer, when set, makes spans of each call's twin answer and journal commit (nil: none, at no cost).
 	Tracer trace.TracerProvider
-	// Queries runs one-shot queries (nil: queries answer 503); QueryModel is the configured model's name ("" when
-	// none is configured: queries run in replay mode); QueryWait bounds how long a query request waits for its
-	// result before answering 202 (default DefaultQueryWait).
-	Queries    QueryStarter
-	QueryModel string
-	QueryWait  time.Duration
-	// QueryMaxSteps and QueryDeadline bound each query's run (0: the workflow's defaults).
-	QueryMaxSteps int
-	QueryDeadline time.Duration
 	// Events records session.opened, session.closed and session.expired in the transaction of the change, and
 	// starts their webhook deliveries (nil: no events).
-	Events *activities.EventLog
+	Events EventLog
 }
 
 // Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
@@ -112,13 +123,7 @@ type Plane struct {
 	log     *slog.Logger
 	tokens  *Tokens
 	tracer  trace.Tracer // nil: no spans
-	events  *activities.EventLog
-
-	queries       QueryStarter
-	queryModel    string
-	queryWait     time.Duration
-	queryMaxSteps int
-	queryDeadline time.Duration
+	events  EventLog
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -145,11 +150,6 @@ func New(o Options) *Plane {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.tokens = NewTokens(o.DB, o.TokenTTL)
-	p.queries, p.queryModel, p.queryWait = o.Queries, o.QueryModel, o.QueryWait
-	p.queryMaxSteps, p.queryDeadline = o.QueryMaxSteps, o.QueryDeadline
-	if p.queryWait <= 0 {
-		p.queryWait = DefaultQueryWait
-	}
 	if o.Tracer != nil {
 		p.tracer = o.Tracer.Tracer("doppel/toolplane")
 	}

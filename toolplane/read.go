@@ -9,7 +9,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
@@ -57,6 +56,13 @@ func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
 		st.LastUsedAt = s.LastUsedAt
 	}
 	st.ExpiresAt = st.LastUsedAt.Add(p.idle)
+	if s.Status == schema.SessionOpen && schema.Now().Sub(st.LastUsedAt) > p.idle {
+		// Idle past its deadline: a call would expire it now, so the read does too rather than say open until the
+		// reaper comes by.
+		if err := p.expireIdle(ctx, s); err != nil {
+			return nil, err
+		}
+	}
 	if s.Status != schema.SessionOpen && s.ClosedAt != nil {
 		st.ExpiresAt = *s.ClosedAt
 	}
@@ -89,10 +95,12 @@ func (p *Plane) Close(ctx context.Context, s *schema.Session) (existed bool, err
 	if existed {
 		p.finish(context.WithoutCancel(ctx), s)
 	}
+	p.endForks(context.WithoutCancel(ctx), s.ID, schema.SessionClosed)
 	return existed, nil
 }
 
-// end moves an open session to status (expired, broken), forgets it and drops its world.
+// end moves an open session to status (expired, broken), forgets it, drops its world and ends the forks made with
+// its token.
 func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error {
 	ended, err := p.endSession(ctx, s, status)
 	if err != nil {
@@ -102,7 +110,39 @@ func (p *Plane) end(ctx context.Context, s *schema.Session, status string) error
 	if ended {
 		p.finish(context.WithoutCancel(ctx), s)
 	}
+	p.endForks(context.WithoutCancel(ctx), s.ID, status)
 	return nil
+}
+
+// endForks ends the open forks made with the token of session parentID, which has ended with status, and theirs in
+// turn (spec §5.7: what a session token derives never outlives the session). Forks made with a key are sessions of
+// that key's and stay. A fork it fails to end is logged, not reported: its token is refused all the same (its
+// parent is not open) and the reaper ends it (EndOrphanedForks), so the parent's end stands.
+func (p *Plane) endForks(ctx context.Context, parentID, status string) {
+	forks, err := store.BoundForks(ctx, p.db, parentID)
+	if err != nil {
+		p.log.Warn("end the forks of an ended session", "session", parentID, "err", err)
+		return
+	}
+	for i := range forks {
+		f := &forks[i]
+		l := p.liveOf(f.ID)
+		l.mu.Lock() // as a close does: a call in flight finishes first
+		err := p.end(ctx, f, endedWith(status))
+		l.mu.Unlock()
+		if err != nil {
+			p.log.Warn("end a fork of an ended session", "session", parentID, "fork", f.ID, "err", err)
+		}
+	}
+}
+
+// endedWith is the status a fork made with its parent's token ends with when the parent ends with status: expired
+// with an expired parent, closed otherwise (a broken parent's journal says nothing of the fork's own).
+func endedWith(status string) string {
+	if status == schema.SessionExpired {
+		return schema.SessionExpired
+	}
+	return schema.SessionClosed
 }
 
 // endSession moves an open session to status and, with events on, records session.closed or session.expired in
@@ -134,7 +174,7 @@ func (p *Plane) endSession(ctx context.Context, s *schema.Session, status string
 	if err != nil {
 		return false, err
 	}
-	p.events.Kick(kick)
+	p.kick(kick)
 	return ended, nil
 }
 
@@ -146,10 +186,46 @@ func (p *Plane) finish(ctx context.Context, s *schema.Session) {
 	}
 }
 
+// expireIdle expires s when it is idle past the idle time, as its next call would, and updates s (status, closed
+// time) to its row's.
+func (p *Plane) expireIdle(ctx context.Context, s *schema.Session) error {
+	l := p.liveOf(s.ID)
+	l.mu.Lock() // as a call does: a call in flight finishes first, and counts as use
+	err := p.checkIdle(ctx, s, l, schema.Now())
+	l.mu.Unlock()
+	var pe *Error
+	if err != nil && !(errors.As(err, &pe) && pe.Kind == NotFound) {
+		return err
+	}
+	row, err := store.GetSessionByID(ctx, p.db, s.ID)
+	if err != nil {
+		return err
+	}
+	s.Status, s.ClosedAt = row.Status, row.ClosedAt
+	return nil
+}
+
+// ExpireDue expires an environment's open sessions that are idle past the idle time as of now, and brings the
+// recorded expiry of those still in use up to date, as Reap does for every environment: a listing then says
+// expired at once. At most limit sessions are looked at (default 1000).
+func (p *Plane) ExpireDue(ctx context.Context, envID string, limit int) error {
+	if limit <= 0 {
+		limit = 1000
+	}
+	now := schema.Now()
+	due, err := store.DueSessionsOf(ctx, p.db, envID, now, limit)
+	if err != nil {
+		return err
+	}
+	_, _, err = p.reap(ctx, due, now, p.idle)
+	return err
+}
+
 // Reap expires open sessions whose last activity (their last journaled call, or their opening) is older than
 // idle as of now, drops their worlds on their twins, and moves the expiry of sessions still in use to their last
 // call + idle (the call path journals calls without touching the session row, so the row's expires_at is a
-// lower bound this brings up to date). At most limit sessions are looked at (default 1000).
+// lower bound this brings up to date). It also ends the forks made with a token whose parent ended without ending
+// them (EndOrphanedForks). At most limit sessions are looked at (default 1000).
 func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, limit int) (expired []string, extended int, err error) {
 	if idle <= 0 {
 		return nil, 0, errors.New("reap: idle must be positive")
@@ -162,6 +238,15 @@ func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, lim
 	if err != nil {
 		return nil, 0, err
 	}
+	if expired, extended, err = p.reap(ctx, due, now, idle); err != nil {
+		return expired, extended, err
+	}
+	_, err = p.EndOrphanedForks(ctx, limit)
+	return expired, extended, err
+}
+
+// reap expires the due sessions idle past idle as of now and extends the others' recorded expiry.
+func (p *Plane) reap(ctx context.Context, due []schema.Session, now time.Time, idle time.Duration) (expired []string, extended int, err error) {
 	for i := range due {
 		s := &due[i]
 		last, err := store.LastActivity(ctx, p.db, s)
@@ -185,8 +270,36 @@ func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, lim
 		expired = append(expired, s.ID)
 		p.forget(s.ID)
 		p.finish(ctx, s)
+		p.endForks(ctx, s.ID, schema.SessionExpired)
 	}
 	return expired, extended, nil
+}
+
+// EndOrphanedForks ends open forks made with a token whose parent has ended without ending them (a process died
+// between the two), at most limit (default 1000); the reaper runs it. It answers how many it ended.
+func (p *Plane) EndOrphanedForks(ctx context.Context, limit int) (int, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	orphans, err := store.OrphanedForks(ctx, p.db, limit)
+	if err != nil {
+		return 0, err
+	}
+	for i := range orphans {
+		f := &orphans[i]
+		status := schema.SessionClosed
+		if parent, err := store.GetSessionByID(ctx, p.db, f.ForkedFrom); err == nil {
+			status = endedWith(parent.Status)
+		}
+		l := p.liveOf(f.ID)
+		l.mu.Lock()
+		err := p.end(ctx, f, status)
+		l.mu.Unlock()
+		if err != nil {
+			return i, err
+		}
+	}
+	return len(orphans), nil
 }
 
 // Woken is a wake's answer: the twin's state (booting or ready) and the build it serves.
@@ -203,7 +316,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if err != nil {
 		return nil, notFoundOr(err, "environment "+slug)
 	}
-	active, err := activities.ActiveTwinBuild(ctx, p.db, env)
+	active, err := store.ActiveTwinBuild(ctx, p.db, env)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s): nothing to wake", env.Slug, env.Status)
 	}
@@ -213,7 +326,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 	if p.twins == nil {
 		return nil, errorf(Unavailable, "no twin directory is configured")
 	}
-	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active})
+	st, err := p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active})
 	if err != nil {
 		return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 	}
@@ -222,7 +335,7 @@ func (p *Plane) Wake(ctx context.Context, workspaceID, slug string) (*Woken, err
 		// directory inspects it and answers what it found — booting when it is gone.
 		p.dropTwin(active.BuildID)
 		suspect := st.HandleID
-		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, Active: active, Suspect: suspect})
+		st, err = p.twins.WakeTwin(ctx, twinstate.Wake{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Active: active, Suspect: suspect})
 		if err != nil {
 			return nil, errorf(Unavailable, "waking the twin of %s: %v", env.Slug, err)
 		}

@@ -14,8 +14,9 @@ import (
 
 // Tokens caches what a session token resolves to (its session and workspace), so the call path does not read the
 // database twice per call. Resolutions are trusted for a TTL; the plane forgets a session the moment this process
-// closes, expires or breaks it, so its token is refused at once here, and another process refuses it within the
-// TTL (sooner: its next call finds the world dropped and the row ended).
+// closes, expires or breaks it, and every session when this process revokes a key, so its token is refused at
+// once here, and another process refuses it within the TTL (sooner for an ended session: its next call finds the
+// world dropped and the row ended).
 type Tokens struct {
 	db  *bun.DB
 	ttl time.Duration
@@ -64,6 +65,17 @@ func (c *Tokens) Resolve(ctx context.Context, token string) (*schema.Session, *s
 	c.mu.Unlock()
 	c.entries.Put(h, tokenEntry{s: s, ws: ws}, now.Add(ttl))
 	return s, ws, nil
+}
+
+// ForgetAll drops every resolution (a key was revoked: the tokens of the sessions it opened end with it).
+func (c *Tokens) ForgetAll() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.byID = nil
+	c.entries.Clear()
+	c.mu.Unlock()
 }
 
 // Forget drops a session's resolution: its next request reads the database again.

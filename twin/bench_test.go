@@ -194,3 +194,59 @@ func BenchmarkSessionsMemory(b *testing.B) {
 		runtime.KeepAlive(sessions)
 	}
 }
+
+// BenchmarkHandlerGuard is the cost of the memory guards of provided code on the normal path: the retail bundle's
+// synthesized handlers replayed on the retail traces' calls, run as synthesized code (unguarded) and the same
+// source run as provided code (guarded: operators, slices and methods through the guards, a budget per call).
+// Tools without a handler are left out of both.
+func BenchmarkHandlerGuard(b *testing.B) {
+	bundle, calls := retail(b)
+	handled := map[string]bool{}
+	for _, t := range bundle.Tools {
+		if t.Source != "" {
+			handled[t.Name] = true
+		}
+	}
+	var run []trace.Call
+	for _, cs := range calls {
+		for _, c := range cs {
+			if handled[c.Tool] {
+				run = append(run, c)
+			}
+		}
+	}
+	provided := *bundle
+	provided.Tools = append([]twin.Tool(nil), bundle.Tools...)
+	for i := range provided.Tools {
+		if t := &provided.Tools[i]; t.Source != "" {
+			t.Provided, t.Binding, t.Rung = t.Source, twin.BindingProvided, twin.RungProvided
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		bundle *twin.Bundle
+	}{{"synthesized", bundle}, {"provided", &provided}} {
+		b.Run(c.name, func(b *testing.B) {
+			rt, err := twin.NewRuntime(c.bundle, twin.RuntimeOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			s, _, _ := rt.Open(twin.SessionSpec{})
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for i := 0; i < b.N; i++ {
+				if i%len(run) == 0 {
+					s, _, _ = rt.Open(twin.SessionSpec{})
+				}
+				call := run[i%len(run)]
+				if _, err := s.Call(ctx, call.Tool, json.RawMessage(call.RawArgs)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/call")
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -15,8 +16,30 @@ import (
 	"go.starlark.net/syntax"
 )
 
+// calcMaxBits bounds the integers calc makes (about 19,700 decimal digits): a product or power past it is refused
+// rather than computed, so an expression cannot make a value of any size in one call.
+const calcMaxBits = 1 << 16
+
+// errCalcTooLarge refuses an integer result past calcMaxBits.
+var errCalcTooLarge = fmt.Errorf("integer result over %d bits", calcMaxBits)
+
+// bitLen is an int's magnitude in bits (0 for anything else).
+func bitLen(v starlark.Value) int64 {
+	i, ok := v.(starlark.Int)
+	if !ok {
+		return 0
+	}
+	if x, small := i.Int64(); small {
+		if x < 0 {
+			x = -x
+		}
+		return int64(bits.Len64(uint64(x)))
+	}
+	return int64(i.BigInt().BitLen())
+}
+
 // Calc evaluates an arithmetic expression with Python's semantics: integers stay
-// exact until a '/' or a float makes the value a float.
+// exact until a '/' or a float makes the value a float. Integers past calcMaxBits are refused.
 func Calc(expr string) (starlark.Value, error) {
 	c := calcParser{s: expr}
 	v, err := c.sum()
@@ -97,6 +120,9 @@ func (c *calcParser) term() (starlark.Value, error) {
 		if err != nil {
 			return nil, err
 		}
+		if op == syntax.STAR && bitLen(l)+bitLen(r) > calcMaxBits {
+			return nil, errCalcTooLarge
+		}
 		if l, err = starlark.Binary(op, l, r); err != nil {
 			if strings.Contains(err.Error(), "division by zero") {
 				return nil, errors.New("division by zero")
@@ -141,6 +167,9 @@ func (c *calcParser) power() (starlark.Value, error) {
 		ei, eInt := exp.(starlark.Int)
 		if bInt && eInt {
 			if e64, ok := ei.Int64(); ok && e64 >= 0 && e64 <= 1024 {
+				if bitLen(base)*e64 > calcMaxBits && bi.BigInt().CmpAbs(big.NewInt(1)) > 0 {
+					return nil, errCalcTooLarge
+				}
 				return starlark.MakeBigInt(new(big.Int).Exp(bi.BigInt(), big.NewInt(e64), nil)), nil
 			}
 		}

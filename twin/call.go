@@ -3,6 +3,7 @@ package twin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -118,12 +119,12 @@ func (s *Session) call(ctx context.Context, t *rtTool, args *jsonvalue.Object, j
 			if t.provided == nil {
 				continue
 			}
-			a, why = s.runHandler(ctx, t, t.provided, args)
+			a, why = s.runHandler(ctx, t, t.provided, args, true)
 		case RungTwin:
 			if t.synth == nil {
 				continue
 			}
-			a, why = s.runHandler(ctx, t, t.synth, args)
+			a, why = s.runHandler(ctx, t, t.synth, args, false)
 		case RungReplay:
 			a, why = s.replay(t, args)
 		case RungInfer:
@@ -225,12 +226,12 @@ func (s *Session) Try(ctx context.Context, tool string, args *jsonvalue.Object, 
 		if t.provided == nil {
 			return "", false, false, "no provided code"
 		}
-		a, note = s.runHandler(ctx, t, t.provided, args)
+		a, note = s.runHandler(ctx, t, t.provided, args, true)
 	case RungTwin:
 		if t.synth == nil {
 			return "", false, false, "no handler"
 		}
-		a, note = s.runHandler(ctx, t, t.synth, args)
+		a, note = s.runHandler(ctx, t, t.synth, args, false)
 	case RungReplay:
 		a, note = s.replay(t, args)
 	case RungInfer:
@@ -321,16 +322,24 @@ func isErrorText(s string) bool {
 // IsErrorText reports whether an answer text reads as the tool's own error.
 func IsErrorText(s string) bool { return isErrorText(s) }
 
-func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callable, args *jsonvalue.Object) (*answer, string) {
+// runHandler runs a handler on a call's arguments. Provided code runs with its memory budget (starguard.go): past it
+// the call answers the tool's own error, and the world is unchanged.
+func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callable, args *jsonvalue.Object, provided bool) (*answer, string) {
 	env := &callEnv{sess: s}
-	th := &starlark.Thread{Name: t.def.Name}
+	th := &starlark.Thread{Name: t.def.Name, Print: func(*starlark.Thread, string) {}}
 	th.SetLocal(envKey, env)
 	th.SetMaxExecutionSteps(s.rt.opts.MaxSteps)
+	if provided {
+		guard(th, s.rt.opts.MaxAllocBytes)
+	}
 	timer := time.AfterFunc(s.rt.opts.CallBudget, func() { th.Cancel("time budget exceeded") })
 	stop := context.AfterFunc(ctx, func() { th.Cancel("context done") })
 	v, err := starlark.Call(th, fn, starlark.Tuple{toStar(args)}, nil)
 	timer.Stop()
 	stop()
+	if errors.Is(err, ErrHandlerMemory) {
+		return memoryAnswer(err), ""
+	}
 	if err != nil {
 		return nil, "handler failed: " + firstLine(err.Error())
 	}
@@ -343,7 +352,20 @@ func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callabl
 	if str, ok := v.(starlark.String); ok && !t.def.StringsAsJSON {
 		return &answer{content: string(str), env: env}, "" // a text answer, as it is
 	}
-	content, err := renderStar(v, s.rt.style, int(t.answerSize.Load())) // Render(fromStar(v)), without the model value in between
+	maxLen := 0
+	if provided {
+		maxLen = int(max(remaining(th), 1)) // the rendering is charged too: a list held many times over is not written out whole
+	}
+	content, err := renderStarMax(v, s.rt.style, int(t.answerSize.Load()), maxLen) // Render(fromStar(v)), without the model value in between
+	if errors.Is(err, errRenderTooLong) {
+		err = &memoryError{what: "rendering the answer", want: int64(maxLen) + 1, limit: s.rt.opts.MaxAllocBytes}
+	}
+	if err == nil && provided {
+		err = charge(th, "rendering the answer", int64(len(content)))
+	}
+	if errors.Is(err, ErrHandlerMemory) {
+		return memoryAnswer(err), ""
+	}
 	if err != nil {
 		return nil, "handler answer: " + err.Error()
 	}
@@ -351,6 +373,21 @@ func (s *Session) runHandler(ctx context.Context, t *rtTool, fn starlark.Callabl
 		t.answerSize.Store(n)
 	}
 	return &answer{content: content, env: env}, ""
+}
+
+// memoryAnswer is what a call past its memory budget answers: the tool's own error, naming the refusal (without
+// the Starlark backtrace); the world is unchanged.
+func memoryAnswer(err error) *answer {
+	var me *memoryError
+	var big *intTooLarge
+	text := firstLine(err.Error())
+	switch {
+	case errors.As(err, &me):
+		text = me.Error()
+	case errors.As(err, &big):
+		text = big.Error()
+	}
+	return &answer{content: "Error: " + text, isErr: true}
 }
 
 func firstLine(s string) string {

@@ -15,17 +15,38 @@ import (
 // sizeHint is the buffer it starts with (the tool's longest answer so far, say), so most answers are written
 // without regrowing it.
 func renderStar(v starlark.Value, st Style, sizeHint int) (string, error) {
+	return renderStarMax(v, st, sizeHint, 0)
+}
+
+// errRenderTooLong stops a rendering past its maximum length.
+var errRenderTooLong = errors.New("answer longer than the rendering's maximum")
+
+// renderStarMax is renderStar stopping with errRenderTooLong once the text passes maxLen bytes (0: no maximum), so
+// a value holding one list many times over is not written out whole.
+func renderStarMax(v starlark.Value, st Style, sizeHint, maxLen int) (string, error) {
 	var b strings.Builder
 	b.Grow(sizeHint)
-	if err := renderStarTo(&b, v, st, 0); err != nil {
+	r := starRender{b: &b, st: st, max: maxLen}
+	if err := r.to(v, 0); err != nil {
 		return "", err
 	}
 	return b.String(), nil
 }
 
-func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) error {
+// starRender writes a value as renderStar does, within a maximum length.
+type starRender struct {
+	b   *strings.Builder
+	st  Style
+	max int // 0: none
+}
+
+func (r *starRender) to(v starlark.Value, depth int) error {
+	b, st := r.b, r.st
 	if depth > jsonvalue.MaxDepth {
 		return errors.New("value nested too deeply")
+	}
+	if r.max > 0 && b.Len() > r.max {
+		return errRenderTooLong
 	}
 	switch x := v.(type) {
 	case starlark.NoneType:
@@ -53,7 +74,7 @@ func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) err
 			if i > 0 {
 				b.WriteString(st.ItemSep)
 			}
-			if err := renderStarTo(b, x.Index(i), st, depth+1); err != nil {
+			if err := r.to(x.Index(i), depth+1); err != nil {
 				return err
 			}
 		}
@@ -64,14 +85,14 @@ func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) err
 			if i > 0 {
 				b.WriteString(st.ItemSep)
 			}
-			if err := renderStarTo(b, e, st, depth+1); err != nil {
+			if err := r.to(e, depth+1); err != nil {
 				return err
 			}
 		}
 		b.WriteByte(']')
 	case *starlark.Dict:
 		b.WriteByte('{')
-		w := dictRender{b: b, st: st, depth: depth}
+		w := dictRender{r: r, depth: depth}
 		x.Entries()(w.entry) // in order, without Items' copy of the entries
 		if w.err != nil {
 			return w.err
@@ -86,7 +107,7 @@ func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) err
 			if i > 0 {
 				b.WriteString(st.ItemSep)
 			}
-			if err := renderStarTo(b, e, st, depth+1); err != nil {
+			if err := r.to(e, depth+1); err != nil {
 				return err
 			}
 		}
@@ -97,26 +118,26 @@ func renderStarTo(b *strings.Builder, v starlark.Value, st Style, depth int) err
 	return nil
 }
 
-// dictRender writes a dict's entries, as renderStarTo writes an object, stopping at the first error.
+// dictRender writes a dict's entries, as starRender writes an object, stopping at the first error.
 type dictRender struct {
-	b     *strings.Builder
-	st    Style
+	r     *starRender
 	depth int
 	n     int
 	err   error
 }
 
 func (w *dictRender) entry(k, v starlark.Value) bool {
+	b, st := w.r.b, w.r.st
 	if w.n > 0 {
-		w.b.WriteString(w.st.ItemSep)
+		b.WriteString(st.ItemSep)
 	}
 	w.n++
 	if s, ok := k.(starlark.String); ok {
-		writeStyledString(w.b, string(s), w.st)
+		writeStyledString(b, string(s), st)
 	} else {
-		writeStyledString(w.b, k.String(), w.st)
+		writeStyledString(b, k.String(), st)
 	}
-	w.b.WriteString(w.st.KeySep)
-	w.err = renderStarTo(w.b, v, w.st, w.depth+1)
+	b.WriteString(st.KeySep)
+	w.err = w.r.to(v, w.depth+1)
 	return w.err == nil
 }

@@ -37,6 +37,9 @@ type RuntimeOptions struct {
 	MaxSteps uint64
 	// CallBudget bounds a handler's time per call (default 2s).
 	CallBudget time.Duration
+	// MaxAllocBytes bounds what a provided handler may allocate per call, and its file's top level when the bundle
+	// loads (default DefaultMaxAllocBytes): past it the call answers the tool's own error (ErrHandlerMemory).
+	MaxAllocBytes int64
 	// Simulator answers what nothing else can; nil stops the ladder at infer.
 	Simulator Simulator
 	// Seeder turns instructions the built-in parser cannot read into rows; nil leaves them unseeded with a note.
@@ -131,6 +134,9 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 	if opts.CallBudget <= 0 {
 		opts.CallBudget = 2 * time.Second
 	}
+	if opts.MaxAllocBytes <= 0 {
+		opts.MaxAllocBytes = DefaultMaxAllocBytes
+	}
 	if opts.SeedBudget <= 0 {
 		opts.SeedBudget = defaultSeedBudget
 	}
@@ -155,6 +161,8 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 	sort.Strings(rt.tableNames)
 	pre := predeclared()
 	pre.Freeze()
+	guarded := guardedPredeclared(pre)
+	guarded.Freeze()
 	for i := range b.Tools {
 		def := &b.Tools[i]
 		t := &rtTool{def: def, start: rungIndex(def.Rung), byArgs: map[string][]*rec{}}
@@ -163,7 +171,7 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		}
 		var err error
 		if def.Provided != "" {
-			if t.provided, err = compileHandler(def.Name, "provided", def.Provided, pre); err != nil {
+			if t.provided, err = compileProvided(def.Name, def.Provided, guarded, opts.MaxAllocBytes); err != nil {
 				return nil, fmt.Errorf("%w: tools[%s].provided: %w", ErrBadBundle, def.Name, err)
 			}
 		}
@@ -205,6 +213,24 @@ func compileHandler(tool, kind, src string, pre starlark.StringDict) (starlark.C
 	if err != nil {
 		return nil, err
 	}
+	return entryOf(tool, globals)
+}
+
+// compileProvided compiles provided handler source with its allocations guarded (starguard.go), running its top
+// level under a budget of limit bytes, and answers its entry function as compileHandler does.
+func compileProvided(tool, src string, pre starlark.StringDict, limit int64) (starlark.Callable, error) {
+	th := &starlark.Thread{Name: "compile " + tool, Print: func(*starlark.Thread, string) {}}
+	th.SetMaxExecutionSteps(1_000_000)
+	guard(th, limit)
+	globals, err := compileGuarded(th, tool+".provided.star", src, pre)
+	if err != nil {
+		return nil, err
+	}
+	return entryOf(tool, globals)
+}
+
+// entryOf is a handler file's entry function: the one named after the tool, else "handle".
+func entryOf(tool string, globals starlark.StringDict) (starlark.Callable, error) {
 	globals.Freeze()
 	for _, name := range []string{tool, "handle"} {
 		if fn, ok := globals[name].(starlark.Callable); ok {
@@ -225,10 +251,13 @@ func (rt *Runtime) Tools() []string { return append([]string(nil), rt.toolNames.
 
 func (rt *Runtime) hasTable(name string) bool { _, ok := rt.tables[name]; return ok }
 
-// CheckHandler compiles handler source for a tool and reports what is wrong with it.
+// CheckHandler compiles provided handler source for a tool, as a runtime would (its top level under the default
+// memory budget), and reports what is wrong with it.
 func CheckHandler(tool, src string) error {
 	pre := predeclared()
 	pre.Freeze()
-	_, err := compileHandler(tool, "provided", src, pre)
+	guarded := guardedPredeclared(pre)
+	guarded.Freeze()
+	_, err := compileProvided(tool, src, guarded, DefaultMaxAllocBytes)
 	return err
 }

@@ -285,7 +285,12 @@ func bWorldGet(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if !ok {
 		return starlark.None, nil
 	}
-	return e.sess.rowStar(table, k, r), nil
+	left := remaining(th)
+	row, size := e.sess.rowStarSized(table, k, r, left)
+	if err := charge(th, "world.get", size); err != nil { // a private copy each time
+		return nil, err
+	}
+	return row, nil
 }
 
 func bWorldPut(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -303,6 +308,9 @@ func bWorldPut(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	}
 	k, err := keyString(key)
 	if err != nil {
+		return nil, err
+	}
+	if err := chargeStruct(th, "world.put", row); err != nil { // before converting it: a row holding one list many times is as large as its copy
 		return nil, err
 	}
 	v, err := fromStar(row, e.sess.rt.style)
@@ -371,6 +379,9 @@ func bWorldFind(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 			}
 		}
 	}
+	if err := chargeStruct(th, "world.find", crit); err != nil {
+		return nil, err
+	}
 	var cs []criterion
 	for _, it := range crit.Items() {
 		p, ok := it[0].(starlark.String)
@@ -389,6 +400,9 @@ func bWorldFind(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 			keys = []string{k}
 		}
 	}
+	if err := charge(th, "world.find", int64(len(keys))*(slotBytes+headBytes)); err != nil {
+		return nil, err
+	}
 	out := make([]starlark.Value, len(keys))
 	for i, k := range keys {
 		out[i] = starlark.String(k)
@@ -406,6 +420,9 @@ func bWorldKeys(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, k
 		return nil, err
 	}
 	keys := e.sess.keys(table, e)
+	if err := charge(th, "world.keys", int64(len(keys))*(slotBytes+headBytes)); err != nil {
+		return nil, err
+	}
 	out := make([]starlark.Value, len(keys))
 	for i, k := range keys {
 		out[i] = starlark.String(k)
@@ -423,6 +440,9 @@ func bWorldSub(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if err != nil {
 		return nil, err
 	}
+	if err := chargeStruct(th, "world.sub", value); err != nil {
+		return nil, err
+	}
 	v, err := fromStar(value, e.sess.rt.style)
 	if err != nil {
 		return nil, err
@@ -431,7 +451,11 @@ func bWorldSub(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kw
 	if o == nil {
 		return starlark.None, nil
 	}
-	return toStar(o), nil
+	sub := toStar(o)
+	if err := chargeStruct(th, "world.sub", sub); err != nil {
+		return nil, err
+	}
+	return sub, nil
 }
 
 func bError(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
@@ -512,17 +536,25 @@ func pyStr(v starlark.Value) string {
 	return v.String()
 }
 
-func bPyStr(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func bPyStr(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var x starlark.Value
 	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x); err != nil {
 		return nil, err
 	}
+	if _, ok := x.(starlark.String); !ok {
+		if err := chargeDeep(th, "pystr", x); err != nil {
+			return nil, err
+		}
+	}
 	return starlark.String(pyStr(x)), nil
 }
 
-func bDeepCopy(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func bDeepCopy(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var x starlark.Value
 	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &x); err != nil {
+		return nil, err
+	}
+	if err := chargeStruct(th, "deepcopy", x); err != nil {
 		return nil, err
 	}
 	// toStar(fromStar(x)) without the model value in between (floats survive that trip: PyFloat round-trips).
@@ -548,7 +580,7 @@ func bFsum(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs
 	return acc, nil
 }
 
-func bCalc(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+func bCalc(th *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 	var expr string
 	if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &expr); err != nil {
 		return nil, err
@@ -556,6 +588,9 @@ func bCalc(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs 
 	v, err := Calc(expr)
 	if err != nil {
 		return &errorAnswer{text: "Error: " + err.Error()}, nil
+	}
+	if err := charge(th, "calc", int64(bitLen(v)/8)); err != nil {
+		return nil, err
 	}
 	return v, nil
 }

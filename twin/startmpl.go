@@ -17,26 +17,30 @@ type starTemplate struct {
 	keys  []starlark.Value // a dict's keys (starlark.String), in order
 	elems []starTemplate   // a dict's values (beside keys) or a list's elements
 	dict  bool
+	size  int64 // what a copy takes, as structSize counts it (a provided handler's world.get is charged it)
 }
 
 // makeTemplate converts a model value, as toStar does, into a template.
 func makeTemplate(v any) starTemplate {
 	switch x := v.(type) {
 	case []any:
-		t := starTemplate{elems: make([]starTemplate, len(x))}
+		t := starTemplate{elems: make([]starTemplate, len(x)), size: headBytes}
 		for i, e := range x {
 			t.elems[i] = makeTemplate(e)
+			t.size += slotBytes + t.elems[i].size
 		}
 		return t
 	case *jsonvalue.Object:
-		t := starTemplate{dict: true, keys: make([]starlark.Value, len(x.Keys)), elems: make([]starTemplate, len(x.Keys))}
+		t := starTemplate{dict: true, keys: make([]starlark.Value, len(x.Keys)), elems: make([]starTemplate, len(x.Keys)), size: headBytes}
 		for i, k := range x.Keys {
 			t.keys[i] = starlark.String(k)
 			t.elems[i] = makeTemplate(x.Vals[i])
+			t.size += entryBytes + headBytes + t.elems[i].size
 		}
 		return t
 	}
-	return starTemplate{leaf: toStar(v)}
+	leaf := toStar(v)
+	return starTemplate{leaf: leaf, size: structSize(leaf, 1<<62)}
 }
 
 // build makes a fresh, mutable Starlark value from the template.
@@ -63,16 +67,28 @@ func (t *starTemplate) build() starlark.Value {
 // session's own, one made up) is converted each time: measured over long-lived sessions, keeping templates of
 // a session's own rows cost more (a template made for a row read once, more heap for the GC to mark) than it saved.
 func (s *Session) rowStar(table, key string, row *jsonvalue.Object) starlark.Value {
+	v, _ := s.rowStarSized(table, key, row, -1)
+	return v
+}
+
+// rowStarSized is rowStar with what the copy takes as structSize counts it, walking no further than limit (-1: the
+// size is not wanted).
+func (s *Session) rowStarSized(table, key string, row *jsonvalue.Object, limit int64) (starlark.Value, int64) {
 	bt := s.rt.tables[table]
 	if bt == nil || bt.rows[key] != row {
-		return toStar(row)
+		v := toStar(row)
+		if limit < 0 {
+			return v, 0
+		}
+		return v, structSize(v, limit)
 	}
 	if t, ok := bt.stars.Load(key); ok {
-		return t.(*starTemplate).build()
+		t := t.(*starTemplate)
+		return t.build(), t.size
 	}
 	t := makeTemplate(row)
 	bt.stars.Store(key, &t)
-	return t.build()
+	return t.build(), t.size
 }
 
 // deepCopyStar is deepcopy(x): the value toStar(fromStar(x)) converts to — dicts and lists made afresh (tuples and

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/internal/atomicfile"
+	"github.com/doppel-dev/doppel/internal/osmem"
 )
 
 // Loader loads the runtime a twin hosts (reads and parses its bundle).
@@ -31,10 +32,13 @@ type ServeOptions struct {
 	Logger   *slog.Logger
 	// MaxBodyBytes bounds request bodies (zero: DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// Memory, when set, is told each time a session's world is dropped (ServerOptions.Memory).
+	Memory *osmem.Returner
 	// ShutdownTimeout bounds the graceful shutdown when ctx ends (zero: 5s).
 	ShutdownTimeout time.Duration
 	// Server, when set, is the server to serve (e.g. one its caller also reaches directly through
-	// NewLocalClient); nil makes one. Serve retires it when it stops. MaxBodyBytes and Logger are then its own.
+	// NewLocalClient); nil makes one. Serve retires it when it stops. MaxBodyBytes, Logger and Memory are then its
+	// own.
 	Server *Server
 }
 
@@ -54,7 +58,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	}
 	srv := opts.Server
 	if srv == nil {
-		srv = NewServer(ServerOptions{MaxBodyBytes: opts.MaxBodyBytes, Logger: log})
+		srv = NewServer(ServerOptions{MaxBodyBytes: opts.MaxBodyBytes, Logger: log, Memory: opts.Memory})
 	}
 	defer srv.release()
 	listen := opts.Listen

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/doppel-dev/doppel/internal/osmem"
 )
 
 // Runtime is the loaded bundle the server hosts sessions on. Open builds a fresh session world from spec (an
@@ -43,6 +45,10 @@ type ServerOptions struct {
 	// MaxBodyBytes bounds every request body; larger bodies answer 413. Zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// Memory, when set, is told each time a session's world is dropped, so a mass close gives the memory of the
+	// worlds back to the OS (rate-limited) instead of leaving the process at its peak size. nil: left to the Go
+	// runtime.
+	Memory *osmem.Returner
 }
 
 // Server is the twin RPC's http.Handler. It answers /healthz at once and everything else with 503 not_ready until
@@ -51,6 +57,7 @@ type Server struct {
 	maxBody int64
 	log     *slog.Logger
 	mux     *http.ServeMux
+	mem     *osmem.Returner // nil: none
 
 	mu       sync.RWMutex
 	rt       Runtime
@@ -77,7 +84,7 @@ type hosted struct {
 
 // NewServer returns a Server with no runtime: not ready.
 func NewServer(opts ServerOptions) *Server {
-	s := &Server{maxBody: opts.MaxBodyBytes, log: opts.Logger, sessions: map[string]*hosted{}, start: time.Now()}
+	s := &Server{maxBody: opts.MaxBodyBytes, log: opts.Logger, mem: opts.Memory, sessions: map[string]*hosted{}, start: time.Now()}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
 	}
@@ -111,6 +118,16 @@ func (s *Server) release() {
 		h.mu.Lock()
 		h.close()
 		h.mu.Unlock()
+	}
+	if len(sessions) > 0 {
+		s.freed()
+	}
+}
+
+// freed tells the memory returner a world was dropped.
+func (s *Server) freed() {
+	if s.mem != nil {
+		s.mem.Freed()
 	}
 }
 
@@ -359,6 +376,7 @@ func (s *Server) CloseSession(id string) (existed bool, err error) {
 		h.mu.Lock()
 		h.close()
 		h.mu.Unlock()
+		s.freed()
 	}
 	return h != nil, nil
 }
@@ -371,6 +389,7 @@ func (s *Server) drop(h *hosted) {
 	}
 	s.mu.Unlock()
 	h.close()
+	s.freed()
 }
 
 // close closes the session's world once; h.mu is held.

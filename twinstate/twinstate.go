@@ -55,6 +55,8 @@ const (
 // Wake asks the twin directory for a build's twin, booting it when it is stopped.
 type Wake struct {
 	EnvID string
+	// WorkspaceID is the environment's workspace (the TwinWorkflow's search attribute when the wake starts it).
+	WorkspaceID string
 	// Active is the environment's active build; it starts the environment's TwinWorkflow when none runs.
 	Active Build
 	// Build is the build whose twin is wanted; zero means Active.
@@ -71,7 +73,12 @@ type Status struct {
 	Addr     string // when Ready
 	BuildID  string
 	HandleID string
-	// Error and ErrorType say why a failed twin failed (ErrorType is one of the twin activities' error types).
+	// Error and ErrorType say why a failed twin failed (ErrorType is one of the twin activities' error types, such
+	// as EngineUnreachable).
 	Error     string
 	ErrorType string
 }
+
+// EngineUnreachable is the ErrorType of a twin whose engine (the Docker engine) does not answer: it can be neither
+// inspected nor restarted until the engine is back.
+const EngineUnreachable = "TwinEngineUnreachable"

@@ -67,9 +67,32 @@ func ParseCIDRs(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Allowed reports whether a webhook may reach addr.
-func (g *Guard) Allowed(addr netip.Addr) bool {
+// Prefixes of IPv6 forms that carry an IPv4 address in their last 32 bits besides the IPv4-mapped ::ffff:a.b.c.d
+// (which netip.Addr.Unmap handles): the deprecated IPv4-compatible ::a.b.c.d (RFC 4291 §2.5.5.1) and SIIT's
+// IPv4-translated ::ffff:0:a.b.c.d (RFC 2765). A host may route either to the IPv4 address it embeds.
+var (
+	ipv4Compatible = netip.MustParsePrefix("::/96")
+	ipv4Translated = netip.MustParsePrefix("::ffff:0:0:0/96")
+)
+
+// Normalize answers the address a webhook to addr may reach: the IPv4 address an IPv4-mapped, IPv4-compatible or
+// IPv4-translated IPv6 address embeds, else addr itself. :: and ::1 stay themselves (unspecified and loopback).
+func Normalize(addr netip.Addr) netip.Addr {
 	addr = addr.Unmap()
+	if !addr.Is6() || addr.Zone() != "" {
+		return addr
+	}
+	if (ipv4Compatible.Contains(addr) && addr != netip.IPv6Unspecified() && addr != netip.IPv6Loopback()) ||
+		ipv4Translated.Contains(addr) {
+		b := addr.As16()
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return addr
+}
+
+// Allowed reports whether a webhook may reach addr, judged by the address it normalizes to (Normalize).
+func (g *Guard) Allowed(addr netip.Addr) bool {
+	addr = Normalize(addr)
 	for _, p := range g.Allow {
 		if p.Contains(addr) {
 			return true
@@ -109,6 +132,9 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		if !g.Allowed(a) {
+			if n := Normalize(a); n != a {
+				return fmt.Errorf("%w: %s (%s)", ErrForbiddenAddress, a, n)
+			}
 			return fmt.Errorf("%w: %s", ErrForbiddenAddress, a)
 		}
 		return nil
@@ -128,7 +154,7 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	}
 	for _, a := range addrs {
 		if !g.Allowed(a) {
-			return fmt.Errorf("%w: %s resolves to %s", ErrForbiddenAddress, host, a.Unmap())
+			return fmt.Errorf("%w: %s resolves to %s", ErrForbiddenAddress, host, Normalize(a))
 		}
 	}
 	return nil

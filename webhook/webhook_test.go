@@ -27,6 +27,10 @@ func TestGuardAllowed(t *testing.T) {
 		{"169.254.169.254", false}, {"fe80::1", false}, {"fd00:ec2::254", false}, {"fc00::1", false},
 		{"100.64.0.1", false}, {"0.0.0.0", false}, {"::", false}, {"224.0.0.1", false}, {"255.255.255.255", false},
 		{"198.18.0.1", false}, {"64:ff9b::7f00:1", false}, {"2002:7f00:1::", false}, {"::ffff:169.254.169.254", false},
+		// IPv6 forms that embed an IPv4 address: the deprecated IPv4-compatible ::a.b.c.d and SIIT's ::ffff:0:a.b.c.d
+		// are judged by the IPv4 address they carry.
+		{"::127.0.0.1", false}, {"::10.0.0.1", false}, {"::169.254.169.254", false}, {"::ffff:0:127.0.0.1", false},
+		{"::ffff:0:10.0.0.1", false}, {"::ffff:0:192.168.1.1", false}, {"::8.8.8.8", true}, {"::ffff:0:8.8.8.8", true},
 	} {
 		if got := g.Allowed(netip.MustParseAddr(tc.addr)); got != tc.ok {
 			t.Errorf("Allowed(%s) = %v, want %v", tc.addr, got, tc.ok)
@@ -37,7 +41,8 @@ func TestGuardAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	g = &webhook.Guard{Allow: allow}
-	if !g.Allowed(netip.MustParseAddr("127.0.0.1")) || !g.Allowed(netip.MustParseAddr("::1")) || g.Allowed(netip.MustParseAddr("10.0.0.1")) {
+	if !g.Allowed(netip.MustParseAddr("127.0.0.1")) || !g.Allowed(netip.MustParseAddr("::1")) || g.Allowed(netip.MustParseAddr("10.0.0.1")) ||
+		g.Allowed(netip.MustParseAddr("::10.0.0.1")) || g.Allowed(netip.MustParseAddr("::ffff:0:10.0.0.1")) {
 		t.Error("allow_cidrs 127.0.0.0/8 and ::1 should allow loopback only")
 	}
 	if _, err := webhook.ParseCIDRs([]string{"not-a-cidr"}); err == nil {
@@ -62,6 +67,11 @@ func TestCheckURL(t *testing.T) {
 		{"http://10.0.0.5/", "not allowed"},
 		{"http://localhost:9/", "not allowed"},
 		{"http://app.localhost/", "not allowed"},
+		{"http://[::127.0.0.1]/", "not allowed"},
+		{"http://[::ffff:0:127.0.0.1]/", "not allowed"},
+		{"http://[::10.0.0.1]/", "not allowed"},
+		{"http://[::ffff:0:10.0.0.1]/", "not allowed"},
+		{"http://[0:0:0:0:ffff:0:a00:1]:8080/", "not allowed"},
 	} {
 		err := g.CheckURL(ctx, tc.url)
 		switch {
@@ -80,7 +90,9 @@ func TestSenderRefusesForbiddenAddressAtDial(t *testing.T) {
 	defer rcv.Close()
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(rcv.URL, "http://"))
 	s := webhook.NewSender(&webhook.Guard{}, 5*time.Second)
-	for _, u := range []string{rcv.URL, "http://localhost:" + port + "/"} {
+	// The IPv6 forms embedding 127.0.0.1 are refused by the dialer too (not merely unreachable).
+	for _, u := range []string{rcv.URL, "http://localhost:" + port + "/", "http://[::127.0.0.1]:" + port + "/",
+		"http://[::ffff:0:127.0.0.1]:" + port + "/"} {
 		res := s.Send(context.Background(), webhook.Request{URL: u, Secret: webhook.NewSecret(), ID: "evt_1", Timestamp: time.Now(), Body: []byte(`{}`)})
 		if res.OK() || res.StatusCode != 0 || !strings.Contains(res.Detail, "not allowed") {
 			t.Errorf("send to %s: %+v, want refused before connecting", u, res)

@@ -9,6 +9,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/query/flow"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -17,27 +18,62 @@ type Deps struct {
 	Builds   *activities.Builds
 	Twins    *activities.Twins
 	Sessions *activities.Sessions
-	Queries  *activities.Queries
+	Queries  *flow.Activities
 	Webhooks *activities.Webhooks
+	Spans    *activities.Spans
 }
 
-// Register registers every workflow under its explicit name and every activity struct's methods.
-func Register(r sdkworker.Registry, d Deps) {
+// Named is an activity and the name it is registered under.
+type Named struct {
+	Name string
+	Fn   any
+}
+
+// Activities lists the activities of d's filled structs under their names. Each name is its method's name: the
+// name a workflow calling the method value asks for, and the name running histories record, so never change one.
+func (d Deps) Activities() []Named {
+	var out []Named
+	if b := d.Builds; b != nil {
+		out = append(out, Named{"QueueBuild", b.QueueBuild}, Named{"PlanBuild", b.PlanBuild}, Named{"InferBundle", b.InferBundle},
+			Named{"SelfCheck", b.SelfCheck}, Named{"ActivateBuild", b.ActivateBuild}, Named{"FailBuild", b.FailBuild})
+	}
+	if t := d.Twins; t != nil {
+		out = append(out, Named{"StartTwin", t.StartTwin}, Named{"InspectTwin", t.InspectTwin}, Named{"StopTwin", t.StopTwin},
+			Named{"RecordTwinEvent", t.RecordTwinEvent}, Named{"ReapTwins", t.ReapTwins})
+	}
+	if s := d.Sessions; s != nil {
+		out = append(out, Named{"FindTwin", s.FindTwin}, Named{"OpenOnTwin", s.OpenOnTwin}, Named{"CloseOnTwin", s.CloseOnTwin},
+			Named{"ReapIdleSessions", s.ReapIdleSessions})
+	}
+	if q := d.Queries; q != nil {
+		out = append(out, Named{"PrepareQuery", q.PrepareQuery}, Named{"OpenQuerySession", q.OpenQuerySession},
+			Named{"CallQueryTool", q.CallQueryTool}, Named{"CloseQuerySession", q.CloseQuerySession}, Named{"ModelTurn", q.ModelTurn},
+			Named{"FinishQuery", q.FinishQuery},
+			// query-v1's steps
+			Named{"BeginQuerySession", q.BeginQuerySession}, Named{"RecordQuerySession", q.RecordQuerySession},
+			Named{"AgentTurn", q.AgentTurn}, Named{"RunQueryTool", q.RunQueryTool})
+	}
+	if w := d.Webhooks; w != nil {
+		out = append(out, Named{"Deliver", w.Deliver}, Named{"FailDelivery", w.FailDelivery}, Named{"SweepDeliveries", w.SweepDeliveries})
+	}
+	if s := d.Spans; s != nil {
+		out = append(out, Named{"AssembleSettled", s.AssembleSettled}, Named{"ScheduleRebuild", s.ScheduleRebuild})
+	}
+	return out
+}
+
+// Registry is the part of a worker (or a test environment) that takes registrations.
+type Registry interface {
+	workflows.Registrar
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Register registers every workflow and every activity of d under its explicit name.
+func Register(r Registry, d Deps) {
 	workflows.Register(r)
-	if d.Builds != nil {
-		r.RegisterActivityWithOptions(d.Builds, activity.RegisterOptions{})
-	}
-	if d.Twins != nil {
-		r.RegisterActivityWithOptions(d.Twins, activity.RegisterOptions{})
-	}
-	if d.Sessions != nil {
-		r.RegisterActivityWithOptions(d.Sessions, activity.RegisterOptions{})
-	}
-	if d.Queries != nil {
-		r.RegisterActivityWithOptions(d.Queries, activity.RegisterOptions{})
-	}
-	if d.Webhooks != nil {
-		r.RegisterActivityWithOptions(d.Webhooks, activity.RegisterOptions{})
+	flow.Register(r)
+	for _, a := range d.Activities() {
+		r.RegisterActivityWithOptions(a.Fn, activity.RegisterOptions{Name: a.Name})
 	}
 }
 

@@ -26,9 +26,6 @@ const (
 // BuildWorkflowID is the workflow id of one build.
 func BuildWorkflowID(buildID string) string { return "build/" + buildID }
 
-// RebuildWorkflowID is the workflow id of an environment's debounced rebuild.
-func RebuildWorkflowID(envID string) string { return "rebuild/" + envID }
-
 // BuildInput names the build to run; its inputs are found through the build row, never carried here.
 type BuildInput struct {
 	EnvID   string
@@ -184,7 +181,10 @@ func Rebuild(ctx workflow.Context, in RebuildInput) (BuildResult, error) {
 	if err := workflow.ExecuteActivity(short, a.QueueBuild, in.EnvID).Get(ctx, &buildID); err != nil {
 		return BuildResult{}, err
 	}
-	child := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: BuildWorkflowID(buildID)})
+	// The build carries the rebuild's search attributes and its own build id (a child start's attributes are not
+	// part of what a replay compares).
+	child := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: BuildWorkflowID(buildID),
+		TypedSearchAttributes: ChildTags(ctx, buildID)})
 	fut := workflow.ExecuteChildWorkflow(child, BuildWorkflowName, BuildInput{EnvID: in.EnvID, BuildID: buildID})
 	more := false
 	for done := false; !done; {

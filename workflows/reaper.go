@@ -1,12 +1,9 @@
 package workflows
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -15,19 +12,6 @@ import (
 
 // SessionReaperWorkflowName is the registered name of the idle-session reaper; never change it.
 const SessionReaperWorkflowName = "doppel.SessionReaper"
-
-// SessionReaperWorkflowID is the reaper's workflow id on the default task queue "doppel".
-const SessionReaperWorkflowID = "session-reaper"
-
-// SessionReaperID is the reaper's workflow id for a task queue: one reaper per task queue, so deployments that
-// share a namespace on different queues (each with its own database) each expire their own sessions. The default
-// queue keeps the id it always had.
-func SessionReaperID(taskQueue string) string {
-	if taskQueue == "" || taskQueue == "doppel" {
-		return SessionReaperWorkflowID
-	}
-	return SessionReaperWorkflowID + "/" + taskQueue
-}
 
 // SessionReaperInput configures the reaper.
 type SessionReaperInput struct {
@@ -74,18 +58,4 @@ func SessionReaper(ctx workflow.Context, in SessionReaperInput) error {
 		}
 	}
 	return workflow.NewContinueAsNewError(ctx, SessionReaper, in)
-}
-
-// StartReaper starts the idle-session reaper unless it already runs.
-func (s *Sessions) StartReaper(ctx context.Context, in SessionReaperInput) error {
-	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       SessionReaperID(s.TaskQueue),
-		TaskQueue:                s.TaskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		StaticSummary:            "expire sessions idle for " + in.Idle.String(),
-	}, SessionReaperWorkflowName, in)
-	if err != nil {
-		return fmt.Errorf("start session reaper: %w", err)
-	}
-	return nil
 }

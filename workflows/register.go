@@ -12,7 +12,7 @@ func Register(r Registrar) {
 	r.RegisterWorkflowWithOptions(Build, workflow.RegisterOptions{Name: BuildWorkflowName})
 	r.RegisterWorkflowWithOptions(Rebuild, workflow.RegisterOptions{Name: RebuildWorkflowName})
 	r.RegisterWorkflowWithOptions(Twin, workflow.RegisterOptions{Name: TwinWorkflowName})
+	r.RegisterWorkflowWithOptions(SettleSpans, workflow.RegisterOptions{Name: SettleSpansWorkflowName})
 	RegisterSessions(r)
-	RegisterQueries(r)
 	RegisterWebhooks(r)
 }

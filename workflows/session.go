@@ -1,20 +1,14 @@
 package workflows
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/twinstate"
 )
 
 // SessionOpenWorkflowName is the registered name of the session-open workflow; never change it.
@@ -29,9 +23,13 @@ type SessionOpenInput struct {
 	SessionID string
 	EnvID     string
 	Spec      twinrpc.SessionSpec
-	// TwinWait bounds the wait for a cold twin (default 5 minutes; the spec's cold start is about two).
+	// TwinWait bounds the wait for a cold twin (default DefaultSessionTwinWait; the spec's cold start is about two
+	// minutes).
 	TwinWait time.Duration
 }
+
+// DefaultSessionTwinWait is how long a session open waits for a cold twin unless told.
+const DefaultSessionTwinWait = 5 * time.Minute
 
 // SessionOpenResult is the opened session: where its twin answers, the build it runs, and its receipts.
 type SessionOpenResult struct {
@@ -49,7 +47,7 @@ func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, 
 	var a *activities.Sessions
 	wait := in.TwinWait
 	if wait <= 0 {
-		wait = 5 * time.Minute
+		wait = DefaultSessionTwinWait
 	}
 	findCtx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: wait,
@@ -89,87 +87,4 @@ func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, 
 func RegisterSessions(r Registrar) {
 	r.RegisterWorkflowWithOptions(SessionOpen, workflow.RegisterOptions{Name: SessionOpenWorkflowName})
 	r.RegisterWorkflowWithOptions(SessionReaper, workflow.RegisterOptions{Name: SessionReaperWorkflowName})
-}
-
-// Sessions starts the session workflows from the API side.
-type Sessions struct {
-	Client    client.Client
-	TaskQueue string
-	// TwinWait bounds a session open's wait for a cold twin.
-	TwinWait time.Duration
-}
-
-// Open runs the session-open workflow (eagerly, on a worker in this process when there is one) and waits
-// for its result.
-func (s *Sessions) Open(ctx context.Context, in SessionOpenInput) (SessionOpenResult, error) {
-	if in.TwinWait == 0 {
-		in.TwinWait = s.TwinWait
-	}
-	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       SessionOpenWorkflowID(in.SessionID),
-		TaskQueue:                s.TaskQueue,
-		EnableEagerStart:         true,
-		WorkflowExecutionTimeout: in.TwinWait + time.Minute,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		StaticSummary:            "open session " + in.SessionID + " on " + in.EnvID,
-	}, SessionOpenWorkflowName, in)
-	if err != nil {
-		return SessionOpenResult{}, fmt.Errorf("start session open %s: %w", in.SessionID, err)
-	}
-	var out SessionOpenResult
-	if err := run.Get(ctx, &out); err != nil {
-		return SessionOpenResult{}, err
-	}
-	return out, nil
-}
-
-// TwinDirectory finds environments' twins through their TwinWorkflows: it is the activities.TwinDirectory of
-// session opens (waiting for a cold twin) and of the call path (waking without waiting).
-type TwinDirectory struct {
-	Client    client.Client
-	TaskQueue string
-	// Input is the TwinInput a wake starts an environment's TwinWorkflow with when none runs (Idle,
-	// HealthEvery, ReapEvery); EnvID and Active are filled per wake.
-	Input TwinInput
-}
-
-var _ activities.TwinDirectory = (*TwinDirectory)(nil)
-
-// WakeTwin implements activities.TwinDirectory with the TwinWorkflow's wake update.
-func (d *TwinDirectory) WakeTwin(ctx context.Context, w twinstate.Wake) (twinstate.Status, error) {
-	in := d.Input
-	in.EnvID, in.Active, in.Twins = w.EnvID, w.Active, nil
-	st, err := WakeTwin(ctx, d.Client, d.TaskQueue, in, WakeRequest{Build: w.Build, Wait: w.Wait, Suspect: w.Suspect, Idle: d.Input.Idle})
-	if err != nil {
-		return twinstate.Status{}, err
-	}
-	out := twinstate.Status{State: st.State, Addr: st.Addr, BuildID: st.Build.BuildID, Error: st.Error, ErrorType: st.ErrorType}
-	if st.Handle != nil {
-		out.HandleID = st.Handle.ID
-	}
-	return out, nil
-}
-
-// RunningTwins implements activities.TwinDirectory with the TwinWorkflow's status query (no twin is booted).
-func (d *TwinDirectory) RunningTwins(ctx context.Context, envID string) (map[string]twinstate.Status, error) {
-	out := map[string]twinstate.Status{}
-	v, err := d.Client.QueryWorkflow(ctx, TwinWorkflowID(envID), "", TwinStatusQuery)
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return out, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("twins of %s: %w", envID, err)
-	}
-	var st TwinStatus
-	if err := v.Get(&st); err != nil {
-		return nil, fmt.Errorf("twins of %s: %w", envID, err)
-	}
-	for _, t := range st.Twins {
-		if t.State != twinstate.Ready || t.Handle == nil {
-			continue
-		}
-		out[t.Build.BuildID] = twinstate.Status{State: t.State, Addr: t.Handle.Addr, BuildID: t.Build.BuildID, HandleID: t.Handle.ID}
-	}
-	return out, nil
 }

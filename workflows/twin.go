@@ -1,15 +1,10 @@
 package workflows
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -359,10 +354,25 @@ func (w *twinWF) newBuild(ctx workflow.Context, b twinstate.Build) {
 		awake = awake || s.State == twinstate.Ready || s.State == twinstate.Booting
 	}
 	w.in.Active = b
+	w.tagBuild(ctx, b)
 	s := w.slotFor(ctx, b)
 	if awake && (s.State == twinstate.Stopped || s.State == twinstate.Failed) {
 		s.wanted = true
 		s.set(ctx, twinstate.Booting)
+	}
+}
+
+// tagBuild makes the new active build the workflow's DoppelBuild, when it carries doppel's search attributes.
+// Workflows started before the attributes existed carry none (and their histories no upsert).
+func (w *twinWF) tagBuild(ctx workflow.Context, b twinstate.Build) {
+	if !workflow.GetTypedSearchAttributes(ctx).ContainsKey(EnvAttr) {
+		return
+	}
+	if workflow.GetVersion(ctx, "twin-build-attribute", workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, BuildAttr.ValueSet(b.BuildID)); err != nil {
+		workflow.GetLogger(ctx).Warn("tag the twin workflow with its new build", "build", b.BuildID, "error", err)
 	}
 }
 
@@ -571,41 +581,4 @@ func errorText(err error) (string, string) {
 		return appErr.Message(), appErr.Type()
 	}
 	return err.Error(), ""
-}
-
-// WakeTwin sends a WakeRequest to the environment's twin workflow, starting it with in if none runs, and answers
-// the build's TwinStatus. The API's wake route answers 202 for booting and 200 for ready; a session open sets
-// Wait. An ErrorType of activities.ErrTypeEngineUnreachable on a failed twin is a 503.
-func WakeTwin(ctx context.Context, c client.Client, taskQueue string, in TwinInput, req WakeRequest) (TwinStatus, error) {
-	start := c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       TwinWorkflowID(in.EnvID),
-		TaskQueue:                taskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		StaticSummary:            "twin of " + in.EnvID,
-	}, TwinWorkflowName, in)
-	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{UpdateName: WakeUpdate, Args: []any{req},
-			WaitForStage: client.WorkflowUpdateStageCompleted},
-	})
-	if err != nil {
-		return TwinStatus{}, fmt.Errorf("wake twin of %s: %w", in.EnvID, err)
-	}
-	var st TwinStatus
-	if err := h.Get(ctx, &st); err != nil {
-		return TwinStatus{}, fmt.Errorf("wake twin of %s: %w", in.EnvID, err)
-	}
-	return st, nil
-}
-
-// ActivateTwinBuild tells the environment's twin workflow, if one runs, that b is the active build. (With none
-// running, the next WakeTwin starts one with the active build in its input.)
-func ActivateTwinBuild(ctx context.Context, c client.Client, envID string, b twinstate.Build) error {
-	err := c.SignalWorkflow(ctx, TwinWorkflowID(envID), "", NewBuildSignal, b)
-	var notFound *serviceerror.NotFound
-	if err != nil && !errors.As(err, &notFound) {
-		return fmt.Errorf("activate build %s on the twin of %s: %w", b.BuildID, envID, err)
-	}
-	return nil
 }

@@ -20,6 +20,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/doppel-dev/doppel/api"
@@ -32,6 +33,7 @@ import (
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // Real traces and tool definitions shared by the e2e and crash tests: files of the repository's testdata/, read
@@ -253,6 +255,24 @@ func e2eWorkflowStatus(t *testing.T, c client.Client, id string) enumspb.Workflo
 		t.Fatalf("describe workflow %s: %v", id, err)
 	}
 	return d.GetWorkflowExecutionInfo().GetStatus()
+}
+
+// e2eWorkflowEnv is a workflow's DoppelEnv search attribute ("" when unset).
+func e2eWorkflowEnv(t *testing.T, c client.Client, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := c.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		t.Fatalf("describe workflow %s: %v", id, err)
+	}
+	var env string
+	if p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.EnvAttr.GetName()]; p != nil {
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &env); err != nil {
+			t.Fatalf("DoppelEnv of %s: %v", id, err)
+		}
+	}
+	return env
 }
 
 // e2eScenarios is the config part of the multipart build: a scenario sessions open by name.
@@ -584,9 +604,13 @@ func TestE2EDevStack(t *testing.T) {
 			t.Errorf("builds after restart %+v, before %+v", builds, buildsBeforeSt)
 		}
 		tc := e2eTemporalClient(t, tempAddr)
-		for _, id := range []string{workflows.BuildWorkflowID(firstBuild), workflows.BuildWorkflowID(providedBuild), workflows.RebuildWorkflowID(envID)} {
+		for _, id := range []string{workflows.BuildWorkflowID(firstBuild), workflows.BuildWorkflowID(providedBuild), wfclient.RebuildWorkflowID(envID)} {
 			if st := e2eWorkflowStatus(t, tc, id); st != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
 				t.Errorf("workflow %s after restart: %s, want COMPLETED", id, st)
+			}
+			// doppel dev registers doppel's search attributes, so its workflows can be filtered by environment.
+			if got := e2eWorkflowEnv(t, tc, id); got != envID {
+				t.Errorf("workflow %s carries DoppelEnv %q, want %q", id, got, envID)
 			}
 		}
 		var src api.ToolSource

@@ -16,7 +16,6 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/uptrace/bun"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -26,13 +25,13 @@ import (
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
+	"github.com/doppel-dev/doppel/query/flow"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // devKeyFile keeps the dev workspace key under the data dir, so `doppel dev` prints the same key every start.
@@ -282,6 +281,10 @@ func startWorker(ctx context.Context, st *stack) (sdkworker.Worker, driver.Drive
 		w.Stop()
 		return nil, nil, fmt.Errorf("schedule missed rebuilds: %w", err)
 	}
+	if err := scheduleMissedSettles(ctx, st); err != nil {
+		w.Stop()
+		return nil, nil, fmt.Errorf("schedule span settling: %w", err)
+	}
 	reconcileTwins(ctx, st, drv)
 	return w, drv, nil
 }
@@ -295,8 +298,7 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	if st.metrics != nil {
 		builds.Observer = st.metrics
 	}
-	queries := &activities.Queries{DB: st.db, Sessions: toolplane.QuerySessions{P: plane}, Bundles: plane.Bundles(),
-		Log: st.log.With("component", "queries")}
+	queries := &flow.Activities{DB: st.db, Plane: plane, Bundles: plane.Bundles(), Blobs: st.blobs, Log: st.log.With("component", "queries")}
 	mc, err := modelClient(st.cfg)
 	if err != nil {
 		return nil, err
@@ -311,10 +313,13 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 	}
 	hooks := &activities.Webhooks{DB: st.db, Sender: webhook.NewSender(guard, st.cfg.Webhooks.AttemptTimeout),
 		Dispatch: st.webhookStarter(), Log: st.log.With("component", "webhooks")}
+	spans := &activities.Spans{DB: st.db, Blobs: st.blobs, Scheduler: buildStarter(st), TaskAttribute: st.cfg.OTLP.TaskAttribute,
+		Log: st.log.With("component", "spans")}
 	return worker.New(st.temporal, st.cfg.Temporal.TaskQueue, worker.Deps{
 		Queries:  queries,
 		Builds:   builds,
 		Webhooks: hooks,
+		Spans:    spans,
 		Twins:    &activities.Twins{Driver: drv, Events: st.events()},
 		Sessions: &activities.Sessions{DB: st.db, Twins: twinDirectory(st), Locals: st.locals, Reaper: plane,
 			Log: st.log.With("component", "sessions"), Tracer: st.tracer()},
@@ -322,14 +327,46 @@ func newWorker(st *stack, drv driver.Driver) (sdkworker.Worker, error) {
 }
 
 // twinDirectory finds environments' twins through their TwinWorkflows, starting one with the configured idle time.
-func twinDirectory(st *stack) *workflows.TwinDirectory {
-	return &workflows.TwinDirectory{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue,
-		Input: workflows.TwinInput{Idle: st.cfg.Twin.Idle}}
+func twinDirectory(st *stack) *wfclient.TwinDirectory {
+	return &wfclient.TwinDirectory{Conn: st.conn(), Input: workflows.TwinInput{Idle: st.cfg.Twin.Idle}}
 }
 
 // sessionWorkflows starts session opens and the reaper.
-func sessionWorkflows(st *stack) *workflows.Sessions {
-	return &workflows.Sessions{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, TwinWait: st.cfg.Twin.Wait}
+func sessionWorkflows(st *stack) *wfclient.Sessions {
+	return &wfclient.Sessions{Conn: st.conn(), TwinWait: st.cfg.Twin.Wait}
+}
+
+// buildStarter starts builds and schedules rebuilds.
+func buildStarter(st *stack) *wfclient.Builds {
+	return &wfclient.Builds{Conn: st.conn(), Debounce: st.cfg.Collect.RebuildDebounce}
+}
+
+// spanSettler starts and signals environments' span settling.
+func spanSettler(st *stack) *wfclient.Spans {
+	return &wfclient.Spans{Conn: st.conn(), Settle: st.cfg.OTLP.Settle}
+}
+
+// scheduleMissedSettles starts span settling for every environment holding staged spans no trace was made from:
+// a process that died between staging an export and signalling its settling leaves such spans behind. Starting
+// one that runs only signals it.
+func scheduleMissedSettles(ctx context.Context, st *stack) error {
+	ids, err := store.EnvsWithPendingSpans(ctx, st.db)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		env, err := store.GetEnvByID(ctx, st.db, id)
+		if err != nil {
+			return err
+		}
+		if err := spanSettler(st).ScheduleSettle(ctx, env.WorkspaceID, id); err != nil {
+			return err
+		}
+	}
+	if len(ids) > 0 {
+		st.log.Info("scheduled span settling of environments with pending spans", "envs", len(ids))
+	}
+	return nil
 }
 
 // scheduleMissedBuilds schedules the rebuild of every environment holding traces no build was queued after: a
@@ -339,9 +376,13 @@ func scheduleMissedBuilds(ctx context.Context, st *stack) error {
 	if err != nil {
 		return err
 	}
-	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	starter := buildStarter(st)
 	for _, id := range ids {
-		if err := starter.ScheduleBuild(ctx, id); err != nil {
+		env, err := store.GetEnvByID(ctx, st.db, id)
+		if err != nil {
+			return err
+		}
+		if err := starter.ScheduleBuild(ctx, env.WorkspaceID, id); err != nil {
 			return err
 		}
 		st.log.Info("scheduled a rebuild missed before a restart", "env", id)
@@ -362,7 +403,7 @@ func reconcileTwins(ctx context.Context, st *stack, drv driver.Driver) {
 	if !ok {
 		return // a driver that cannot reconcile is left alone
 	}
-	removed, err := workflows.ReconcileTwins(ctx, st.temporal, rec, twinStartGrace)
+	removed, err := st.conn().ReconcileTwins(ctx, rec, twinStartGrace)
 	if err != nil {
 		st.log.Warn("reconcile twins at start", "error", err)
 	}
@@ -403,7 +444,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	if err != nil {
 		return opts, err
 	}
-	starter := &workflows.Starter{Client: st.temporal, TaskQueue: st.cfg.Temporal.TaskQueue, Debounce: st.cfg.Collect.RebuildDebounce}
+	starter := buildStarter(st)
 	c := st.cfg.Collect
 	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles(),
 		Traces: api.CollectOptions{MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes}}
@@ -411,12 +452,12 @@ func apiOptions(st *stack) (api.Options, error) {
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Plane: plane}
-	queries := &api.QueryRoutes{Plane: plane, RatePerSecond: st.cfg.Query.RatePerSecond, Burst: st.cfg.Query.Burst}
+	queries := &api.QueryRoutes{Queries: st.queries(), RatePerSecond: st.cfg.Query.RatePerSecond, Burst: st.cfg.Query.Burst}
 	usageRoutes := &api.UsageRoutes{Source: st.usageSource(), Gate: st.usageGate(), AdminKey: st.cfg.Admin.Key}
 	// The MCP server's OAuth metadata names the address each client reached it by (its Host), so one server
 	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
 	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
-	opts.TwinState = func(ctx context.Context, envID string) (string, error) { return liveTwinState(ctx, st, envID) }
+	opts.TwinState = twinDirectory(st).State
 	opts.WebSecret, opts.WebSessionTTL = []byte(st.cfg.Console.Secret), st.cfg.Console.SessionTTL
 	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
 	opts.KeyCacheTTL = api.DefaultKeyCacheTTL
@@ -441,8 +482,10 @@ func apiOptions(st *stack) (api.Options, error) {
 	}
 	hooks := &api.WebhookRoutes{Guard: guard, Deliveries: st.webhookStarter()}
 	uploads := &api.UploadRoutes{Blobs: st.blobs, MaxFileBytes: st.cfg.Uploads.MaxFileBytes}
+	tracesOpts := api.TracesOptions{Collect: collect, Settler: spanSettler(st), TaskAttribute: st.cfg.OTLP.TaskAttribute}
 	opts.Routes = []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, collect) },
+		api.TracesRoutes(tracesOpts, st.traceIngest()),
 		builds.Register,
 		sessions.Register,
 		wake.Register,
@@ -455,32 +498,13 @@ func apiOptions(st *stack) (api.Options, error) {
 	return opts, nil
 }
 
-// liveTwinState asks the environment's TwinWorkflow for its active twin's state; no workflow means stopped.
-func liveTwinState(ctx context.Context, st *stack, envID string) (string, error) {
-	v, err := st.temporal.QueryWorkflow(ctx, workflows.TwinWorkflowID(envID), "", workflows.TwinStatusQuery)
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return twinstate.Stopped, nil
-	}
-	if err != nil {
-		return "", err
-	}
-	var ts workflows.TwinStatus
-	if err := v.Get(&ts); err != nil {
-		return "", err
-	}
-	if ts.State == twinstate.Failed {
-		return twinstate.Stopped, nil
-	}
-	return ts.State, nil
-}
-
 // docRoutes registers every route group for the OpenAPI document only: none of them is ever called.
 func docRoutes() []func(huma.API, *api.Deps) {
 	builds := &api.BuildRoutes{Blobs: docOnlyBlobs{}}
 	sessions := &api.SessionRoutes{}
 	return []func(huma.API, *api.Deps){
 		func(a huma.API, d *api.Deps) { api.RegisterCollect(a, d, api.CollectOptions{Blobs: docOnlyBlobs{}}) },
+		api.TracesRoutes(api.TracesOptions{}, nil),
 		builds.Register,
 		sessions.Register,
 		(&api.WakeRoutes{}).Register,
@@ -517,6 +541,12 @@ func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
 		return err
 	}
 	defer stopPprof()
+	stopGRPC, err := serveOTLPGRPC(st)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopGRPC()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	ready(ln.Addr().String())

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/log"
 
 	"github.com/doppel-dev/doppel/activities"
+	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
 	"github.com/doppel-dev/doppel/devserver"
@@ -24,6 +25,7 @@ import (
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/llm"
+	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/telemetry"
@@ -32,6 +34,7 @@ import (
 	metering "github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/workflows"
+	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
 
 // stack holds the concrete parts a server process runs on; close releases them in reverse order.
@@ -57,7 +60,11 @@ type stack struct {
 	// meters reads usage from the database; gate enforces the plans with it (nil: usage.enforce is off).
 	meters *metering.Source
 	gate   *metering.Gate
-	hooks  *workflows.Webhooks
+	hooks  *wfclient.Webhooks
+	// tagged says the namespace has doppel's search attributes: the workflows this process starts carry them.
+	tagged bool
+	// otlp is the OTLP trace ingest the API serves at /v1/traces, shared with OTLP/gRPC (filled when the API is built).
+	otlp api.TraceIngest
 }
 
 // usageSource is the process's usage reader, over the configured plans and period.
@@ -100,15 +107,23 @@ func (t thresholdEvents) Threshold(ctx context.Context, ws *schema.Workspace, r 
 }
 
 // webhookStarter starts webhook deliveries' workflows, for every part of this process that records events.
-func (s *stack) webhookStarter() *workflows.Webhooks {
+func (s *stack) webhookStarter() *wfclient.Webhooks {
 	if s.hooks == nil {
 		w := s.cfg.Webhooks
-		s.hooks = &workflows.Webhooks{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue,
+		s.hooks = &wfclient.Webhooks{Conn: s.conn(),
 			Dispatched: func(ctx context.Context, ids []string) error { return store.MarkDispatched(ctx, s.db, ids) },
-			Log:        s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
+			Workspaces: func(ctx context.Context, ids []string) (map[string]string, error) {
+				return store.DeliveryWorkspaces(ctx, s.db, ids)
+			},
+			Log: s.log.With("component", "webhooks"), Policy: workflows.DeliveryPolicy{Window: w.RetryWindow,
 				Initial: w.BackoffInitial, Max: w.BackoffMax, Attempt: w.AttemptTimeout + 15*time.Second}}
 	}
 	return s.hooks
+}
+
+// conn is the process's connection to its workflows.
+func (s *stack) conn() wfclient.Conn {
+	return wfclient.Conn{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue, Tagged: s.tagged}
 }
 
 // events records events with the changes they report and starts their deliveries.
@@ -166,15 +181,22 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	o := toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events(),
-		Queries:    &workflows.Queries{Client: s.temporal, TaskQueue: s.cfg.Temporal.TaskQueue},
-		QueryModel: queryModel(s.cfg), QueryWait: s.cfg.Query.Wait, QueryMaxSteps: s.cfg.Query.MaxSteps,
-		QueryDeadline: s.cfg.Query.Deadline}
+		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()}
 	if g := s.usageGate(); g != nil {
 		o.Quota = g
 	}
 	s.plane = toolplane.New(o)
 	return s.plane, nil
+}
+
+// queries is the process's query service: it runs queries' workflows and reads their rows.
+func (s *stack) queries() *query.Service {
+	q := &query.Service{DB: s.db, Runner: &wfclient.Queries{Conn: s.conn(), TwinWait: s.cfg.Twin.Wait}, Model: queryModel(s.cfg), Wait: s.cfg.Query.Wait,
+		MaxSteps: s.cfg.Query.MaxSteps, Deadline: s.cfg.Query.Deadline, Log: s.log.With("component", "queries")}
+	if g := s.usageGate(); g != nil {
+		q.Quota = g
+	}
+	return q
 }
 
 // queryModel is the configured model's name, or "" when no model endpoint is configured (queries replay).
@@ -290,6 +312,7 @@ func startStack(ctx context.Context, cfg *config.Config, environ []string, logge
 		srv, err := devserver.Start(ctx, devserver.Options{
 			DataDir: cfg.DataDir, FrontendAddr: cfg.Temporal.DevAddr, UIAddr: cfg.Temporal.UIAddr,
 			Namespace: cfg.Temporal.Namespace, Logger: logger.With("component", "temporal"),
+			SearchAttributes: wfclient.SearchAttributes(),
 		})
 		if err != nil {
 			return fail(fmt.Errorf("temporal dev server: %w", err))
@@ -326,7 +349,30 @@ func startStack(ctx context.Context, cfg *config.Config, environ []string, logge
 	}
 	s.temporal = c
 	s.onClose(func() error { c.Close(); return nil })
+	s.tagged = searchAttributesReady(ctx, c, cfg.Temporal.Namespace, logger)
 	return s, nil
+}
+
+// searchAttributesReady reports whether the namespace has doppel's search attributes, so the workflows this process
+// starts can carry them. Without them doppel runs, its workflows untagged, and says so: the attributes let an
+// operator filter workflows in the Temporal UI, nothing depends on them, and refusing to start would turn an
+// upgrade whose operator has not registered them yet into an outage.
+func searchAttributesReady(ctx context.Context, c client.Client, namespace string, logger *slog.Logger) bool {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	missing, err := wfclient.MissingSearchAttributes(cctx, c, namespace, wfclient.SearchAttributes())
+	switch {
+	case err != nil:
+		logger.Warn("could not check the namespace's search attributes: doppel's workflows start without them",
+			"namespace", namespace, "error", err)
+		return false
+	case len(missing) > 0:
+		logger.Warn("the namespace lacks doppel's search attributes: its workflows start without them and cannot be "+
+			"filtered by workspace, environment or build in the Temporal UI; register them (docs/temporal.md) and restart",
+			"namespace", namespace, "missing", missing, "commands", wfclient.CreateCommands(namespace, missing))
+		return false
+	}
+	return true
 }
 
 // twinDriver is the driver twin.driver names; unset, `doppel dev` (one process, st.dev set) runs its twins in
@@ -367,6 +413,7 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 			return nil, err
 		}
 		d, err := driver.NewInproc(driver.InprocOptions{Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger,
+			Memory: memoryReturner(cfg),
 			Load: func(_ context.Context, bundle []byte) (twinrpc.Runtime, error) {
 				return twinrpc.NewTwinRuntime(bundle, opts)
 			}})

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/internal/osmem"
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/twin"
 	"github.com/doppel-dev/doppel/twinrpc"
@@ -49,8 +50,17 @@ func runTwin(ctx context.Context, e env) error {
 		load = twinrpc.BundleBlob(blobs, *bundleKey, opts)
 	}
 	return twinrpc.Serve(ctx, twinrpc.ServeOptions{
-		Listen: *listen, Load: load, AddrFile: *addrFile, Announce: e.stdout, Logger: logger,
+		Listen: *listen, Load: load, AddrFile: *addrFile, Announce: e.stdout, Logger: logger, Memory: memoryReturner(cfg),
 	})
+}
+
+// memoryReturner is what gives the memory of dropped session worlds back to the OS, at most once per
+// runtime.return_memory_every (nil when it is 0: left to the Go runtime).
+func memoryReturner(cfg *config.Config) *osmem.Returner {
+	if cfg.Runtime.ReturnMemoryEvery <= 0 {
+		return nil
+	}
+	return osmem.New(cfg.Runtime.ReturnMemoryEvery, nil)
 }
 
 // seedBudget bounds a model seeding request inside the session-open workflow's 30 s twin call.

@@ -56,6 +56,8 @@ func TestWebhooksE2E(t *testing.T) {
 			"DOPPEL_WEBHOOKS_ALLOW_CIDRS=127.0.0.0/8",
 			"DOPPEL_WEBHOOKS_BACKOFF_INITIAL=300ms", "DOPPEL_WEBHOOKS_BACKOFF_MAX=2s",
 			"DOPPEL_WEBHOOKS_ATTEMPT_TIMEOUT=2s", "DOPPEL_WEBHOOKS_SWEEP_EVERY=1s",
+			// The default 127.0.0.1:9464 would be any other worker's on this machine: a free port instead.
+			"DOPPEL_METRICS_WORKER_ADDR=" + e2eFreeAddr(t),
 		}, be.env...)}
 	// The worker is killed (-9) on the way and at the end. The process twins it leaves running, which a next worker
 	// would adopt, are stopped once every process of the stack is gone (cleanups run last first).
