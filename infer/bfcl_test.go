@@ -20,4 +20,12 @@ func TestSelfCheckBFCL(t *testing.T) {
 		t.Errorf("bfcl self-check: split %q over %d tasks, want by task over 134", sc.Split, sc.Tasks)
 	}
 	t.Logf("bfcl by task: exact %.2f%% shape %.2f%% error %.2f%%", sc.AgreementPct, sc.ShapeAgreePct, sc.ErrorAgreePct)
+	// Floors under today's figures (issue 36: 56.07 % by task, 58.72 % reproduction; the goals, 60 % and 90 %, are
+	// not met: see docs/reproduction.md), so what was learned is not lost unnoticed.
+	if sc.AgreementPct < 55.5 {
+		t.Errorf("bfcl by task: %.2f%% exact, floor 55.5%%", sc.AgreementPct)
+	}
+	if rp := sc.Reproduction; rp == nil || rp.AgreementPct < 58 {
+		t.Errorf("bfcl reproduction: %+v, floor 58%% exact", rp)
+	}
 }
