@@ -361,8 +361,8 @@ func (b *Builds) SelfCheck(ctx context.Context, plan BuildPlan, inf Inferred) (S
 	}
 	return SelfChecked{
 		ReportKey: key, Agreement: rep.AgreementPct, Calls: rep.Calls,
-		Headline: fmt.Sprintf("%s; self-check (%s) agreement %.1f%% of %d calls exact, %.1f%% shape, %.1f%% error",
-			inf.Headline, rep.Mode, rep.AgreementPct, rep.Calls, rep.ShapeAgreePct, rep.ErrorAgreePct),
+		Headline: fmt.Sprintf("%s; self-check (%s) agreement %.1f%% of %d calls exact, %.1f%% shape, %.1f%% error%s",
+			inf.Headline, rep.Mode, rep.AgreementPct, rep.Calls, rep.ShapeAgreePct, rep.ErrorAgreePct, rep.Reproduction.Headline()),
 	}, nil
 }
 

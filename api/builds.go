@@ -121,7 +121,7 @@ type ToolSource struct {
 	Name     string `json:"name"`
 	Binding  string `json:"binding" enum:"provided,synthesized,simulated"`
 	Rung     string `json:"rung"`
-	Kind     string `json:"kind" doc:"What the build recognised: read, lookup, write, constant, pure, query or unknown."`
+	Kind     string `json:"kind" doc:"What the build recognised: read, lookup, write, constant, template, pure, state (reads state beyond rows: variables), query or unknown."`
 	Language string `json:"language" enum:"starlark"`
 	Source   string `json:"source" doc:"The synthesized Starlark handler; empty when none could be made."`
 	Provided string `json:"provided" doc:"The caller's own code, when uploaded; it runs first."`

@@ -25,8 +25,8 @@ import (
 const mcpSessionHeader = "Mcp-Session-Id"
 
 // envFace is /mcp/envs/{slug}: an environment's production tools as MCP tools, one seeded doppel session per MCP
-// session. The session opens at initialize, with the seed, seed instructions (or scenario) and clock given as query
-// parameters of the address or in the initialize request's _meta; its receipts are in the initialize result's
+// session. The session opens at initialize, with the seed, seed instructions (or scenario, or a trace to open from)
+// and clock given as query parameters of the address or in the initialize request's _meta; its receipts are in the initialize result's
 // _meta and in the resource doppel://session/receipts. tools/list is the REST tool listing's (names, descriptions,
 // input schemas); tools/call is a session call through the tool plane, journaled, with its fidelity and rung in the
 // result's _meta and a tool's own error as isError. Ending the MCP session (DELETE, or the session idling out)
@@ -278,6 +278,7 @@ type MCPReceipts struct {
 	Clock            string              `json:"clock"`
 	Pinned           map[string][]string `json:"pinned"`
 	StateHash        string              `json:"stateHash,omitempty"`
+	Trace            *TraceReceipt       `json:"trace,omitempty"`
 	NCalls           int64               `json:"nCalls"`
 	ExpiresAt        *time.Time          `json:"expiresAt,omitempty"`
 }
@@ -290,7 +291,8 @@ func (s *envSession) view(st *toolplane.State) MCPReceipts {
 	rc := o.Receipts
 	v := MCPReceipts{SessionID: o.Session.ID, Env: s.start.env.Slug, Seeded: rc.Seeded, Seed: rc.Seed,
 		SeedInstructions: rc.SeedInstructions, Scenario: rc.Scenario, Note: rc.Note, WorldHash: rc.WorldHash,
-		Clock: rc.Clock, Pinned: rc.Pinned, StateHash: o.Session.StateHash, ExpiresAt: &o.Session.ExpiresAt}
+		Clock: rc.Clock, Pinned: rc.Pinned, StateHash: o.Session.StateHash, ExpiresAt: &o.Session.ExpiresAt,
+		Trace: traceReceipt(rc.Trace)}
 	if st != nil {
 		v.StateHash, v.NCalls, v.ExpiresAt = st.StateHash, st.NCalls, &st.ExpiresAt
 	}
@@ -333,12 +335,13 @@ type openSpec struct {
 	scenario, clock *string
 	record          *bool
 	faults          faults.Spec
+	trace           *toolplane.TraceParam
 	where           map[string]string // parameter name → query or _meta
 	err             error             // the first bad _meta parameter
 }
 
 // openParams are the names an MCP address and the initialize _meta take.
-var openParams = []string{"seed", "seed_instructions", "seedInstructions", "scenario", "clock", "recordOutputs", "faults"}
+var openParams = []string{"seed", "seed_instructions", "seedInstructions", "scenario", "clock", "recordOutputs", "faults", "trace"}
 
 func specFromQuery(r *http.Request) (openSpec, error) {
 	q := r.URL.Query()
@@ -433,6 +436,18 @@ func (sp *openSpec) set(where, name string, v any) error {
 		if derr := dec.Decode(&sp.faults); derr != nil {
 			return Invalid(field, "expected a JSON object: tool → {error_rate, timeout_rate, timeout_ms, latency}: "+derr.Error())
 		}
+	case "trace":
+		// The trace the world opens from (as sessions.open's body takes it): in a query, a held trace's id (or the
+		// trace as JSON text); in _meta, the id or the trace object.
+		var raw []byte
+		if x, ok := v.(string); ok && !strings.HasPrefix(strings.TrimSpace(x), "{") {
+			raw, _ = json.Marshal(x)
+		} else if ok {
+			raw = []byte(x)
+		} else if raw, err = json.Marshal(v); err != nil {
+			return Invalid(field, "expected a trace id or a trace {id, model, messages}")
+		}
+		sp.trace, err = toolplane.ParseTraceParam(field, raw)
 	}
 	return err
 }
@@ -479,6 +494,7 @@ func (sp openSpec) request(start *envStart) (toolplane.OpenRequest, error) {
 		req.RecordOutputs = *sp.record
 	}
 	req.Faults = sp.faults
+	req.Trace = sp.trace
 	return req, nil
 }
 

@@ -48,7 +48,8 @@ func (sr *SessionRoutes) Register(a huma.API, d *Deps) {
 			"(waking it when stopped) and runs as a Temporal workflow. The body accepts both naming variants " +
 			"(`seed_instructions` or `seedInstructions`; both given and different is a 422); the answer carries " +
 			"both sets of names. Seed words that cannot become rows open the unseeded world with " +
-			"`receipts.seeded: false` and a `note`.",
+			"`receipts.seeded: false` and a `note`. With `trace` (a trace the environment holds, by id, or one in the " +
+			"collect format) the session opens on the world that conversation saw instead: see `trace`.",
 		Tags:     []string{"sessions"},
 		Security: WorkspaceKeyAuth(),
 		Errors:   []int{http.StatusPaymentRequired, http.StatusConflict, http.StatusServiceUnavailable},
@@ -123,6 +124,7 @@ type OpenSessionBody struct {
 	Scenario          *string              `json:"scenario,omitempty" maxLength:"200" doc:"Name of a scenario from the environment's build config, used instead of seed instructions (never combined with them)."`
 	Clock             *string              `json:"clock,omitempty" format:"date-time" doc:"Fixes the world's time, RFC 3339 (e.g. 2025-03-01T09:00:00Z). Omitted: the build's clock."`
 	World             *string              `json:"world,omitempty" enum:"open,closed" doc:"World policy for ids the world does not hold: open (an unknown id in the recorded id format is made up from the seed and the id, consistent with what the recordings imply, and labelled B_inferred) or closed (production's own not-found error). Omitted: the build's (config.world, default open)."`
+	Trace             SessionTrace         `json:"trace,omitempty"`
 	Faults            map[string]FaultRule `json:"faults,omitempty" maxProperties:"1000" doc:"Injected faults per tool name (\"*\": every tool not named): recorded error answers, timeouts and added latency, drawn from the session's seed so the same seed fails the same calls. Each injected fault is labelled in the call's answer and the transcript."`
 }
 
@@ -177,6 +179,8 @@ type SessionReceipts struct {
 	Note      *string `json:"note" doc:"Why seed words could not become rows, or null."`
 	Clock     string  `json:"clock" doc:"The world's time, RFC 3339: with the seed and instructions, it fixes the world."`
 	World     string  `json:"world,omitempty" doc:"The session's world policy: open or closed."`
+	// Trace is set when the session was opened from a trace.
+	Trace *TraceReceipt `json:"trace,omitempty" doc:"The trace the world was opened from, when it was."`
 }
 
 // OpenSessionBodyOut answers a session open in both naming variants.
@@ -225,6 +229,9 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	if body.World != nil {
 		req.World = *body.World
 	}
+	if req.Trace, err = toolplane.ParseTraceParam("body.trace", body.Trace); err != nil {
+		return nil, err
+	}
 	o, err := sr.Plane.Open(ctx, req)
 	if err != nil {
 		return nil, err
@@ -234,7 +241,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 		SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: rc.WorldHash,
 		SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
 		Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: rc.WorldHash, Note: rc.Note,
-			Clock: rc.Clock, World: rc.World},
+			Clock: rc.Clock, World: rc.World, Trace: traceReceipt(rc.Trace)},
 	}}, nil
 }
 
@@ -466,7 +473,7 @@ func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutp
 	rc := st.Receipts
 	v.Receipts = SessionReceiptsFull{
 		SessionReceipts: SessionReceipts{Seeded: s.Seeded, Seed: s.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash, Note: rc.Note,
-			Clock: s.Clock, World: rc.World},
+			Clock: s.Clock, World: rc.World, Trace: traceReceipt(rc.Trace)},
 		Pinned:           rc.Pinned,
 		SeedInstructions: rc.SeedInstructions,
 	}

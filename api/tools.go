@@ -110,8 +110,8 @@ type ListToolsOutput struct {
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 // unanswerable is the attention sentence of a tool nothing can answer.
-const unanswerable = "Nothing can answer this tool: it has no handler and no recorded answer, and no model is configured " +
-	"(model.base_url); it is left out of the openai and anthropic formats."
+const unanswerable = "Nothing can answer this tool: it has no handler, no recorded answer and no definition to infer one by, " +
+	"and no model is configured (model.base_url); it is left out of the openai and anthropic formats."
 
 // ToolEntries renders a bundle's tools in format, sorted by name. model says whether a model is configured (the
 // simulate rung answers): without one, a tool with no handler and no recording cannot be answered, so the provider
@@ -119,13 +119,15 @@ const unanswerable = "Nothing can answer this tool: it has no handler and no rec
 func ToolEntries(b *twin.Bundle, build *schema.Build, format string, model bool) (ToolList, error) {
 	tools := append([]twin.Tool(nil), b.Tools...)
 	sortTools(tools)
-	recorded := map[string]bool{}
+	recorded, anySuccess := map[string]bool{}, false
 	for _, r := range b.Recordings {
 		recorded[r.Tool] = true
+		anySuccess = anySuccess || !r.Error
 	}
 	out := make(ToolList, 0, len(tools))
 	for _, t := range tools {
-		answerable := model || t.Provided != "" || t.Source != "" || recorded[t.Name]
+		// A defined tool the traces never called is answered from the recorded tool most like it (B_inferred).
+		answerable := model || t.Provided != "" || t.Source != "" || recorded[t.Name] || t.Defined && anySuccess
 		in := t.InputSchema
 		if len(in) == 0 || string(in) == "null" {
 			in = emptyObjectSchema

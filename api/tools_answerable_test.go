@@ -59,3 +59,27 @@ func TestToolListingLeavesOutWhatNothingAnswers(t *testing.T) {
 		t.Fatalf("native calculate = %+v", calc)
 	}
 }
+
+// TestToolListingKeepsDefinedTools: a tool with an uploaded definition that no trace called is answered by inference
+// from the recorded tool most like it (B_inferred, downgraded), so it is listed in every format, without a model.
+func TestToolListingKeepsDefinedTools(t *testing.T) {
+	b := &twin.Bundle{
+		Tools: []twin.Tool{
+			{Name: "get_speed", Binding: twin.BindingSimulated, Rung: twin.RungSimulate, Defined: true},
+			{Name: "get_fuel", Binding: twin.BindingSimulated, Rung: twin.RungReplay},
+		},
+		Recordings: []twin.Recording{{Tool: "get_fuel", Args: `{}`}},
+		Answers:    []string{`{"fuel": 1}`},
+	}
+	list, err := api.ToolEntries(b, &schema.Build{ID: "bld_1"}, api.FormatOpenAI, false)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("openai without a model: %d entries, %v; want the defined tool listed too", len(list), err)
+	}
+	native, err := api.ToolEntries(b, &schema.Build{ID: "bld_1"}, api.FormatNative, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if speed := native[1].(api.NativeTool); speed.Name != "get_speed" || !speed.Answerable {
+		t.Fatalf("native get_speed = %+v", speed)
+	}
+}

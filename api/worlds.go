@@ -130,7 +130,7 @@ func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkO
 				SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: s.WorldHash,
 				SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
 				Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash,
-					Note: rc.Note, Clock: rc.Clock, World: rc.World},
+					Note: rc.Note, Clock: rc.Clock, World: rc.World, Trace: traceReceipt(rc.Trace)},
 			},
 			ForkedFrom: ForkedFrom{SessionID: s.ForkedFrom, AtCall: s.ForkedAt},
 			StateHash:  s.StateHash,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -618,11 +619,34 @@ func (p *prop) value(s string) (any, error) {
 		}
 		return b, nil
 	}
+	if name, ok := strings.CutPrefix(s, "@"); ok && name != "" {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %v", name, err)
+		}
+		s = string(data)
+	}
 	var x any
 	if err := json.Unmarshal([]byte(s), &x); err != nil {
+		if p.takesString() {
+			return s, nil // a value that is not JSON is the string the schema also takes (a trace's id)
+		}
 		return nil, fmt.Errorf("not JSON: %v", err)
 	}
 	return json.RawMessage(s), nil
+}
+
+// takesString tells a JSON flag whose schema also takes a string (oneOf or anyOf with a string alternative).
+func (p *prop) takesString() bool {
+	for _, k := range []string{"oneOf", "anyOf"} {
+		alts, _ := p.schema[k].([]any)
+		for _, a := range alts {
+			if m, ok := a.(map[string]any); ok && schemaType(m) == "string" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (p *prop) checkEnum(v any) error {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +27,8 @@ const testRegistry = `{"verbs":[
    "seed_instructions":{"type":"string","x-in":"body","description":"Plain-language preconditions."},
    "seedInstructions":{"type":"string","x-in":"body"},
    "recordOutputs":{"type":"boolean","x-in":"body"},
-   "record_outputs":{"type":"boolean","x-in":"body"}}}},
+   "record_outputs":{"type":"boolean","x-in":"body"},
+   "trace":{"x-in":"body","oneOf":[{"type":"string"},{"type":"object","additionalProperties":true}]}}}},
  {"name":"sessions.call","kind":"mutation","method":"POST","path":"/v1/sessions/{session_id}/call","summary":"Call a tool","credentials":["sessionToken","workspaceKey"],
   "input":{"type":"object","required":["arguments","name","session_id"],"properties":{
    "session_id":{"type":"string","x-in":"path"},"name":{"type":"string","x-in":"body"},
@@ -213,6 +216,20 @@ func TestRegistryVerbs(t *testing.T) {
 	}
 	if g := mustJSON(t, f.last(t).input); g != `{"record_outputs":true,"seed":42,"seed_instructions":"one order","slug":"tau2-retail"}` {
 		t.Fatalf("sessions open input = %s", g)
+	}
+	// A JSON flag whose schema also takes a string: plain text is that string (a trace id), JSON is JSON, and
+	// @file reads the file.
+	if code, _, errs := f.run("sessions", "open", "tau2-retail", "--trace", "task-12/trial-0"); code != 0 ||
+		mustJSON(t, f.last(t).input) != `{"slug":"tau2-retail","trace":"task-12/trial-0"}` {
+		t.Fatalf("--trace id: %d %s %+v", code, errs, f.last(t))
+	}
+	traceFile := filepath.Join(t.TempDir(), "trace.json")
+	if err := os.WriteFile(traceFile, []byte(`{"id":"t1","messages":[{"role":"user","content":"hi"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := f.run("sessions", "open", "tau2-retail", "--trace", "@"+traceFile); code != 0 ||
+		mustJSON(t, f.last(t).input) != `{"slug":"tau2-retail","trace":{"id":"t1","messages":[{"content":"hi","role":"user"}]}}` {
+		t.Fatalf("--trace @file: %d %s %+v", code, errs, f.last(t))
 	}
 	if code, _, _ := f.run("sessions", "open", "tau2-retail", "--seedInstructions", "x"); code != 0 ||
 		mustJSON(t, f.last(t).input) != `{"seed_instructions":"x","slug":"tau2-retail"}` {

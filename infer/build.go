@@ -81,6 +81,11 @@ type Warning struct {
 // its tool to start at the twin rung; below it the tool starts at replay.
 const minFit = 0.75
 
+// minStateFit is minFit for a handler answering from state beyond rows: its fit counts as misses the calls whose
+// variables the trace had not shown (the base value answered), which a session that shows them gets right, and
+// the recordings would answer those no better.
+const minStateFit = 0.5
+
 // Build infers a twin bundle from traces. Messy input (calls without answers,
 // arguments or answers that are not JSON, unknown roles) is counted in the
 // report's warnings, never fatal; invalid options are an error naming the field.
@@ -140,14 +145,14 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*tw
 func (m *model) bundle() *twin.Bundle {
 	b := &twin.Bundle{Format: twin.FormatVersion, Name: m.opts.Config.Name, Framework: m.opts.Config.Framework,
 		Language: m.opts.Config.Language, SchemaSource: "traces", Style: m.style, Clock: m.opts.Config.Clock,
-		Scenarios: m.opts.Config.Scenarios, World: m.opts.Config.World}
+		Scenarios: m.opts.Config.Scenarios, World: m.opts.Config.World, StateTable: m.stateTable}
 	if len(m.opts.Tools) > 0 {
 		b.SchemaSource = "provided"
 	}
 	for _, name := range m.toolNames {
 		ti := m.tools[name]
 		t := twin.Tool{Name: name, Kind: ti.kind, Source: ti.source, Table: ti.table, KeyArg: ti.keyArg,
-			StringsAsJSON: ti.stringsAsJSON, Provided: m.opts.Code[name]}
+			StringsAsJSON: ti.stringsAsJSON, Provided: m.opts.Code[name], State: ti.state}
 		if ti.kind == twin.KindLookup {
 			t.KeyArg = ""
 		}
@@ -176,7 +181,9 @@ func (m *model) bundle() *twin.Bundle {
 		if ti.def != nil {
 			t.Description = ti.def.Description
 			t.InputSchema = ti.def.InputSchema
+			t.Defined = true
 		}
+		t.Args = m.argRules(ti, &t)
 		if t.Description == "" {
 			t.Description = fmt.Sprintf("%s (described from %d recorded calls)", strings.ReplaceAll(name, "_", " "), len(ti.calls))
 		}
@@ -187,12 +194,14 @@ func (m *model) bundle() *twin.Bundle {
 		ti := m.tables[tn]
 		t := twin.Table{Name: tn, Key: ti.keyField, KeyInRow: ti.keyInRow, Refs: ti.refs}
 		keys := sortedKeys(m.base[tn])
-		t.KeyShape = keyShape(keys)
-		t.KeyPattern = keyPatternOf(keys)
-		t.KeyParts = m.keyParts(tn)
-		t.KeyWords = m.keyWords(tn, t.KeyParts)
-		t.Facts = m.factRows(tn)
-		t.Absent = m.absentKeys(tn)
+		if tn != m.stateTable { // variables are named, not made up: no id format, facts or absent keys
+			t.KeyShape = keyShape(keys)
+			t.KeyPattern = keyPatternOf(keys)
+			t.KeyParts = m.keyParts(tn)
+			t.KeyWords = m.keyWords(tn, t.KeyParts)
+			t.Facts = m.factRows(tn)
+			t.Absent = m.absentKeys(tn)
+		}
 		t.Rows = make([]twin.Row, len(keys))
 		for i, k := range keys {
 			t.Rows[i].Key = k // rendered once fit is done (renderRows)
@@ -272,6 +281,7 @@ func (m *model) learn() *twin.Bundle {
 	m.learnRelations()
 	m.synthesize()
 	m.learnFacts()
+	m.learnState()
 	return m.bundle()
 }
 
@@ -381,7 +391,7 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		}
 	}
 	pending := len(need)
-	for _, t := range traces {
+	for ti, t := range traces {
 		if pending == 0 {
 			break
 		}
@@ -389,6 +399,10 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 		s, _, err := rt.Open(twin.SessionSpec{World: twin.WorldClosed})
 		if err != nil {
 			return nil, err
+		}
+		// The state as this trace's world had it (its rows come from the base world and its own sightings).
+		for _, k := range sortedKeys(m.stateTraces[ti]) {
+			s.PutRow(m.stateTable, k, twin.StateRow(m.stateTraces[ti][k]))
 		}
 		v := m.newView()
 		for _, c := range t.calls {
@@ -410,6 +424,8 @@ func (m *model) fit(b *twin.Bundle) (map[string]*toolFit, error) {
 			if tn, k, row, ok := m.rowOf(c); ok {
 				s.PutRow(tn, k, row)
 			}
+			m.putState(s.PutRow, s.StateValue, c)
+			m.putHidden(s.PutRow, c)
 			v.observe(c)
 		}
 		if m.release {
@@ -474,7 +490,7 @@ func (m *model) decide(b *twin.Bundle, fits map[string]*toolFit) *Report {
 		switch {
 		case t.Provided != "":
 			t.Binding, t.Rung = twin.BindingProvided, twin.RungProvided
-		case t.Source != "" && (f == nil || f.tried == 0 || t.Scores.Fit >= minFit):
+		case t.Source != "" && (f == nil || f.tried == 0 || t.Scores.Fit >= minFit || t.State != nil && t.Scores.Fit >= minStateFit):
 			t.Binding, t.Rung = twin.BindingSynthesized, twin.RungTwin
 			if t.Kind == twin.KindWrite && f != nil && f.agreed < f.tried+f.declined {
 				t.PreferRecorded = true
@@ -568,4 +584,5 @@ func (r *Report) AddSelfCheck(sc *SelfCheckReport) {
 	r.SelfCheckSplit = sc.Split
 	r.Headline += fmt.Sprintf("; self-check (%s) %.1f%% of %d calls exact, %.1f%% shape, %.1f%% error agreement",
 		sc.Mode, sc.AgreementPct, sc.Calls, sc.ShapeAgreePct, sc.ErrorAgreePct)
+	r.Headline += sc.Reproduction.Headline()
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"sort"
 	"strings"
-	"unicode"
 
 	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/twin"
@@ -34,6 +33,14 @@ type model struct {
 	subDefs map[string]twin.SubIndex
 	// release has the build drop answers' parsed trees once done with them (buildPrepared).
 	release bool
+	// stateTable names the table of state beyond rows and stateTools the tools answering from it (state.go).
+	stateTable string
+	stateTools map[string]*stateTool
+	// stateTraces holds, by trace index, the variables as each trace's world had them before its calls (fit puts
+	// them in place, as it does the rows the trace knew).
+	stateTraces map[int]map[string]any
+	// hidden are the effects of each tool its answers do not show (hidden.go).
+	hidden map[string][]hiddenEffect
 }
 
 // toolInfo is what the build learns about one tool.
@@ -53,6 +60,8 @@ type toolInfo struct {
 	stringsAsJSON bool
 	// lookupCrit maps a lookup's argument to the row field it matches.
 	lookupCrit map[string]string
+	// state says which variables the tool's answers show and set (state.go).
+	state *twin.ToolState
 }
 
 // tableInfo is an entity type.
@@ -89,30 +98,7 @@ func set(xs ...string) map[string]bool {
 }
 
 // nameWords splits a tool name (snake, kebab or camel case) into lower-case words.
-func nameWords(name string) []string {
-	var words []string
-	var cur []rune
-	flush := func() {
-		if len(cur) > 0 {
-			words = append(words, strings.ToLower(string(cur)))
-			cur = cur[:0]
-		}
-	}
-	rs := []rune(name)
-	for i, r := range rs {
-		switch {
-		case r == '_' || r == '-' || r == '.' || r == ' ':
-			flush()
-		case unicode.IsUpper(r) && i > 0 && (unicode.IsLower(rs[i-1]) || (i+1 < len(rs) && unicode.IsLower(rs[i+1]))):
-			flush()
-			cur = append(cur, r)
-		default:
-			cur = append(cur, r)
-		}
-	}
-	flush()
-	return words
-}
+func nameWords(name string) []string { return twin.NameWords(name) }
 
 func verbOf(name string) string {
 	w := nameWords(name)
@@ -317,12 +303,45 @@ func (m *model) classify() {
 			}
 		}
 	}
+	m.dropKeyOnlyTables()
 	m.tableNames = m.tableNames[:0]
 	for tn := range m.tables {
 		m.tableNames = append(m.tableNames, tn)
 	}
 	sort.Strings(m.tableNames)
 	m.behaviouralWrites()
+}
+
+// dropKeyOnlyTables dissolves the tables whose recorded rows hold nothing but their key (cd answering
+// {"current_working_directory": "temp"} for folder "temp"): an argument echoed is no entity, and its tools are
+// left to the other rules (the state learner's).
+func (m *model) dropKeyOnlyTables() {
+	for _, tn := range sortedKeys(m.tables) {
+		t := m.tables[tn]
+		keyOnly, rows := true, 0
+		for _, name := range t.tools {
+			for _, c := range m.tools[name].calls {
+				o, ok := c.val.(*jsonvalue.Object)
+				if !c.success || !c.isJSON || !ok {
+					continue
+				}
+				rows++
+				for _, k := range o.Keys {
+					if k != t.keyField {
+						keyOnly = false
+					}
+				}
+			}
+		}
+		if !keyOnly || rows == 0 {
+			continue
+		}
+		for _, name := range t.tools {
+			ti := m.tools[name]
+			ti.table, ti.keyArg, ti.keyField = "", "", ""
+		}
+		delete(m.tables, tn)
+	}
 }
 
 // resembles finds the table whose rows a write's answers are: the answers carry the

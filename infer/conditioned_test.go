@@ -79,7 +79,7 @@ func conditionedWrites(t *testing.T, name string) {
 	cond := make([][]CheckedCall, len(pts))  // the task's reads
 	early := make([][]CheckedCall, len(pts)) // its reads before its first write
 	for f := 0; f < units; f++ {
-		if err := checkFold(pts, &opts, f, unit, true, nil, maps, plain); err != nil {
+		if err := checkFold(pts, &opts, f, unit, true, nil, maps, plain, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range []struct {
@@ -189,7 +189,7 @@ func checkConditioned(pts []*ptrace, fold []trace.Trace, opts *Options, f int, f
 	if err != nil {
 		return fmt.Errorf("conditioned fold %d: %w", f, err)
 	}
-	return checkFold(pts, opts, f, foldOf, false, rt, maps, results)
+	return checkFold(pts, opts, f, foldOf, false, rt, maps, results, nil)
 }
 
 // readsOnly is tt with only its read and search calls (kind says a tool's kind) and their answers — with

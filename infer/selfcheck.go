@@ -41,6 +41,10 @@ type SelfCheckReport struct {
 	Fidelity      map[string]int `json:"fidelity"`
 	// Unanswered counts calls no rung could answer (or whose tool the build did not know).
 	Unanswered int `json:"unanswered"`
+	// ArgsRefused counts the calls production answered without an error that the twin refused by its argument
+	// rules (twin.ArgRules): rules learned from the other traces that were stricter than production. The build
+	// drops every rule a recorded success breaks, so against the traces it was built from this is 0.
+	ArgsRefused int `json:"args_refused"`
 	// Covered counts the calls the twin's world could know the answer to: the tool has no
 	// entity, or the entity it names (or a lookup finds) was in the session's world before
 	// the call, or production answered with an error. CoveredAgree is how many of them agree.
@@ -52,6 +56,9 @@ type SelfCheckReport struct {
 	// a product's option names), learned from all the recorded answers (twin.LearnMapPaths); shape
 	// agreement compares a map by its members' shapes, not its keys.
 	MapPaths map[string][]string `json:"map_paths,omitempty"`
+	// Reproduction is the reproduction fidelity of the held-out traces (reproduce.go): each replayed in a session
+	// opened from its own calls before its first write, scored from that write on (nil for a replay check).
+	Reproduction *ReproductionReport `json:"reproduction,omitempty"`
 }
 
 // ToolCheck is one tool's self-check line.
@@ -72,6 +79,7 @@ type ToolCheck struct {
 	// AgreeByFidelity counts agreeing answers per fidelity label.
 	AgreeByFidelity map[string]int `json:"agree_by_fidelity"`
 	Unanswered      int            `json:"unanswered"`
+	ArgsRefused     int            `json:"args_refused"`
 	// Known counts the calls of a read tool whose entity the session's world held before
 	// the call; KnownTwin those of them the twin rung answered.
 	Known        int `json:"known"`
@@ -121,6 +129,9 @@ type FoldResult struct {
 	Fold  int                   `json:"fold"`
 	Folds int                   `json:"folds"`
 	Calls map[int][]CheckedCall `json:"calls"`
+	// Repro holds, by trace index, the calls the reproduction replay scored (reproduce.go); a fold checked before
+	// it was measured has none and is checked again.
+	Repro map[int][]CheckedCall `json:"repro"`
 }
 
 // Resume carries a self-check's progress across an interruption. Done holds folds an earlier run of the same
@@ -205,17 +216,21 @@ const MaxLeaveOneOut = 300
 
 // CheckedCall is one replayed call of a self-check; FoldResult carries them so an interrupted check can resume.
 type CheckedCall struct {
-	Tool      string    `json:"tool"`
-	Scored    bool      `json:"scored,omitempty"` // answered in the recording: compared
-	Fidelity  string    `json:"fidelity,omitempty"`
-	Agree     bool      `json:"agree,omitempty"`
-	Shape     bool      `json:"shape,omitempty"`
-	ErrAgree  bool      `json:"err_agree,omitempty"`
-	Covered   bool      `json:"covered,omitempty"`
-	Known     bool      `json:"known,omitempty"`
-	KnownTwin bool      `json:"known_twin,omitempty"`
-	NoAnswer  bool      `json:"no_answer,omitempty"`
-	Miss      CheckMiss `json:"miss"`
+	Tool      string `json:"tool"`
+	Scored    bool   `json:"scored,omitempty"` // answered in the recording: compared
+	Fidelity  string `json:"fidelity,omitempty"`
+	Agree     bool   `json:"agree,omitempty"`
+	Shape     bool   `json:"shape,omitempty"`
+	ErrAgree  bool   `json:"err_agree,omitempty"`
+	Covered   bool   `json:"covered,omitempty"`
+	Known     bool   `json:"known,omitempty"`
+	KnownTwin bool   `json:"known_twin,omitempty"`
+	NoAnswer  bool   `json:"no_answer,omitempty"`
+	// ArgsRefused: production answered without an error, the twin refused the arguments.
+	ArgsRefused bool `json:"args_refused,omitempty"`
+	// Write: the call's tool is a write (in the build from every trace): a state-changing call.
+	Write bool      `json:"write,omitempty"`
+	Miss  CheckMiss `json:"miss"`
 }
 
 func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string) (*SelfCheckReport, error) {
@@ -267,6 +282,10 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 		sort.Strings(rep.MapPaths[tool])
 	}
 	results := make([][]CheckedCall, len(pts))
+	var rp *reproduction
+	if holdOut {
+		rp = newReproduction(full, len(pts))
+	}
 	errs := make([]error, folds)
 	var fullRT *twin.Runtime
 	if !holdOut {
@@ -276,8 +295,14 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 	}
 	done := make([]bool, folds)
 	for _, fr := range resume.Done {
-		if fr.Split != kind || fr.Folds != folds || fr.Fold < 0 || fr.Fold >= folds || done[fr.Fold] {
+		if fr.Split != kind || fr.Folds != folds || fr.Fold < 0 || fr.Fold >= folds || done[fr.Fold] || rp != nil && fr.Repro == nil {
 			continue
+		}
+		for i, calls := range fr.Repro {
+			if i < 0 || i >= len(pts) || foldOf[i] != fr.Fold {
+				return nil, fmt.Errorf("self-check resume: fold %d/%d names trace %d", fr.Fold, folds, i)
+			}
+			rp.results[i] = calls
 		}
 		for i, calls := range fr.Calls {
 			if i < 0 || i >= len(pts) || foldOf[i] != fr.Fold {
@@ -295,13 +320,16 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 		go func() {
 			defer wg.Done()
 			for f := range jobs {
-				if errs[f] = checkFold(pts, &opts, f, foldOf, holdOut, fullRT, maps, results); errs[f] != nil || resume.OnFold == nil {
+				if errs[f] = checkFold(pts, &opts, f, foldOf, holdOut, fullRT, maps, results, rp); errs[f] != nil || resume.OnFold == nil {
 					continue
 				}
-				fr := FoldResult{Split: kind, Fold: f, Folds: folds, Calls: map[int][]CheckedCall{}}
+				fr := FoldResult{Split: kind, Fold: f, Folds: folds, Calls: map[int][]CheckedCall{}, Repro: map[int][]CheckedCall{}}
 				for i := range pts {
 					if foldOf[i] == f {
 						fr.Calls[i] = results[i]
+						if rp != nil {
+							fr.Repro[i] = rp.results[i]
+						}
 					}
 				}
 				report.Lock()
@@ -356,6 +384,10 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 				tc.Fidelity[r.Fidelity]++
 				rep.Fidelity[r.Fidelity]++
 			}
+			if r.ArgsRefused {
+				tc.ArgsRefused++
+				rep.ArgsRefused++
+			}
 			if r.Shape {
 				tc.ShapeAgree++
 				rep.ShapeAgree++
@@ -395,6 +427,9 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 		rep.Tools = append(rep.Tools, *tc)
 	}
 	sort.SliceStable(rep.Tools, func(i, j int) bool { return rep.Tools[i].Calls > rep.Tools[j].Calls })
+	if rp != nil {
+		rep.Reproduction = rp.report()
+	}
 	return rep, nil
 }
 
@@ -402,8 +437,8 @@ func check(p *Prepared, opts Options, holdOut bool, resume Resume, split string)
 func pct(n, total int) float64 { return round4(100 * float64(n) / float64(total)) }
 
 // checkFold builds a twin without fold f's traces (those i with foldOf[i] == f; or uses the
-// full one) and replays each of them.
-func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, fullRT *twin.Runtime, maps map[string]twin.MapPaths, results [][]CheckedCall) error {
+// full one) and replays each of them; with rp, each again from its calls before its first write (reproduce.go).
+func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, fullRT *twin.Runtime, maps map[string]twin.MapPaths, results [][]CheckedCall, rp *reproduction) error {
 	rt := fullRT
 	if holdOut {
 		var others []*ptrace
@@ -424,6 +459,11 @@ func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, 
 	for i, pt := range pts {
 		if foldOf[i] != f {
 			continue
+		}
+		if rp != nil {
+			if err := rp.replay(ctx, rt, i, pt, maps); err != nil {
+				return err
+			}
 		}
 		s, _, err := rt.Open(twin.SessionSpec{})
 		if err != nil {
@@ -454,24 +494,34 @@ func checkFold(pts []*ptrace, opts *Options, f int, foldOf []int, holdOut bool, 
 				}
 			}
 			res, err := s.Call(ctx, c.tool, []byte(c.canon))
-			if err != nil {
-				if !errors.Is(err, twin.ErrUnknownTool) && !errors.Is(err, twin.ErrNoAnswer) {
-					return fmt.Errorf("self-check %s call %d (%s): %w", pt.id, c.idx, c.tool, err)
-				}
-				r.NoAnswer = true
-				r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()}
-			} else {
-				r.Fidelity = res.Fidelity
-				r.KnownTwin = res.Rung == twin.RungTwin
-				r.Agree = twin.AnswersAgree(res.Content, c.text)
-				r.Shape = twin.ShapesAgreeMaps(res.Content, c.text, maps[c.tool])
-				r.ErrAgree = (res.Error || twin.IsErrorAnswer(res.Content)) == c.isErr
-				if !r.Agree {
-					r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
-				}
+			if err := score(&r, res, err, pt, c, maps); err != nil {
+				return err
 			}
 			results[i] = append(results[i], r)
 		}
+	}
+	return nil
+}
+
+// score scores a replayed call's answer (or the error that stopped it) into r against the recorded one. An error
+// other than an unroutable tool or no answer is the check's own failure.
+func score(r *CheckedCall, res twin.Result, err error, pt *ptrace, c *call, maps map[string]twin.MapPaths) error {
+	if err != nil {
+		if !errors.Is(err, twin.ErrUnknownTool) && !errors.Is(err, twin.ErrNoAnswer) {
+			return fmt.Errorf("self-check %s call %d (%s): %w", pt.id, c.idx, c.tool, err)
+		}
+		r.NoAnswer = true
+		r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Want: c.text, Got: err.Error()}
+		return nil
+	}
+	r.Fidelity = res.Fidelity
+	r.KnownTwin = res.Rung == twin.RungTwin
+	r.Agree = twin.AnswersAgree(res.Content, c.text)
+	r.Shape = twin.ShapesAgreeMaps(res.Content, c.text, maps[c.tool])
+	r.ErrAgree = (res.Error || twin.IsErrorAnswer(res.Content)) == c.isErr
+	r.ArgsRefused = !c.isErr && res.Note == twin.ArgsRefusedNote
+	if !r.Agree {
+		r.Miss = CheckMiss{Trace: pt.id, Call: c.idx, Args: c.canon, Fidelity: res.Fidelity, Want: c.text, Got: res.Content}
 	}
 	return nil
 }

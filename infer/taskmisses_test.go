@@ -30,7 +30,7 @@ func TestTaskMisses(t *testing.T) {
 	maps := learnMaps(pts)
 	results := make([][]CheckedCall, len(pts))
 	for f := 0; f < units; f++ {
-		if err := checkFold(pts, &opts, f, unit, true, nil, maps, results); err != nil {
+		if err := checkFold(pts, &opts, f, unit, true, nil, maps, results, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -36,8 +36,8 @@ func loadToolDefs(t testing.TB, name string) []ToolDef {
 
 func formatCheck(r *SelfCheckReport) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (split %s, %d traces, %d tasks): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; on the %d calls the world could know: %.2f%%; unanswered %d; fidelity %v\n",
-		r.Mode, r.Split, r.Traces, r.Tasks, r.Agree, r.Calls, r.AgreementPct, r.ShapeAgreePct, r.ErrorAgreePct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.Fidelity)
+	fmt.Fprintf(&b, "%s (split %s, %d traces, %d tasks): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; on the %d calls the world could know: %.2f%%; unanswered %d; arguments refused %d; fidelity %v\n",
+		r.Mode, r.Split, r.Traces, r.Tasks, r.Agree, r.Calls, r.AgreementPct, r.ShapeAgreePct, r.ErrorAgreePct, r.Covered, r.CoveredAgreePct, r.Unanswered, r.ArgsRefused, r.Fidelity)
 	fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6s %8s %8s %8s %8s %10s  %s\n", "tool", "binding", "rung", "kind", "calls", "exact", "shape", "error", "covered", "known/twin", "fidelity")
 	for _, t := range r.Tools {
 		cov := "-"
@@ -49,6 +49,22 @@ func formatCheck(r *SelfCheckReport) string {
 			kt = fmt.Sprintf("%d/%d", t.Known, t.KnownTwin)
 		}
 		fmt.Fprintf(&b, "%-32s %-12s %-8s %-9s %6d %7.2f%% %7.2f%% %7.2f%% %8s %10s  %v\n", t.Name, t.Binding, t.Rung, t.Kind, t.Calls, t.AgreementPct, t.ShapeAgreePct, t.ErrorAgreePct, cov, kt, t.Fidelity)
+	}
+	return b.String()
+}
+
+// formatRepro prints a self-check's reproduction fidelity, overall and per tool.
+func formatRepro(r *SelfCheckReport) string {
+	rp := r.Reproduction
+	if rp == nil {
+		return "no reproduction measured\n"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "reproduction (%d traces from their first write): %d/%d calls agree (%.2f%%) exact, %.2f%% shape, %.2f%% error; state-changing calls %d, %d reproduced (%.2f%%)\n",
+		rp.Traces, rp.Agree, rp.Calls, rp.AgreementPct, rp.ShapeAgreePct, rp.ErrorAgreePct, rp.StateChanging, rp.StateChangingAgree, rp.StateChangingAgreePct)
+	fmt.Fprintf(&b, "%-36s %-5s %6s %8s %8s %8s\n", "tool", "write", "calls", "exact", "shape", "error")
+	for _, t := range rp.Tools {
+		fmt.Fprintf(&b, "%-36s %-5v %6d %7.2f%% %7.2f%% %7.2f%%\n", t.Name, t.Write, t.Calls, t.AgreementPct, t.ShapeAgreePct, t.ErrorAgreePct)
 	}
 	return b.String()
 }

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -320,6 +321,7 @@ func (m *model) learnObject(path []string, pres, posts []*jsonvalue.Object, ctxs
 			stmts = append(stmts, setS{path: path, key: k, val: argE{path: argPath{k}}})
 		}
 	}
+	sortLikeSiblings(stmts, path, posts, ctxs)
 	// Key order: kept keys keep their place, new keys come last in the order set.
 	for i := range pres {
 		var order []string
@@ -625,4 +627,43 @@ func (m *model) tryUpdate(path []string, idField string, list argPath, before, a
 		st.vals = append(st.vals, e)
 	}
 	return st, true
+}
+
+// sortLikeSiblings makes a field copied from a list argument the list sorted when a sibling field of the same
+// object is a sorted list argument and the recordings fit the sorted copy too: they never showed the list unsorted,
+// and the backend sorts the lists it stores (an exchange's new items beside its sorted old ones).
+func sortLikeSiblings(stmts []stmt, path []string, posts []*jsonvalue.Object, ctxs []*ectx) {
+	sorts := false
+	for _, st := range stmts {
+		if s, ok := st.(setS); ok && slices.Equal(s.path, path) {
+			if a, ok := s.val.(argE); ok && a.sorted {
+				sorts = true
+			}
+		}
+	}
+	if !sorts {
+		return
+	}
+	for i, st := range stmts {
+		s, ok := st.(setS)
+		if !ok || !slices.Equal(s.path, path) {
+			continue
+		}
+		a, ok := s.val.(argE)
+		if !ok || a.sorted {
+			continue
+		}
+		targets := make([]any, len(posts))
+		lists := true
+		for j, p := range posts {
+			targets[j], _ = p.Get(s.key)
+			if _, isList := targets[j].([]any); !isList {
+				lists = false
+			}
+		}
+		if sorted := (argE{path: a.path, sorted: true}); lists && fits(sorted, targets, ctxs) {
+			s.val = sorted
+			stmts[i] = s
+		}
+	}
 }

@@ -282,14 +282,17 @@ func (p *Plane) resync(ctx context.Context, tc *twinrpc.Client, s *schema.Sessio
 	return p.rebuild(ctx, tc, s, l)
 }
 
-// specOf is the spec that rebuilds a session's world: its open's inputs, plus the rows a Seeder made then (kept in
-// its receipts), so the rebuild never asks the model again. Receipts that do not decode give no rows; a world that
+// specOf is the spec that rebuilds a session's world: its open's inputs, plus the rows a Seeder made then and the
+// calls of the trace it opened from (kept in its receipts), so the rebuild never asks the model again. Receipts that do not decode give no rows; a world that
 // needed them then diverges, and the session is marked broken rather than served a different world.
 func specOf(s *schema.Session) twinrpc.SessionSpec {
 	spec := twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
 	var rc twinrpc.Receipts
 	if len(s.Receipts) > 0 && json.Unmarshal(s.Receipts, &rc) == nil {
 		spec.SeedRows, spec.World = rc.SeedRows, rc.World
+		if rc.Trace != nil {
+			spec.Trace = &twin.TraceSpec{ID: rc.Trace.ID, Calls: rc.TraceCalls}
+		}
 	}
 	return spec
 }

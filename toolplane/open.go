@@ -39,6 +39,9 @@ type OpenRequest struct {
 	// World overrides the build's world policy: "open", "closed" or "" (the build's). The effective policy is
 	// kept in the receipts, so a rebuilt world has the same one.
 	World string
+	// Trace opens the world a recorded conversation saw (traceopen.go): used instead of seed instructions or a
+	// scenario. The calls it used are kept in the receipts, so a rebuilt world is the same.
+	Trace *TraceParam
 }
 
 // Opened is an open session: its row, its token (shown once) and its receipts.
@@ -120,6 +123,9 @@ func (p *Plane) checkOpen(ctx context.Context, req OpenRequest) (*PendingOpen, e
 		}
 		spec.Scenario = req.Scenario
 	}
+	if req.Trace != nil && (strings.TrimSpace(req.SeedInstructions) != "" || req.Scenario != "") {
+		return nil, invalid("body.trace", "a trace is used instead of seed instructions or a scenario: give one or the other")
+	}
 	if req.Clock != "" {
 		t, err := time.Parse(time.RFC3339Nano, req.Clock)
 		if err != nil {
@@ -139,6 +145,11 @@ func (p *Plane) checkOpen(ctx context.Context, req OpenRequest) (*PendingOpen, e
 	}
 	if env.ActiveBuildID == "" {
 		return nil, errorf(NotReady, "environment %s has no build yet (status %s)", env.Slug, env.Status)
+	}
+	if req.Trace != nil {
+		if spec.Trace, err = p.traceSpec(ctx, env.ID, env.Slug, req.Trace); err != nil {
+			return nil, err
+		}
 	}
 	pend := &PendingOpen{World: OpenWorld{EnvID: env.ID, Spec: spec, WorkspaceID: env.WorkspaceID, BuildID: env.ActiveBuildID},
 		WorkspaceID: env.WorkspaceID, EnvSlug: env.Slug,
@@ -255,9 +266,9 @@ func deref(s *string) string {
 }
 
 // SpecRefusal is the refusal of a session spec the twin refused for reason msg: Invalid naming the field msg names
-// (body.scenario, body.clock, body.seed_instructions or body.seed), else the body.
+// (body.scenario, body.clock, body.seed_instructions, body.seed or body.trace), else the body.
 func SpecRefusal(msg string) *Error {
-	for _, f := range []string{"scenario", "clock", "seed_instructions", "seed"} {
+	for _, f := range []string{"scenario", "clock", "seed_instructions", "seed", "trace"} {
 		if i := strings.Index(msg, f+":"); i >= 0 {
 			return invalid("body."+f, strings.TrimSpace(msg[i+len(f)+1:]))
 		}

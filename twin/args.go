@@ -27,33 +27,28 @@ func (t *rtTool) argsProblem(raw []byte, parsed *jsonvalue.Object) string {
 		}
 	}
 	if err := t.schema.CheckTypes(v); err != nil {
-		msg := err.Error()
-		if loc, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(loc, "$") {
-			if field := strings.TrimPrefix(strings.TrimPrefix(loc, "$"), "."); field != "" {
-				return field + ": " + rest
-			}
-			return rest
-		}
-		return msg
+		return schemaProblem(err)
 	}
 	return ""
 }
 
-// argsError is the twin's answer to arguments that break the input schema: a tool error in the style of the
-// tool's recorded errors (their prefix up to the first ": ", e.g. "Error: "), or "Error: " when none is recorded.
-// The world is unchanged.
-func (s *Session) argsError(t *rtTool, problem string) Result {
-	prefix := "Error: "
-	for _, r := range t.all {
-		if r.isErr {
-			if i := strings.Index(r.answer, ": "); i > 0 && i < 40 {
-				prefix = r.answer[:i+2]
-			}
-			break
+// schemaProblem is a schema check's error as a problem naming the field ("qty: expected integer, got string").
+func schemaProblem(err error) string {
+	msg := err.Error()
+	if loc, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(loc, "$") {
+		if field := strings.TrimPrefix(strings.TrimPrefix(loc, "$"), "."); field != "" {
+			return field + ": " + rest
 		}
+		return rest
 	}
-	return Result{Content: prefix + "invalid arguments: " + problem, Error: true, Rung: RungTwin,
-		Fidelity: FidelityOf(RungTwin), Note: "the arguments break the tool's input schema", StateHash: s.currentHash()}
+	return msg
+}
+
+// argsError is the twin's answer to arguments the tool's rules refuse (argrules.go): a tool error in the style of the
+// tool's recorded errors, the world unchanged.
+func (s *Session) argsError(t *rtTool, problem string) Result {
+	return Result{Content: t.args.errStyle.text("invalid arguments: "+problem, s.rt.style), Error: true, Rung: RungTwin,
+		Fidelity: FidelityOf(RungTwin), Note: ArgsRefusedNote, StateHash: s.currentHash()}
 }
 
 // plainJSON reports whether encoding/json reads raw exactly as jsonvalue.Parse does: valid JSON to it (no NaN, no

@@ -78,6 +78,7 @@ const (
 	KindTemplate = "template" // the same text with argument values in it
 	KindPure     = "pure"     // a function of the arguments (e.g. arithmetic)
 	KindQuery    = "query"    // other reads (searches, listings) answered from recordings
+	KindState    = "state"    // reads state beyond rows (variables: state.go) without changing it
 	KindUnknown  = "unknown"  // never seen in a trace
 )
 
@@ -110,6 +111,8 @@ type Bundle struct {
 	// World is the policy for ids the world does not hold: WorldOpen or WorldClosed ("" is DefaultWorld). A session
 	// may override it at open (SessionSpec.World).
 	World string `json:"world,omitempty"`
+	// StateTable names the table holding state beyond rows (state.go; "" when the build learned none).
+	StateTable string `json:"state_table,omitempty"`
 }
 
 // Agent is the agent as its traces show it: what a one-shot query runs (its prompt, tools and model) and the
@@ -188,6 +191,14 @@ type Tool struct {
 	PreferRecorded bool `json:"prefer_recorded,omitempty"`
 	// StringsAsJSON: string answers are JSON-quoted ("\"x\"") rather than bare text.
 	StringsAsJSON bool `json:"strings_as_json,omitempty"`
+	// Defined: the tool has an uploaded definition (a tool the traces never called is then answered, without a
+	// model, from the recorded tool most like it: similar.go).
+	Defined bool `json:"defined,omitempty"`
+	// State says which variables the tool's answers show (nil: none; state.go).
+	State *ToolState `json:"state,omitempty"`
+	// Args are the argument rules calls are refused by before any rung answers (nil: only the input schema's
+	// types are checked, as bundles built before them did).
+	Args *ArgRules `json:"args,omitempty"`
 	// Attention lists what a user should know about this tool's twin.
 	Attention []string `json:"attention,omitempty"`
 	Scores    Scores   `json:"scores"`

@@ -44,7 +44,7 @@ func (s *Session) Fork() (*Session, error) {
 		return nil, ErrClosed
 	}
 	f := &Session{rt: s.rt, spec: s.spec, world: s.world, clock: s.clock, over: overlay(s.over).clone(), opening: s.opening,
-		hash: s.hash, dirty: s.dirty}
+		hash: s.hash, dirty: s.dirty, traceID: s.traceID, traceAt: s.traceAt}
 	if s.hashes != nil {
 		f.hashes = make(map[string]*tableHash, len(s.hashes))
 		for t, th := range s.hashes {

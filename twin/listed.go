@@ -84,12 +84,12 @@ func (s *Session) listedTouched(t *rtTool, args *jsonvalue.Object) bool {
 // listedHashDomain prefixes the hash of a world with listed rows of its own.
 const listedHashDomain = "doppel.world.v2+listed\n"
 
-// withListed answers the world hash h extended by the session's own listed rows, in name and id order; h itself
-// when it holds none.
+// withListed answers the world hash h extended by the session's own listed rows and the answers the trace it
+// opened from observed (fromtrace.go), in name and id order; h itself when it holds none.
 func (s *Session) withListed(h string) string {
 	var names []string
 	for name, rows := range s.over {
-		if strings.HasPrefix(name, listedPrefix) && len(rows) > 0 {
+		if (strings.HasPrefix(name, listedPrefix) || strings.HasPrefix(name, observedPrefix)) && len(rows) > 0 {
 			names = append(names, name)
 		}
 	}

@@ -54,7 +54,7 @@ func (rt *Runtime) Rebuild(ctx context.Context, spec SessionSpec, journal []Jour
 		}
 		s.mu.Lock()
 		var res Result
-		if p := t.argsProblem(j.Args, ao); p != "" {
+		if p := t.args.problem(t, j.Args, ao); p != "" {
 			res = s.argsError(t, p)
 		} else {
 			res, err = s.call(ctx, t, ao, sim)

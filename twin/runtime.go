@@ -75,6 +75,9 @@ type Runtime struct {
 	idxMu sync.Mutex // guards lazily added base indexes
 
 	rowsOnce sync.Once // learns the listings and preconditions (learnRows) on first need
+
+	traceOnce sync.Once         // indexes the recordings by trace (byTrace) on first need
+	byTrace   map[string][]*rec // a trace's recordings in call order
 }
 
 type rtTool struct {
@@ -84,8 +87,9 @@ type rtTool struct {
 	synth    starlark.Callable
 	byArgs   map[string][]*rec
 	all      []*rec
-	// schema is the input schema, checked before the rung ladder (nil: none).
+	// schema is the input schema, checked before the rung ladder (nil: none); args its argument rules.
 	schema *jsonvalue.Schema
+	args   *ArgChecker
 	// listing answers a search from the rows recorded answers list (nil: not learned; see listing.go).
 	listing *listing
 	// preconds are a write's relations on those rows, learned from its recorded refusals (see precond.go).
@@ -110,6 +114,9 @@ type rec struct {
 	// trace and call place the recording (for what a write did to rows seen before and after it: listed.go).
 	trace string
 	call  int
+	// tool and canon are the recording's tool and canonical arguments (for the trace a session opened from).
+	tool  *rtTool
+	canon string
 }
 
 // NewRuntime loads a bundle: parses the base world, builds its indexes and
@@ -184,9 +191,13 @@ func NewRuntime(b *Bundle, opts RuntimeOptions) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: recordings[%d].args: %w", ErrBadBundle, i, err)
 		}
-		x := &rec{args: args, flat: flatten(args), answer: b.Answers[r.Answer], isErr: r.Error, state: r.State, trace: r.Trace, call: r.Call}
+		x := &rec{args: args, flat: flatten(args), answer: b.Answers[r.Answer], isErr: r.Error, state: r.State, trace: r.Trace, call: r.Call,
+			tool: t, canon: r.Args}
 		t.byArgs[r.Args] = append(t.byArgs[r.Args], x)
 		t.all = append(t.all, x)
+	}
+	for _, name := range rt.toolNames {
+		rt.tools[name].args = rt.newArgCheck(rt.tools[name])
 	}
 	rt.opts.Parsed = nil // the tables hold what they use
 	rt.baseHash = rt.baseWorldHash()

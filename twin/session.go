@@ -24,6 +24,9 @@ type SessionSpec struct {
 	SeedRows []SeedRow `json:"seed_rows,omitempty"`
 	// World overrides the bundle's world policy for this session: WorldOpen or WorldClosed ("" keeps the bundle's).
 	World string `json:"world,omitempty"`
+	// Trace opens the session on the world a recorded conversation saw (fromtrace.go); it is used instead of seed
+	// instructions or a scenario, never with them.
+	Trace *TraceSpec `json:"trace,omitempty"`
 }
 
 // Receipts tell how a session's world was made (spec §2.3).
@@ -41,6 +44,10 @@ type Receipts struct {
 	SeedRows []SeedRow `json:"seed_rows,omitempty"`
 	// World is the session's world policy (open or closed): its own, else the bundle's.
 	World string `json:"world,omitempty"`
+	// Trace names the trace the world was opened from (nil: none), and TraceCalls are the calls used: give them
+	// back in SessionSpec.Trace to rebuild the same world.
+	Trace      *TraceReceipt `json:"trace,omitempty"`
+	TraceCalls []TraceCall   `json:"trace_calls,omitempty"`
 }
 
 // Session is one isolated world: a copy-on-write overlay over the base world.
@@ -58,6 +65,10 @@ type Session struct {
 	hash    string
 	dirty   bool // hash is stale
 	closed  bool
+	// traceID names the trace the session opened from, and traceAt the call of that trace whose recording answered
+	// last (-1: none yet): the next call its recordings hold answers as production did (fromtrace.go).
+	traceID string
+	traceAt int
 }
 
 // Open makes a session: the base world plus the rows its seed instructions (or scenario) make.
@@ -69,7 +80,8 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 	if err := checkWorld(spec.World); err != nil {
 		return nil, Receipts{}, fmt.Errorf("%w: world: %w", ErrBadSpec, err)
 	}
-	s := &Session{rt: rt, spec: spec, world: worldOf(spec.World, rt.b.World), clock: clock, over: map[string]map[string]*jsonvalue.Object{}}
+	s := &Session{rt: rt, spec: spec, world: worldOf(spec.World, rt.b.World), clock: clock, over: map[string]map[string]*jsonvalue.Object{},
+		traceAt: -1}
 	rc := Receipts{Seed: spec.Seed, Pinned: map[string][]string{}, Clock: clock, World: s.world}
 	instr := spec.SeedInstructions
 	if spec.Scenario != "" && strings.TrimSpace(spec.SeedInstructions) != "" {
@@ -85,7 +97,13 @@ func (rt *Runtime) Open(spec SessionSpec) (*Session, Receipts, error) {
 		instr = sc
 	}
 	rc.SeedInstructions = instr
+	if spec.Trace != nil && (strings.TrimSpace(instr) != "" || len(spec.SeedRows) > 0) {
+		return nil, Receipts{}, fmt.Errorf("%w: trace: a trace is used instead of seed instructions or a scenario, not with them", ErrBadSpec)
+	}
 	switch {
+	case spec.Trace != nil:
+		rc.Trace, rc.TraceCalls = s.openFromTrace(spec.Trace)
+		s.traceID = spec.Trace.ID
 	case len(spec.SeedRows) > 0:
 		pinned, err := s.applySeedRows(spec.SeedRows)
 		if err != nil {

@@ -147,6 +147,8 @@ function openForm(ctx, slug) {
   const instr = h("textarea", { id: "open-instructions", name: "seedInstructions", rows: 2,
     placeholder: "e.g. a user with 2 pending orders (needs a model)" });
   const scenario = h("input", { id: "open-scenario", name: "scenario", placeholder: "a scenario from the build config" });
+  const trace = h("textarea", { id: "open-trace", name: "trace", rows: 2,
+    placeholder: "a trace id the environment holds, or a trace {id, model, messages} as JSON: opens the world it saw" });
   const rec = h("input", { id: "open-record", name: "recordOutputs", type: "checkbox", checked: true });
   const msg = h("div", { "aria-live": "polite" });
   const btn = h("button", { type: "submit", class: "primary", id: "open-session" }, "Open session");
@@ -157,6 +159,16 @@ function openForm(ctx, slug) {
       if (seed.value !== "") body.seed = Number(seed.value);
       if (instr.value.trim()) body.seedInstructions = instr.value.trim();
       if (scenario.value.trim()) body.scenario = scenario.value.trim();
+      const tr = trace.value.trim();
+      if (tr) {
+        // A trace object as JSON, else a held trace's id.
+        try {
+          body.trace = tr.startsWith("{") ? JSON.parse(tr) : tr;
+        } catch (err) {
+          fill(msg, errorBox(new Error("Trace: not valid JSON (" + err.message + ")")));
+          return;
+        }
+      }
       btn.disabled = true;
       fill(msg, h("p", { class: "muted" }, "Opening (waits for the twin)…"));
       try {
@@ -171,6 +183,7 @@ function openForm(ctx, slug) {
     h("div", { class: "field" }, h("label", { for: "open-seed" }, "Seed"), seed),
     h("div", { class: "field" }, h("label", { for: "open-scenario" }, "Scenario"), scenario),
     h("div", { class: "field wide" }, h("label", { for: "open-instructions" }, "Seed instructions"), instr),
+    h("div", { class: "field wide" }, h("label", { for: "open-trace" }, "Trace (instead of seed instructions)"), trace),
     h("div", { class: "field" }, h("label", { for: "open-record", class: "check" }, rec, " Record outputs in the transcript")),
     h("div", { class: "field" }, btn), msg);
 }

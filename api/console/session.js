@@ -57,6 +57,8 @@ function renderSummary(el, s) {
       fact("State hash", h("span", { id: "state-hash" }, short(s.state_hash))), fact("Opened", when(s.created_at)),
       fact("Expires", s.status === "open" ? when(s.expires_at) : "–")),
     r.seedInstructions ? h("p", {}, "Seed instructions: ", h("q", {}, r.seedInstructions)) : null,
+    r.trace ? h("p", {}, "Opened from trace ", h("code", {}, r.trace.id || "(no id)"), `: ${r.trace.used} of ${r.trace.given} calls used`,
+      r.trace.firstWrite ? ` (up to the first write, ${r.trace.firstWrite})` : "", ", ", h("code", {}, short(r.trace.hash))) : null,
     r.note ? h("p", { class: "muted" }, "Note: ", r.note) : null,
     fidelityMix(s.fidelity || {}, "Fidelity mix of this session"));
 }
