@@ -216,6 +216,8 @@ type Twin struct {
 // Session bounds sessions.
 type Session struct {
 	Idle time.Duration `koanf:"idle"`
+	// MaxGroup is the most sessions one group open or group fork (`n`) makes.
+	MaxGroup int `koanf:"max_group"`
 }
 
 // MCP configures the MCP server's OAuth.
@@ -302,6 +304,7 @@ func Keys() []Key {
 		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, and the soft limit (GOMEMLIMIT) of every twin's Go runtime; 0: none"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
+		{"session.max_group", 256, "most sessions one group open or group fork (sessions.open or sessions.fork with n) makes; a larger n is refused naming body.n"},
 		{"mcp.token_ttl", "1h", "lifetime of an MCP access token (mcp_at_) issued through OAuth at /oauth/token"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
 		{"model.api_key", "", "API key for model.base_url"},
@@ -626,6 +629,9 @@ func (c *Config) Validate() error {
 		bad("twin.memory_bytes", "must not be negative")
 	}
 	positive("session.idle", c.Session.Idle)
+	if c.Session.MaxGroup < 1 {
+		bad("session.max_group", "must be at least 1")
+	}
 	positive("webhooks.retry_window", c.Webhooks.RetryWindow)
 	positive("webhooks.backoff_initial", c.Webhooks.BackoffInitial)
 	positive("webhooks.backoff_max", c.Webhooks.BackoffMax)

@@ -491,6 +491,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		wake.Register,
 		queries.Register,
 		mcpRoutes.Register,
+		(&api.OpenEnvRoutes{Plane: plane, Model: sessions.Model}).Register,
 		usageRoutes.Register,
 		hooks.Register,
 		uploads.Register,

@@ -181,7 +181,7 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	o := toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()}
+		MaxGroup: s.cfg.Session.MaxGroup, Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()}
 	if g := s.usageGate(); g != nil {
 		o.Quota = g
 	}
