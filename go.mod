@@ -3,7 +3,7 @@ module github.com/doppel-dev/doppel
 go 1.26.8
 
 require (
-	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/chromedp/chromedp v0.23.0
 	github.com/containerd/errdefs v1.0.0
 	github.com/danielgtaylor/huma/v2 v2.37.2
@@ -42,7 +42,7 @@ require (
 
 require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875
 
-require github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
+require github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -259,7 +259,7 @@ require (
 	go.uber.org/fx v1.24.0 // indirect
 	go.uber.org/mock v0.6.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
-	go.uber.org/zap v1.27.1 // indirect
+	go.uber.org/zap v1.27.1
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
