@@ -19,7 +19,7 @@ import (
 )
 
 // openEnvServer serves the plane's sessions and the OpenEnv routes over HTTP.
-func openEnvServer(t *testing.T, p *plane, tp *toolplane.Plane, maxConcurrent int) *httptest.Server {
+func openEnvServer(t testing.TB, p *plane, tp *toolplane.Plane, maxConcurrent int) *httptest.Server {
 	t.Helper()
 	h, _ := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){
 		(&api.SessionRoutes{Plane: tp}).Register,

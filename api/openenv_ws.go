@@ -18,6 +18,9 @@ const (
 	wsCapacityReached = "CAPACITY_REACHED"
 )
 
+// wsMaxMessage bounds one client message (OpenEnv's client allows 100 MB; an action is far smaller).
+const wsMaxMessage = 16 << 20
+
 var upgrader = websocket.Upgrader{
 	ReadBufferSize: 4096, WriteBufferSize: 4096,
 	// Any origin: the credential is the Authorization header, which a browser cannot set on a WebSocket.
@@ -39,6 +42,7 @@ func (o *OpenEnvRoutes) websocket(w http.ResponseWriter, r *http.Request, e *oeE
 		return // the upgrader answered the handshake's error
 	}
 	defer conn.Close()
+	conn.SetReadLimit(wsMaxMessage)
 	if n := o.active.Add(1); n > int64(o.MaxConcurrent) {
 		o.active.Add(-1)
 		_ = conn.WriteJSON(map[string]any{"type": "error", "data": map[string]any{
