@@ -79,6 +79,12 @@ func TestEpisodeDoneRewardAndRefusal(t *testing.T) {
 			t.Fatalf("kept episode %s (%v)", row.Episode, err)
 		}
 
+		// The session read shows the task.
+		_, read := p.do(http.MethodGet, "/v1/sessions/"+s.ID, p.key, nil)
+		if epv, _ := read["episode"].(map[string]any); epv["max_steps"] != float64(2) || len(epv["expect"].([]any)) != 2 {
+			t.Fatalf("session read's episode: %v", read["episode"])
+		}
+
 		// A terminal tool ends it at once; reward all is 0 unless every expectation passes.
 		s = open("all", 0)
 		code, out = p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"})

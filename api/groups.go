@@ -131,3 +131,11 @@ func verdicts(s *schema.Session, outcomes []twin.Outcome) []AssertResult {
 	}
 	return out
 }
+
+// EpisodeView is an episode's task as a session read shows it.
+type EpisodeView struct {
+	Expect        []Expectation `json:"expect"`
+	MaxSteps      int64         `json:"max_steps" doc:"0: no limit."`
+	TerminalTools []string      `json:"terminal_tools" doc:"The build config's terminal tools at open."`
+	Reward        string        `json:"reward" enum:"fraction,all"`
+}

@@ -447,6 +447,7 @@ type SessionView struct {
 	ClosedAt      *time.Time           `json:"closed_at,omitempty"`
 	ForkedFrom    *ForkedFromA         `json:"forked_from,omitempty" doc:"Set on a fork: the session it was forked from and the call it was forked after. n_calls counts the fork's own calls (numbered from at_call + 1)."`
 	Faults        map[string]FaultRule `json:"faults,omitempty" doc:"The session's fault plan, when it has one."`
+	Episode       *EpisodeView         `json:"episode,omitempty" doc:"Set on an episode (a session opened with a task): its task as kept, with the terminal tools as they were at open. Grade it with sessions.assert and these expectations."`
 }
 
 // SessionOutput wraps SessionView.
@@ -476,6 +477,20 @@ func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutp
 	if len(s.Faults) > 0 {
 		if err := json.Unmarshal(s.Faults, &v.Faults); err != nil {
 			return nil, fmt.Errorf("fault plan of session %s: %w", s.ID, err)
+		}
+	}
+	if len(s.Episode) > 0 && string(s.Episode) != "null" {
+		var ep toolplane.Episode
+		if err := json.Unmarshal(s.Episode, &ep); err != nil {
+			return nil, fmt.Errorf("episode of session %s: %w", s.ID, err)
+		}
+		if ep.TerminalTools == nil {
+			ep.TerminalTools = []string{}
+		}
+		v.Episode = &EpisodeView{MaxSteps: ep.MaxSteps, TerminalTools: ep.TerminalTools, Reward: ep.Reward,
+			Expect: make([]Expectation, len(ep.Expect))}
+		for i, e := range ep.Expect {
+			v.Episode.Expect[i] = expectationOut(e)
 		}
 	}
 	for _, c := range st.Counts {
