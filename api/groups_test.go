@@ -2,10 +2,14 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/doppel-dev/doppel/usage"
 )
@@ -192,4 +196,29 @@ func TestGroupIsHeldToTheOpenQuotaAllOrNone(t *testing.T) {
 			t.Fatalf("%d sessions open after the parent closed, want the 4 key forks", got)
 		}
 	})
+}
+
+// The MCP workspace face's sessions.open and sessions.fork tools take n as REST does, and answer the array.
+func TestGroupOverMCP(t *testing.T) {
+	p := newMCPPlane(t, "sqlite", shopBundle(t))
+	cs := p.connect(t, "/mcp", p.key)
+	ctx := context.Background()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions.open", Arguments: map[string]any{"slug": p.env.Slug, "seed": 5, "n": 3}})
+	if err != nil || res.IsError {
+		t.Fatalf("MCP sessions.open n=3: %+v %v", res, err)
+	}
+	var opened []map[string]any
+	if err := json.Unmarshal([]byte(textOf(t, res)), &opened); err != nil || len(opened) != 3 {
+		t.Fatalf("MCP sessions.open n=3 answered %s (%v)", textOf(t, res), err)
+	}
+	ss := asSessions(t, opened)
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions.fork", Arguments: map[string]any{"session_id": ss[0].ID, "n": 2}})
+	var forks []map[string]any
+	if err != nil || res.IsError || json.Unmarshal([]byte(textOf(t, res)), &forks) != nil || len(forks) != 2 {
+		t.Fatalf("MCP sessions.fork n=2: %+v %v", res, err)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions.fork", Arguments: map[string]any{"session_id": ss[0].ID, "n": 0}})
+	if err != nil || !res.IsError || !strings.Contains(textOf(t, res), "body.n") {
+		t.Fatalf("MCP sessions.fork n=0: %+v %v, want an error naming body.n", res, err)
+	}
 }
