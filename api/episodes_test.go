@@ -115,6 +115,18 @@ func TestEpisodeDoneRewardAndRefusal(t *testing.T) {
 			t.Fatalf("call in a fork of a done episode: %d %v, want 409", code, out)
 		}
 
+		// A group open of an episode: every session is the episode, each with its own steps.
+		code, list, _ = p.doList(http.MethodPost, "/v1/envs/"+p.env.Slug+"/sessions", p.key, map[string]any{"seed": 3, "n": 2,
+			"seed_instructions": "1 order with status pending", "task": map[string]any{"expect": expect, "max_steps": 1}})
+		if code != http.StatusCreated || len(list) != 2 {
+			t.Fatalf("group open of an episode: %d %v", code, list)
+		}
+		for i, g := range asSessions(t, list) {
+			if code, out := p.call(g, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusOK || out["done"] != true || out["reward"] != 0.5 {
+				t.Fatalf("group episode %d, step 1 of 1: %d %v", i, code, out)
+			}
+		}
+
 		// A bad task is refused naming its field, and opens nothing.
 		n := countOpen(t, p)
 		for _, c := range []struct {
