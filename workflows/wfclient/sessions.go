@@ -8,6 +8,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -35,31 +36,66 @@ type Sessions struct {
 	Conn
 	// TwinWait bounds a session open's wait for a cold twin.
 	TwinWait time.Duration
+	// OpenerIdle is how long an environment's session opener runs without an open (zero: the workflow's default).
+	OpenerIdle time.Duration
 }
 
 var _ toolplane.SessionOpener = (*Sessions)(nil)
 
-// Open runs the session-open workflow (eagerly, on a worker in this process when there is one) and waits for its
-// result. Its refusals are the tool plane's (OpenError).
+// Open opens the world as an update of the environment's SessionOpener workflow, starting the opener when none
+// runs (update-with-start), and waits for the update's result. The update's id is the session's, so a retried open
+// is the same update. An open that reached an opener just as it ended (idle, or continued as new) is sent again:
+// the world's open on the twin is idempotent by session id. Its refusals are the tool plane's (OpenError).
 func (s *Sessions) Open(ctx context.Context, w toolplane.OpenWorld) (toolplane.OpenedWorld, error) {
 	in := workflows.SessionOpenInput{SessionID: w.SessionID, EnvID: w.EnvID, Spec: w.Spec, TwinWait: s.TwinWait}
-	run, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       workflows.SessionOpenWorkflowID(in.SessionID),
-		TaskQueue:                s.TaskQueue,
-		EnableEagerStart:         true,
-		WorkflowExecutionTimeout: in.TwinWait + time.Minute,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		StaticSummary:            "open session " + in.SessionID + " on " + in.EnvID,
-		TypedSearchAttributes:    s.tags(w.WorkspaceID, w.EnvID, w.BuildID),
-	}, workflows.SessionOpenWorkflowName, in)
-	if err != nil {
-		return toolplane.OpenedWorld{}, fmt.Errorf("start session open %s: %w", in.SessionID, err)
-	}
 	var out workflows.SessionOpenResult
-	if err := run.Get(ctx, &out); err != nil {
+	var err error
+	for attempt := 0; attempt < openAttempts; attempt++ {
+		if out, err = s.openOnce(ctx, w, in); err == nil || !openerGone(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
 		return toolplane.OpenedWorld{}, OpenError(err)
 	}
 	return toolplane.OpenedWorld{TwinAddr: out.TwinAddr, BuildID: out.BuildID, Receipts: out.Receipts, StateHash: out.StateHash}, nil
+}
+
+// openAttempts bounds the sends of one open to openers that ended under it.
+const openAttempts = 5
+
+func (s *Sessions) openOnce(ctx context.Context, w toolplane.OpenWorld, in workflows.SessionOpenInput) (workflows.SessionOpenResult, error) {
+	var out workflows.SessionOpenResult
+	start := s.Client.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflows.SessionOpenerWorkflowID(in.EnvID),
+		TaskQueue:                s.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		StaticSummary:            "open sessions on " + in.EnvID,
+		TypedSearchAttributes:    s.tags(w.WorkspaceID, w.EnvID, ""),
+	}, workflows.SessionOpenerWorkflowName, workflows.SessionOpenerInput{EnvID: in.EnvID, Idle: s.OpenerIdle})
+	h, err := s.Client.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{UpdateID: in.SessionID, UpdateName: workflows.OpenSessionUpdate,
+			Args: []any{in}, WaitForStage: client.WorkflowUpdateStageCompleted},
+	})
+	if err != nil {
+		return out, fmt.Errorf("open session %s: %w", in.SessionID, err)
+	}
+	if err := h.Get(ctx, &out); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// openerGone says an open's update reached an opener that ended (idle) under it: before accepting the update
+// (NotFound: nothing was opened) or, should it ever, after (the server's AcceptedUpdateCompletedWorkflow). Either
+// way a new send reaches the opener's next run, and opening the world again answers the one already open. (An
+// opener continuing as new has its pending updates sent to the new run by the server itself.)
+func openerGone(err error) bool {
+	var notFound *serviceerror.NotFound
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &notFound) || errors.As(err, &appErr) && appErr.Type() == "AcceptedUpdateCompletedWorkflow"
 }
 
 // OpenError turns a failed session open (the workflow's, or its activities' run directly) into the tool plane's
