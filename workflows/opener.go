@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -22,8 +23,12 @@ const (
 	DefaultOpenerMaxHistory = 4_000
 )
 
-// SessionOpenerWorkflowID is the workflow id of an environment's session opener.
-func SessionOpenerWorkflowID(envID string) string { return "session-opener/" + envID }
+// SessionOpenerWorkflowID is the workflow id of one of an environment's session openers: opens are spread over a
+// few (shard 0, 1, …), as Temporal bounds the updates in flight on one workflow (history.maxInFlightUpdates, 10 by
+// default) and serializes each workflow's requests.
+func SessionOpenerWorkflowID(envID string, shard int) string {
+	return "session-opener/" + envID + "/" + strconv.Itoa(shard)
+}
 
 // SessionOpenerInput starts (or continues) an environment's session opener.
 type SessionOpenerInput struct {
