@@ -100,6 +100,11 @@ const (
 	DefaultOpenerInFlight = 8
 )
 
+// OpenerID is the workflow id of the opener that opens session sessionID of environment envID.
+func (s *Sessions) OpenerID(envID, sessionID string) string {
+	return workflows.SessionOpenerWorkflowID(envID, s.shard(sessionID))
+}
+
 // shard picks the opener of a session: a hash of its id, so opens spread evenly.
 func (s *Sessions) shard(sessionID string) int {
 	n := s.OpenerShards
