@@ -24,6 +24,9 @@ type openBench struct {
 	opens     int // how many sessions to open in the concurrent phase
 	clients   int // concurrent clients, each a closed loop on its own keep-alive connection
 	seq       int // how many sequential opens to time first, each alone
+	// pprof is the server's debug.pprof_addr base URL ("": none): with it the live heap after a collection is read
+	// beside the RSS.
+	pprof string
 }
 
 // openedSession is one session the bench opened.
@@ -70,6 +73,7 @@ func (b *openBench) run(ctx context.Context, out io.Writer) error {
 		}
 		defer conns[i].close()
 	}
+	heap0 := liveHeap(ctx, b.c.http, b.pprof)
 	rss0 := serverRSS(ctx, b.c.http, b.c.url)
 	var (
 		mu       sync.Mutex
@@ -105,6 +109,7 @@ func (b *openBench) run(ctx context.Context, out io.Writer) error {
 	elapsed := time.Since(start)
 	cpu1 = readCPU(ctx, b.c.http, b.c.url)
 	rss1 := serverRSS(ctx, b.c.http, b.c.url)
+	heap1 := liveHeap(ctx, b.c.http, b.pprof)
 	fmt.Fprintf(out, "concurrent opens (%d %s from %d clients)  %d ok, %d failed in %s = %.0f opens/s  p50 %s  p99 %s  max %s\n",
 		b.opens, b.kind(), b.clients, len(lat), failures.Load(), elapsed.Round(time.Millisecond),
 		float64(len(lat))/elapsed.Seconds(), pct(lat, 50), pct(lat, 99), pct(lat, 100))
@@ -114,6 +119,10 @@ func (b *openBench) run(ctx context.Context, out io.Writer) error {
 	if rss0 > 0 && rss1 > 0 && len(lat) > 0 {
 		fmt.Fprintf(out, "  server RSS %.0f MB before, %.0f MB with %d more sessions open: %.1f KB per open session\n",
 			float64(rss0)/1e6, float64(rss1)/1e6, len(lat), float64(rss1-rss0)/float64(len(lat))/1e3)
+	}
+	if heap0 > 0 && heap1 > 0 && len(lat) > 0 {
+		fmt.Fprintf(out, "  server live heap after a collection %.0f MB before, %.0f MB with them open: %.1f KB per open session\n",
+			heap0/1e6, heap1/1e6, (heap1-heap0)/float64(len(lat))/1e3)
 	}
 	if e := example.Load(); e != nil {
 		fmt.Fprintf(out, "  a failed open: %.300s\n", e)
@@ -204,4 +213,30 @@ func readMetric(ctx context.Context, hc *http.Client, base, name string) (float6
 		}
 	}
 	return 0, false
+}
+
+// liveHeap is the server's heap in use right after a collection (HeapInuse from /debug/pprof/heap?debug=1&gc=1 on
+// its pprof listener base; 0 unknown).
+func liveHeap(ctx context.Context, hc *http.Client, base string) float64 {
+	if base == "" {
+		return 0
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/debug/pprof/heap?debug=1&gc=1", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapInuse = "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }
