@@ -328,6 +328,11 @@ func startStack(ctx context.Context, cfg *config.Config, environ []string, logge
 		HostPort: addr, Namespace: cfg.Temporal.Namespace,
 		Logger: log.NewStructuredLogger(logger.With("component", "temporal-client")),
 	}
+	if s.dev != nil {
+		// The in-process dev server is on loopback: gzip (the SDK's default) would only cost CPU on both ends, 6% of
+		// the process's samples while sessions open (docs/notes/performance.md).
+		copts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
+	}
 	if s.metrics != nil {
 		h, mp, err := s.metrics.TemporalHandler(logger.With("component", "temporal-metrics"))
 		if err != nil {
