@@ -17,6 +17,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/doppel-dev/doppel/toolplane"
+	"github.com/doppel-dev/doppel/webhook"
 )
 
 // The MCP server (spec §1), on the official Go SDK's Streamable HTTP transport, with MCP sessions (Mcp-Session-Id),
@@ -63,6 +64,12 @@ type MCPRoutes struct {
 	// AllowedOrigins are the origins (scheme://host[:port]) besides PublicURL's that browser-based MCP clients may
 	// send requests from (mcp.allowed_origins); a request with another Origin is refused 403.
 	AllowedOrigins []string
+	// ClientMetadataGuard, when set, lets a client name itself by the https URL of its Client ID Metadata Document,
+	// which the OAuth server fetches through this server-side request forgery guard (the webhooks' own); nil: only
+	// registered clients. ClientMetadataTransport, when set, is the transport it fetches over (tests: a TLS root);
+	// nil: one dialing through the guard.
+	ClientMetadataGuard     *webhook.Guard
+	ClientMetadataTransport http.RoundTripper
 }
 
 // mcpDeps is what both faces and the OAuth server share.

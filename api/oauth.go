@@ -112,6 +112,7 @@ func (o *oauthServer) serverMetadata(w http.ResponseWriter, r *http.Request) {
 		ServiceDocumentation:                   base + "/docs",
 		// The authorization response names the issuer (RFC 9207), against mix-up attacks.
 		AuthorizationResponseIssParameterSupported: true,
+		ClientIDMetadataDocumentSupported:          o.ClientMetadataGuard != nil,
 	}})
 }
 

@@ -28,8 +28,13 @@ func (o *oauthServer) readAuthRequest(r *http.Request, form url.Values) (ar *aut
 	if ar.ClientID == "" {
 		return ar, false, "invalid_request", "client_id is required"
 	}
-	c, err := store.GetOAuthClient(r.Context(), o.db, ar.ClientID)
-	if err != nil {
+	var c *schema.OAuthClient
+	var err error
+	if isCIMD(ar.ClientID) {
+		if c, err = o.fetchClient(r.Context(), ar.ClientID); err != nil {
+			return ar, false, "invalid_client", err.Error()
+		}
+	} else if c, err = store.GetOAuthClient(r.Context(), o.db, ar.ClientID); err != nil {
 		return ar, false, "invalid_client", "unknown client_id: register the client first (" + oauthRegister + ")"
 	}
 	ar.client = c

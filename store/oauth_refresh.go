@@ -182,3 +182,18 @@ func revokeRefreshDerived(ctx context.Context, db bun.IDB, ids []string, at time
 	n, _ := res.RowsAffected()
 	return int(n), nil
 }
+
+// PutOAuthClient records a client known by its Client ID Metadata Document (its id is the document's https URL):
+// created on first use, its name and redirect URIs replaced by each later fetch of the document.
+func PutOAuthClient(ctx context.Context, db bun.IDB, id, name string, redirectURIs []string) (*schema.OAuthClient, error) {
+	if len(redirectURIs) == 0 {
+		return nil, fmt.Errorf("store: put oauth client: %w: no redirect URI", ErrInvalid)
+	}
+	c := &schema.OAuthClient{ID: id, Name: name, RedirectURIs: redirectURIs, CreatedAt: now()}
+	_, err := db.NewInsert().Model(c).On("CONFLICT (id) DO UPDATE").
+		Set("name = EXCLUDED.name").Set("redirect_uris = EXCLUDED.redirect_uris").Exec(ctx)
+	if err != nil {
+		return nil, wrap(err, "put oauth client %q", id)
+	}
+	return c, nil
+}

@@ -486,6 +486,7 @@ func apiOptions(st *stack, public string) (api.Options, error) {
 	if err != nil {
 		return opts, err
 	}
+	mcpRoutes.ClientMetadataGuard = guard // Client ID Metadata Documents are fetched as webhooks are sent
 	hooks := &api.WebhookRoutes{Guard: guard, Deliveries: st.webhookStarter()}
 	uploads := &api.UploadRoutes{Blobs: st.blobs, MaxFileBytes: st.cfg.Uploads.MaxFileBytes}
 	tracesOpts := api.TracesOptions{Collect: collect, Settler: spanSettler(st), TaskAttribute: st.cfg.OTLP.TaskAttribute}
