@@ -220,10 +220,32 @@ type Session struct {
 	MaxGroup int `koanf:"max_group"`
 }
 
-// MCP configures the MCP server's OAuth.
+// MCP configures the MCP server and its OAuth.
 type MCP struct {
 	// TokenTTL is how long an mcp_at_ token issued through OAuth lives.
 	TokenTTL time.Duration `koanf:"token_ttl"`
+	// RefreshTokenTTL is how long an OAuth refresh token lives (each refresh issues a new one).
+	RefreshTokenTTL time.Duration `koanf:"refresh_token_ttl"`
+	// AllowedOrigins lists, comma-separated, the browser origins besides api.public_url's that may call the MCP
+	// server.
+	AllowedOrigins string `koanf:"allowed_origins"`
+}
+
+// Origins parses mcp.allowed_origins: each an origin scheme://host[:port], without a path.
+func (m MCP) Origins() ([]string, error) {
+	var out []string
+	for _, o := range strings.Split(m.AllowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+			u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return nil, fmt.Errorf("%q is not an origin: want scheme://host[:port], e.g. http://localhost:6274", o)
+		}
+		out = append(out, u.Scheme+"://"+u.Host)
+	}
+	return out, nil
 }
 
 // Model is the OpenAI-compatible chat endpoint behind the simulate rung and seeding; empty BaseURL means none.
@@ -306,6 +328,8 @@ func Keys() []Key {
 		{"session.idle", "1h", "idle time after which a session expires"},
 		{"session.max_group", 256, "most sessions one group open or group fork (sessions.open or sessions.fork with n) makes; a larger n is refused naming body.n"},
 		{"mcp.token_ttl", "1h", "lifetime of an MCP access token (mcp_at_) issued through OAuth at /oauth/token"},
+		{"mcp.refresh_token_ttl", "720h", "lifetime of an OAuth refresh token (mcp_rt_); each refresh rotates it and issues a new one with this lifetime, so a client used at least this often is not sent back to the browser"},
+		{"mcp.allowed_origins", "", "comma-separated browser origins (scheme://host[:port]) besides api.public_url's that may call /mcp and /mcp/envs/*; a request with another Origin header is refused 403, one without Origin (a non-browser client) is let through; e.g. http://localhost:6274 for the MCP Inspector"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
 		{"model.api_key", "", "API key for model.base_url"},
 		{"model.name", "", "model name sent to model.base_url"},
@@ -647,6 +671,10 @@ func (c *Config) Validate() error {
 		bad("webhooks.allow_cidrs", "%v", err)
 	}
 	positive("mcp.token_ttl", c.MCP.TokenTTL)
+	positive("mcp.refresh_token_ttl", c.MCP.RefreshTokenTTL)
+	if _, err := c.MCP.Origins(); err != nil {
+		bad("mcp.allowed_origins", "%v", err)
+	}
 	if c.Console.Secret != "" && len(c.Console.Secret) < 32 {
 		bad("console.secret", "must be at least 32 characters (e.g. openssl rand -hex 32)")
 	}
