@@ -403,6 +403,14 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return e.status, true
 		}
 	}
+	if pattern == "POST "+oauthAuthorize {
+		// The consent form checks a workspace key: an address out of failed credentials is refused before the form
+		// is read, as every other credential check refuses it (the consent page itself would answer 401).
+		if err := s.auth.failureGate(r.Context()); err != nil {
+			WriteError(sw, r, err)
+			return
+		}
+	}
 	if s.trpc != nil && strings.HasPrefix(r.URL.Path, "/trpc/") {
 		// tRPC answers its own 404s and never redirects: a client reads tRPC's shape.
 		s.trpc.ServeHTTP(sw, r)
