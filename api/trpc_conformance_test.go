@@ -86,8 +86,12 @@ func TestTRPCErrorConformance(t *testing.T) {
 		if w.Code != status {
 			t.Errorf("HTTP status %d, want %d (%s)", w.Code, status, w.Body)
 		}
-		wantTRPCError(t, json.RawMessage(w.Body.Bytes()), status, name, code, decodeTRPC(t, w.Body.Bytes()).Error.Data.Path,
-			decodeTRPC(t, w.Body.Bytes()).Error.Data.Envelope["code"].(string))
+		a := decodeTRPC(t, w.Body.Bytes())
+		if a.Error == nil {
+			t.Fatalf("want a %s error, got %s", name, w.Body)
+		}
+		envCode, _ := a.Error.Data.Envelope["code"].(string)
+		wantTRPCError(t, json.RawMessage(w.Body.Bytes()), status, name, code, a.Error.Data.Path, envCode)
 	}
 	for _, c := range trpcV11 {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,7 +104,12 @@ func TestTRPCErrorConformance(t *testing.T) {
 			if err := json.Unmarshal(w.Body.Bytes(), &items); err != nil || len(items) != 2 || w.Code != http.StatusMultiStatus {
 				t.Fatalf("batch: %d %s", w.Code, w.Body)
 			}
-			wantTRPCError(t, items[0], c.status, c.name, c.code, "test.status", decodeTRPC(t, items[0]).Error.Data.Envelope["code"].(string))
+			item := decodeTRPC(t, items[0])
+			if item.Error == nil {
+				t.Fatalf("batch item 0: %s", items[0])
+			}
+			envCode, _ := item.Error.Data.Envelope["code"].(string)
+			wantTRPCError(t, items[0], c.status, c.name, c.code, "test.status", envCode)
 		})
 	}
 	malformed := []struct{ what, target, body string }{
