@@ -183,9 +183,11 @@ func (a *adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.srv.Serv
 
 // Handle records the operation's body cap for admission, then registers it as humago does (same pattern).
 func (a *adapter) Handle(op *huma.Operation, handler func(huma.Context)) {
-	n := op.MaxBodyBytes
-	if n == 0 {
-		n = DefaultRouteBodyCap
+	// huma refuses a body of MaxBodyBytes or more; an operation without a Body field (a raw body read by the route,
+	// as collect's) keeps 0 and is bounded by the route itself and the budget.
+	n := op.MaxBodyBytes - 1
+	if op.MaxBodyBytes <= 0 {
+		n = 0
 	}
 	a.srv.setCap(strings.ToUpper(op.Method)+" "+op.Path, n)
 	a.Adapter.Handle(op, handler)

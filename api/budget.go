@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -434,11 +436,17 @@ func (a *Authenticator) workspaceOf(ctx context.Context, authorization string) s
 	if a.admin != nil && a.admin.matches(tok) {
 		return "admin"
 	}
-	p, err := a.resolveAny(ctx, tok)
-	if err != nil || p == "" {
+	ws, err := a.resolveAny(ctx, tok)
+	switch {
+	case err == nil:
+		return ws
+	case notFound(err):
 		return ""
 	}
-	return p
+	// The database did not answer: the route's authentication will (503); meanwhile the credential counts as its
+	// own, never as the address's.
+	sum := sha256.Sum256([]byte(tok))
+	return "unresolved:" + hex.EncodeToString(sum[:8])
 }
 
 // mcpMaxBody is the MCP SDK's own cap on a POST to an MCP address.

@@ -50,7 +50,7 @@ type echoOut struct {
 
 // conformanceServer is an API with two test verbs: test.status answers the envelope of any status (200: a
 // result), test.count a mutation taking a body.
-func conformanceServer(t *testing.T, opts api.Options) http.Handler {
+func conformanceServer(t testing.TB, opts api.Options) http.Handler {
 	t.Helper()
 	opts.Routes = append(opts.Routes, func(a huma.API, _ *api.Deps) {
 		huma.Register(a, huma.Operation{OperationID: "test.status", Method: http.MethodGet, Path: "/test/status"},
@@ -184,7 +184,7 @@ func TestTRPCBatchCap(t *testing.T) {
 
 // jsonlDecode rebuilds a streamed batch as tRPC's jsonlStreamConsumer does: the head's placeholders are filled as
 // the chunks that settle them arrive, each chunk's own placeholders in turn by later chunks.
-func jsonlDecode(t *testing.T, body []byte) []any {
+func jsonlDecode(t testing.TB, body []byte) []any {
 	t.Helper()
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(nil, 1<<24)
