@@ -246,4 +246,3 @@ func maxDuration(ds []time.Duration) time.Duration {
 	}
 	return m
 }
-
