@@ -270,6 +270,9 @@ type Session struct {
 	RootKeyID string `bun:"root_key_id,notnull"`
 	// EndsWithParent marks a fork made with its parent's session token: it ends when ForkedFrom ends.
 	EndsWithParent bool `bun:"ends_with_parent,notnull"`
+	// Episode is the session's task when it was opened as an episode (toolplane.Episode as JSON; nil: none): its
+	// expectations, step limit, terminal tools and reward mode, kept so any replica can grade it.
+	Episode json.RawMessage `bun:"episode"`
 }
 
 // Call is one tool call in a session's transcript (its journal entry).

@@ -23,6 +23,7 @@ import (
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/devserver"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/query/flow"
@@ -333,7 +334,13 @@ func twinDirectory(st *stack) *wfclient.TwinDirectory {
 
 // sessionWorkflows starts session opens and the reaper.
 func sessionWorkflows(st *stack) *wfclient.Sessions {
-	return &wfclient.Sessions{Conn: st.conn(), TwinWait: st.cfg.Twin.Wait}
+	s := &wfclient.Sessions{Conn: st.conn(), TwinWait: st.cfg.Twin.Wait}
+	if st.dev != nil {
+		// doppel dev's own server admits devserver.MaxInFlightUpdates a workflow: fewer openers, each taking larger
+		// batches of opens in one workflow task.
+		s.OpenerShards, s.OpenerInFlight = 2, devserver.MaxInFlightUpdates*7/8
+	}
+	return s
 }
 
 // buildStarter starts builds and schedules rebuilds.
@@ -499,6 +506,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		wake.Register,
 		queries.Register,
 		mcpRoutes.Register,
+		(&api.OpenEnvRoutes{Plane: plane, Model: sessions.Model}).Register,
 		usageRoutes.Register,
 		hooks.Register,
 		uploads.Register,
