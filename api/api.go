@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -47,6 +48,15 @@ type Options struct {
 	// negative: no budget). A request it cannot hold answers 503 with Retry-After; one whose Content-Length alone
 	// passes it answers 413.
 	BodyBudget int64
+	// BodyLimits are the body budget's shares and read rate (its Size is BodyBudget's; zero fields: the defaults).
+	BodyLimits BodyLimits
+	// FailedCredentialsPerMinute and FailedCredentialBurst budget each client address's credentials that do not
+	// resolve, on every route (0: DefaultFailedCredentialsPerMinute, DefaultFailedCredentialBurst; negative: off).
+	FailedCredentialsPerMinute float64
+	FailedCredentialBurst      int
+	// TRPCMaxBatch is the most procedures one tRPC batch may name (0: DefaultTRPCMaxBatch); a larger batch answers
+	// 413 PAYLOAD_TOO_LARGE before any runs.
+	TRPCMaxBatch int
 	// ReturnMemoryEvery is the shortest time between two returns of free memory to the OS, made once no large
 	// body is in flight (0: DefaultReturnMemoryEvery; negative: never).
 	ReturnMemoryEvery time.Duration
@@ -95,6 +105,8 @@ type Deps struct {
 	Observer Observer
 	// Tracer is Options.Tracer (nil: no tracing).
 	Tracer trace.TracerProvider
+
+	srv *server // BodyCap records plain routes' caps on it
 }
 
 // New builds the API: every built-in route, then each of opts.Routes.
@@ -114,7 +126,9 @@ func New(opts Options) (http.Handler, huma.API) {
 	if opts.Observer != nil {
 		budgetObs = opts.Observer
 	}
-	srv := &server{mux: mux, logger: logger, budget: newBodyBudget(opts.BodyBudget, opts.ReturnMemoryEvery, budgetObs)}
+	limits := opts.BodyLimits
+	limits.Size = opts.BodyBudget
+	srv := &server{mux: mux, logger: logger, budget: newBodyBudget(limits, opts.ReturnMemoryEvery, budgetObs), caps: map[string]int64{}}
 	if opts.Tracer != nil {
 		srv.tracer = opts.Tracer.Tracer("doppel/api")
 		srv.prop = opts.Propagator
@@ -126,12 +140,13 @@ func New(opts Options) (http.Handler, huma.API) {
 	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
 	web := &WebSessions{DB: opts.DB, Secret: opts.WebSecret, TTL: opts.WebSessionTTL}
-	auth := &Authenticator{DB: opts.DB}
+	auth := &Authenticator{DB: opts.DB, FailedPerMinute: opts.FailedCredentialsPerMinute, FailedBurst: opts.FailedCredentialBurst}
+	srv.auth, srv.web = auth, web
 	if opts.KeyCacheTTL > 0 && opts.DB != nil {
 		auth.keys = newKeyCache(opts.DB, opts.KeyCacheTTL)
 	}
 	humaAPI.UseMiddleware(auth.middleware(humaAPI), checkBodyStrings)
-	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState, Observer: opts.Observer}
+	deps := &Deps{DB: opts.DB, Logger: logger, Auth: auth, Mux: mux, TwinState: opts.TwinState, Observer: opts.Observer, srv: srv}
 	if opts.Tracer != nil {
 		deps.Tracer = opts.Tracer
 	}
@@ -146,9 +161,14 @@ func New(opts Options) (http.Handler, huma.API) {
 	for _, r := range opts.Routes {
 		r(humaAPI, deps)
 	}
-	srv.trpc = newTRPC(mux, humaAPI, web)
+	srv.trpc = newTRPC(mux, humaAPI, web, opts.TRPCMaxBatch)
 	registerDocs(mux, humaAPI)
 	registerConsole(mux, auth, web)
+	for pattern, n := range plainRouteCaps {
+		if _, set := srv.caps[pattern]; !set {
+			srv.setCap(pattern, n)
+		}
+	}
 
 	return srv, humaAPI
 }
@@ -160,6 +180,18 @@ type adapter struct {
 }
 
 func (a *adapter) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.srv.ServeHTTP(w, r) }
+
+// Handle records the operation's body cap for admission, then registers it as humago does (same pattern).
+func (a *adapter) Handle(op *huma.Operation, handler func(huma.Context)) {
+	// huma refuses a body of MaxBodyBytes or more; an operation without a Body field (a raw body read by the route,
+	// as collect's) keeps 0 and is bounded by the route itself and the budget.
+	n := op.MaxBodyBytes - 1
+	if op.MaxBodyBytes <= 0 {
+		n = 0
+	}
+	a.srv.setCap(strings.ToUpper(op.Method)+" "+op.Path, n)
+	a.Adapter.Handle(op, handler)
+}
 
 func config(title, version string) huma.Config {
 	c := huma.DefaultConfig(title, version)
@@ -225,9 +257,15 @@ type server struct {
 	mux    *http.ServeMux
 	trpc   http.Handler // owns every path under /trpc/, unclean ones included
 	logger *slog.Logger
-	budget *bodyBudget  // nil: no body budget
-	tracer trace.Tracer // nil: no spans
-	prop   propagation.TextMapPropagator
+	budget *bodyBudget // nil: no body budget
+	auth   *Authenticator
+	web    *WebSessions
+	// trustForwarded takes client addresses from X-Forwarded-For (WebSessions.TrustForwardedFor).
+	trustForwarded bool
+	capsMu         sync.RWMutex
+	caps           map[string]int64 // body cap of each mux pattern (0: only the budget's)
+	tracer         trace.Tracer     // nil: no spans
+	prop           propagation.TextMapPropagator
 }
 
 type reqInfo struct {
@@ -236,6 +274,7 @@ type reqInfo struct {
 	start     time.Time     // when the request reached the API
 	transport string        // rest, trpc or mcp
 	auth      time.Duration // time the credential took to resolve
+	addr      string        // the client's address (failed credentials are counted per address)
 }
 
 // requestInfo is the request's reqInfo (nil outside a request).
@@ -295,7 +334,8 @@ func (s *server) accessLog(r *http.Request, id string, status int, start time.Ti
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger, start: start, transport: transportOf(r.URL.Path)}
+	ri := &reqInfo{id: schema.NewID(schema.PrefixRequest), logger: s.logger, start: start, transport: transportOf(r.URL.Path),
+		addr: clientAddress(r.RemoteAddr, r.Header.Get("X-Forwarded-For"), s.trustForwarded)}
 	ctx := context.WithValue(r.Context(), reqKey{}, ri)
 	pattern := ""
 	if ri.transport != "trpc" {
@@ -336,24 +376,41 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeEnvelope(sw, e.status, e)
 		return
 	}
-	release, over, e := s.budget.admit(r)
-	if e != nil {
-		e.RequestID = ri.id
-		refuse(sw, r, e)
-		return
-	}
-	defer release()
-	if over != nil {
-		// A body of unknown length that ran out of budget while read is answered 503, whatever its handler made of
-		// the failed read.
-		sw.intercept = func() bool {
-			if !over.Load() {
-				return false
+	if s.budget != nil && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		adm, e := s.budget.admit(w, r, s.routeCap(r, pattern), s.clientOf(r))
+		if e != nil {
+			e.RequestID = ri.id
+			refuse(sw, r, e)
+			return
+		}
+		if adm == nil {
+			adm = &admission{release: func() {}, routeDeadline: func(time.Time) {}}
+		}
+		defer adm.release()
+		sw.onReadDeadline = adm.routeDeadline
+		// A body that ran out of budget while read (unknown length) is answered 503, one that arrived under the
+		// minimum rate 408, whatever its handler made of the failed read.
+		sw.intercept = func() (int, bool) {
+			var e *Envelope
+			switch {
+			case adm.slow.Load():
+				e = s.budget.slowRefusal()
+			case adm.over.Load():
+				e = s.budget.refusal()
+			default:
+				return 0, false
 			}
-			e := s.budget.refusal()
 			e.RequestID = ri.id
 			refuse(sw.ResponseWriter, r, e)
-			return true
+			return e.status, true
+		}
+	}
+	if pattern == "POST "+oauthAuthorize {
+		// The consent form checks a workspace key: an address out of failed credentials is refused before the form
+		// is read, as every other credential check refuses it (the consent page itself would answer 401).
+		if err := s.auth.failureGate(r.Context()); err != nil {
+			WriteError(sw, r, err)
+			return
 		}
 	}
 	if s.trpc != nil && strings.HasPrefix(r.URL.Path, "/trpc/") {
@@ -401,8 +458,10 @@ type statusWriter struct {
 	code  int
 	// intercept, when set, may answer in the handler's stead as the response starts; it reports whether it did,
 	// and the handler's answer is then dropped.
-	intercept func() bool
+	intercept func() (int, bool)
 	dropped   bool
+	// onReadDeadline, when set, is told of a read deadline the handler sets (the body budget keeps it).
+	onReadDeadline func(time.Time)
 }
 
 // start records the response's start; false means it was intercepted.
@@ -411,9 +470,11 @@ func (w *statusWriter) start(code int) bool {
 		return !w.dropped
 	}
 	w.wrote = true
-	if w.intercept != nil && w.intercept() {
-		w.code, w.dropped = http.StatusServiceUnavailable, true
-		return false
+	if w.intercept != nil {
+		if status, ok := w.intercept(); ok {
+			w.code, w.dropped = status, true
+			return false
+		}
 	}
 	w.code = code
 	return true
@@ -446,6 +507,15 @@ func (w *statusWriter) Flush() {
 			f.Flush()
 		}
 	}
+}
+
+// SetReadDeadline passes a handler's read deadline on (http.ResponseController finds it here), telling the body
+// budget of it first.
+func (w *statusWriter) SetReadDeadline(t time.Time) error {
+	if w.onReadDeadline != nil {
+		w.onReadDeadline(t)
+	}
+	return http.NewResponseController(w.ResponseWriter).SetReadDeadline(t)
 }
 
 // Unwrap exposes the underlying writer to http.ResponseController.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -82,8 +84,16 @@ type Authenticator struct {
 	// path: SessionTokens). Without it every session route reads the session and its workspace.
 	Tokens TokenResolver
 
-	keys  *keyCache // nil: every workspace key and MCP token is read from the database
-	admin *adminKey // nil: admin verbs refuse every credential
+	// FailedPerMinute and FailedBurst budget each client address's credentials that do not resolve (defaults
+	// DefaultFailedCredentialsPerMinute and DefaultFailedCredentialBurst); past it, every credential check from
+	// that address answers 429 with Retry-After before the credential is looked up. Negative FailedPerMinute: off.
+	FailedPerMinute float64
+	FailedBurst     int
+
+	keys     *keyCache // nil: every workspace key and MCP token is read from the database
+	admin    *adminKey // nil: admin verbs refuse every credential
+	failOnce sync.Once
+	failures *keyedLimiter
 }
 
 // TokenResolver answers the session and workspace of a session token, whatever the session's status; an unknown
@@ -156,6 +166,9 @@ func (a *Authenticator) Key(ctx context.Context, authorization string, kinds ...
 	if !slices.Contains(kinds, cred.KindOf(tok)) {
 		return nil, Unauthorized("this route takes " + describeKinds(kinds))
 	}
+	if err := a.failureGate(ctx); err != nil {
+		return nil, err
+	}
 	var key *schema.APIKey
 	var ws *schema.Workspace
 	if a.keys != nil {
@@ -164,6 +177,7 @@ func (a *Authenticator) Key(ctx context.Context, authorization string, kinds ...
 		key, ws, err = store.ResolveKey(ctx, db, tok)
 	}
 	if errors.Is(err, store.ErrNotFound) {
+		a.failed(ctx)
 		return nil, Unauthorized("invalid or revoked credential")
 	}
 	if err != nil {
@@ -207,8 +221,12 @@ func (a *Authenticator) Session(ctx context.Context, authorization, sessionID st
 	}
 	switch cred.KindOf(tok) {
 	case cred.KindSession:
+		if err := a.failureGate(ctx); err != nil {
+			return nil, err
+		}
 		s, ws, err := a.resolveToken(ctx, db, tok)
 		if errors.Is(err, store.ErrNotFound) {
+			a.failed(ctx)
 			return nil, Unauthorized("invalid session token")
 		}
 		if err != nil {
@@ -305,7 +323,11 @@ func (a *Authenticator) middleware(humaAPI huma.API) func(huma.Context, func(hum
 			// A console request through /trpc: the web session stands for the workspace key it was signed in with.
 			p, err = a.webPrincipal(ctx.Context(), web, accepts(SchemeSessionToken), ctx.Param(SessionIDParam))
 		case accepts(SchemeAdminKey):
-			p, err = a.Admin(header)
+			if err = a.failureGate(ctx.Context()); err == nil {
+				if p, err = a.Admin(header); err != nil && header != "" {
+					a.failed(ctx.Context()) // a credential that is not the admin key spends a failed credential
+				}
+			}
 		case accepts(SchemeSessionToken):
 			p, err = a.Session(ctx.Context(), header, ctx.Param(SessionIDParam))
 		case accepts(SchemeMCPToken):
@@ -338,6 +360,9 @@ func writeHumaError(ctx huma.Context, err error) {
 		status = http.StatusInternalServerError
 	}
 	ctx.SetHeader("Content-Type", "application/json")
+	if e.retryAfter > 0 {
+		ctx.SetHeader("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	if status == http.StatusUnauthorized {
 		ctx.SetHeader("WWW-Authenticate", "Bearer")
 	}

@@ -20,7 +20,9 @@ import (
 func budgetServer(t *testing.T, size int64) (*httptest.Server, chan struct{}) {
 	t.Helper()
 	reading := make(chan struct{}, 16)
-	opts := api.Options{BodyBudget: size, ReturnMemoryEvery: -1, Routes: []func(huma.API, *api.Deps){
+	// The requests carry no credential: the address's share is set past the budget, so the server-wide bound is
+	// what these tests see (budget_share_test.go tests the shares).
+	opts := api.Options{BodyBudget: size, ReturnMemoryEvery: -1, BodyLimits: api.BodyLimits{PerAddress: 4 * size}, Routes: []func(huma.API, *api.Deps){
 		func(_ huma.API, d *api.Deps) {
 			d.Mux.HandleFunc("POST /test/read", func(w http.ResponseWriter, r *http.Request) {
 				reading <- struct{}{}

@@ -49,6 +49,9 @@ func consoleSession(ws *schema.Workspace, key *schema.APIKey, s *webSession) Con
 }
 
 // registerConsole serves the console's page and assets, and its sign-in, session and sign-out routes.
+// consoleSignInMaxBody caps the sign-in body ({"key": …}).
+const consoleSignInMaxBody = 4096
+
 func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) {
 	assets, err := fs.Sub(consoleFiles, "console")
 	if err != nil {
@@ -95,9 +98,9 @@ func registerConsole(mux *http.ServeMux, auth *Authenticator, web *WebSessions) 
 		var in struct {
 			Key string `json:"key"`
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, consoleSignInMaxBody))
 		if err != nil {
-			WriteError(w, r, TooLarge("sign-in body is over 4096 bytes"))
+			WriteError(w, r, TooLarge("sign-in body is over %d bytes", consoleSignInMaxBody))
 			return
 		}
 		if err := json.Unmarshal(body, &in); err != nil {

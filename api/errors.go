@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -33,6 +34,7 @@ const (
 	CodeNotReady         = "notReady"         // 409: a twin booting, a build running
 	CodeTooLarge         = "tooLarge"         // 413
 	CodeInvalid          = "invalid"          // 422 (and any other 4xx)
+	CodeTimeout          = "timeout"          // 408: the body arrived too slowly
 	CodeRateLimited      = "rateLimited"      // 429
 	CodeInternal         = "internal"         // 500
 	CodeUnavailable      = "unavailable"      // 502, 503, 504
@@ -59,6 +61,7 @@ func Codes() []CodeInfo {
 		{403, CodeForbidden, "Access not granted; `access` is `pending` or `denied`."},
 		{404, CodeNotFound, "No such route, environment, build, key or session — including another workspace's, an expired session, an unroutable tool."},
 		{405, CodeMethodNotAllowed, "The path exists but not with this method; `Allow` lists the methods."},
+		{408, CodeTimeout, "The request body arrived too slowly: under `api.body_min_rate_bytes` a second on average once `api.body_read_grace` passed. The connection is closed."},
 		{409, CodeConflict, "The request conflicts with the current state."},
 		{409, CodeNotReady, "Not ready yet: the twin is booting or a build is running. Retry after a moment."},
 		{413, CodeTooLarge, "The body, a collect batch or an upload is over its size cap."},
@@ -89,6 +92,8 @@ func codeFor(status int) string {
 		return CodeTooLarge
 	case http.StatusTooManyRequests:
 		return CodeRateLimited
+	case http.StatusRequestTimeout:
+		return CodeTimeout
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return CodeUnavailable
 	}
@@ -114,9 +119,11 @@ type Meter struct {
 // Envelope is the one error body every route answers with (spec §7).
 type Envelope struct {
 	status int
+	// retryAfter, when positive, is sent as the Retry-After header (seconds) with the envelope.
+	retryAfter int
 
 	Detail        string       `json:"detail" doc:"Human-readable message. For 422 it names the field." example:"body.seed: expected integer"`
-	Code          string       `json:"code" doc:"Machine-readable code." enum:"unauthorized,paymentRequired,forbidden,notFound,methodNotAllowed,conflict,notReady,tooLarge,invalid,rateLimited,internal,unavailable"`
+	Code          string       `json:"code" doc:"Machine-readable code." enum:"unauthorized,paymentRequired,forbidden,notFound,methodNotAllowed,conflict,notReady,timeout,tooLarge,invalid,rateLimited,internal,unavailable"`
 	RequestID     string       `json:"requestId" doc:"The request's id, also in the X-Request-Id header." example:"req_0123456789abcdef"`
 	Errors        []FieldError `json:"errors,omitempty" doc:"On 422: every invalid field."`
 	Access        string       `json:"access,omitempty" enum:"pending,denied" doc:"On 403: whether access is pending or denied."`
@@ -269,6 +276,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, err error) {
 
 func writeEnvelope(w http.ResponseWriter, status int, e *Envelope) {
 	w.Header().Set("Content-Type", "application/json")
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	w.Header().Del("Content-Length")
 	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")

@@ -63,6 +63,7 @@ func TracesRoutes(opts TracesOptions, g *TraceIngest) func(huma.API, *Deps) {
 		if g != nil {
 			*g = *t
 		}
+		d.BodyCap("POST "+tracesPath, t.opts.Collect.MaxRequestBytes)
 		d.Mux.HandleFunc("POST "+tracesPath, t.serveHTTP)
 		documentTraces(a)
 	}

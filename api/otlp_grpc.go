@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"context"
 	"net"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // exporters compress with gzip: registering it lets the server read them
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -27,9 +30,15 @@ type TraceService struct {
 // NewTraceService serves t over gRPC. t is filled by TracesRoutes once the API is built.
 func NewTraceService(t *TraceIngest) *TraceService { return &TraceService{ingest: t} }
 
-// NewGRPCServer is a gRPC server holding the trace service, accepting messages up to collect's request cap.
-func NewGRPCServer(s *TraceService) *grpc.Server {
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(int(s.ingest.opts.Collect.MaxRequestBytes)))
+// NewGRPCServer is a gRPC server holding the trace service, accepting messages up to collect's request cap. A
+// connection with no call in flight for idle is closed (GOAWAY; 0: DefaultIdleTimeout), as the HTTP listener
+// closes idle keep-alive connections; a stream in flight is never cut by it.
+func NewGRPCServer(s *TraceService, idle time.Duration) *grpc.Server {
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(int(s.ingest.opts.Collect.MaxRequestBytes)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}))
 	coltracepb.RegisterTraceServiceServer(g, s)
 	return g
 }

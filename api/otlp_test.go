@@ -447,7 +447,7 @@ func TestTracesGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.NewGRPCServer(api.NewTraceService(&ingest))
+	srv := api.NewGRPCServer(api.NewTraceService(&ingest), 0)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 

@@ -24,7 +24,13 @@ import (
 // trpcMaxBody bounds a tRPC request body.
 const trpcMaxBody = 32 << 20
 
-// tRPC error codes (JSON-RPC numbers) by HTTP status, as tRPC defines them.
+// DefaultTRPCMaxBatch is the most procedures one batch may name (api.trpc_max_batch).
+const DefaultTRPCMaxBatch = 100
+
+// tRPC error codes (JSON-RPC numbers) by HTTP status, as tRPC v11 defines them: TRPC_ERROR_CODES_BY_KEY in
+// packages/server/src/unstable-core-do-not-import/rpc/codes.ts and JSONRPC2_TO_HTTP_CODE in
+// …/http/getHTTPStatusCode.ts, read at trpc/trpc commit 340811ba5320637fbaf48fccf3dbfdd258bd34db (2026-06-20).
+// A status outside the table answers INTERNAL_SERVER_ERROR (5xx) or BAD_REQUEST (4xx) with its own httpStatus.
 var trpcCodes = map[int]struct {
 	name string
 	code int
@@ -33,7 +39,7 @@ var trpcCodes = map[int]struct {
 	403: {"FORBIDDEN", -32003}, 404: {"NOT_FOUND", -32004}, 405: {"METHOD_NOT_SUPPORTED", -32005},
 	408: {"TIMEOUT", -32008}, 409: {"CONFLICT", -32009}, 412: {"PRECONDITION_FAILED", -32012},
 	413: {"PAYLOAD_TOO_LARGE", -32013}, 415: {"UNSUPPORTED_MEDIA_TYPE", -32015}, 422: {"UNPROCESSABLE_CONTENT", -32022},
-	429: {"TOO_MANY_REQUESTS", -32029}, 499: {"CLIENT_CLOSED_REQUEST", -32099}, 500: {"INTERNAL_SERVER_ERROR", -32603},
+	428: {"PRECONDITION_REQUIRED", -32028}, 429: {"TOO_MANY_REQUESTS", -32029}, 499: {"CLIENT_CLOSED_REQUEST", -32099}, 500: {"INTERNAL_SERVER_ERROR", -32603},
 	501: {"NOT_IMPLEMENTED", -32603}, 502: {"BAD_GATEWAY", -32603}, 503: {"SERVICE_UNAVAILABLE", -32603},
 	504: {"GATEWAY_TIMEOUT", -32603},
 }
@@ -68,11 +74,38 @@ type trpc struct {
 	mux *http.ServeMux
 	// web checks the console's session cookie (nil: not accepted).
 	web *WebSessions
+	// maxBatch is the most procedures one batch may name.
+	maxBatch int
 }
 
 // newTRPC returns the handler for /trpc/…, which dispatches each procedure to its verb's route on mux.
-func newTRPC(mux *http.ServeMux, a huma.API, web *WebSessions) *trpc {
-	return &trpc{verbTable: newVerbTable(a), mux: mux, web: web}
+func newTRPC(mux *http.ServeMux, a huma.API, web *WebSessions, maxBatch int) *trpc {
+	if maxBatch <= 0 {
+		maxBatch = DefaultTRPCMaxBatch
+	}
+	return &trpc{verbTable: newVerbTable(a), mux: mux, web: web, maxBatch: maxBatch}
+}
+
+// malformed is tRPC's answer to input that is not JSON, or a batch input that is not an object: BAD_REQUEST (400,
+// -32600), as tRPC's own content-type handler answers it, with the envelope naming the field.
+func malformed(location, message string) *Envelope {
+	e := Invalid(location, message)
+	e.status = http.StatusBadRequest
+	return e
+}
+
+// streamed reports whether the client asks for httpBatchStreamLink's JSONL answer (tRPC's getAcceptHeader:
+// trpc-accept, else an Accept listing application/jsonl).
+func streamed(r *http.Request) bool {
+	if v := r.Header.Get("trpc-accept"); v != "" {
+		return v == "application/jsonl"
+	}
+	for _, t := range strings.Split(r.Header.Get("Accept"), ",") {
+		if strings.TrimSpace(t) == "application/jsonl" {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,7 +124,16 @@ func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	names := strings.Split(strings.TrimPrefix(r.URL.Path, "/trpc/"), ",")
 	batch := r.URL.Query().Get("batch") == "1"
 	if !batch && len(names) != 1 {
-		t.fail(w, r, Invalid("path", "several procedures need ?batch=1"))
+		t.fail(w, r, malformed("path", "several procedures need ?batch=1"))
+		return
+	}
+	if len(names) > t.maxBatch {
+		t.fail(w, r, TooLarge("a batch of %d procedures is over the cap of %d (api.trpc_max_batch); split it", len(names), t.maxBatch))
+		return
+	}
+	stream := streamed(r)
+	if stream && !batch {
+		t.fail(w, r, malformed("path", "streaming requests (trpc-accept: application/jsonl) must be batched: add ?batch=1 (a batch of 1 will do)"))
 		return
 	}
 	var raw []byte
@@ -112,10 +154,16 @@ func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	inputs := make([]json.RawMessage, len(names))
 	if len(bytes.TrimSpace(raw)) > 0 {
+		if !json.Valid(raw) {
+			var v any
+			err := json.Unmarshal(raw, &v)
+			t.fail(w, r, malformed("input", "not JSON: "+err.Error()))
+			return
+		}
 		if batch {
 			var keyed map[string]json.RawMessage
 			if err := json.Unmarshal(raw, &keyed); err != nil {
-				t.fail(w, r, Invalid("input", "a batch's input is an object keyed \"0\", \"1\", …: "+err.Error()))
+				t.fail(w, r, malformed("input", "a batch's input is an object keyed \"0\", \"1\", …: "+err.Error()))
 				return
 			}
 			for i := range names {
@@ -124,6 +172,10 @@ func (t *trpc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			inputs[0] = raw
 		}
+	}
+	if stream {
+		t.stream(w, r, names, inputs)
+		return
 	}
 	results := make([]trpcResult, len(names))
 	statuses := make([]int, len(names))

@@ -66,6 +66,7 @@ func (ur *UploadRoutes) Register(a huma.API, d *Deps) {
 	if ur.MaxFiles <= 0 {
 		ur.MaxFiles = DefaultUploadMaxFiles
 	}
+	d.BodyCap("POST "+uploadsPath, int64(ur.MaxFiles)*(ur.MaxFileBytes+64<<10))
 	d.Mux.HandleFunc("POST "+uploadsPath, func(w http.ResponseWriter, r *http.Request) {
 		out, err := ur.handle(w, r, d)
 		if err != nil {

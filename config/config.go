@@ -148,6 +148,21 @@ type API struct {
 	Addr       string `koanf:"addr"`
 	PublicURL  string `koanf:"public_url"`
 	BodyBudget int64  `koanf:"body_budget_bytes"`
+	// BodyPerCredential and BodyPerAddress are the shares of the body budget one workspace, and one address
+	// without a resolving credential, may hold at once.
+	BodyPerCredential int64 `koanf:"body_budget_per_credential_bytes"`
+	BodyPerAddress    int64 `koanf:"body_budget_per_address_bytes"`
+	// BodyReadGrace and BodyMinRate: after the grace, a body must arrive at BodyMinRate bytes a second on average.
+	BodyReadGrace time.Duration `koanf:"body_read_grace"`
+	BodyMinRate   int64         `koanf:"body_min_rate_bytes"`
+	// ReadHeaderTimeout and IdleTimeout bound a request's headers and a keep-alive connection's wait.
+	ReadHeaderTimeout time.Duration `koanf:"read_header_timeout"`
+	IdleTimeout       time.Duration `koanf:"idle_timeout"`
+	// FailedCredentialsPerMinute and FailedCredentialBurst budget each address's credentials that do not resolve.
+	FailedCredentialsPerMinute float64 `koanf:"failed_credentials_per_minute"`
+	FailedCredentialBurst      int     `koanf:"failed_credential_burst"`
+	// TRPCMaxBatch caps the procedures of one tRPC batch.
+	TRPCMaxBatch int `koanf:"trpc_max_batch"`
 }
 
 // DB selects the metadata database.
@@ -291,6 +306,15 @@ func Keys() []Key {
 		{"api.addr", "127.0.0.1:8080", "address the HTTP API listens on"},
 		{"api.public_url", "", "URL clients reach the API at (printed, used in links); empty: derived from api.addr"},
 		{"api.body_budget_bytes", int64(256 << 20), "most request-body bytes the API holds at once over all requests (collect, builds, REST and tRPC bodies); a request over it answers 503 with Retry-After; 0: no budget"},
+		{"api.body_budget_per_credential_bytes", int64(64 << 20), "most request-body bytes the requests of one workspace (any of its credentials) hold at once; over it: 429 with Retry-After, or 413 for one body larger than it"},
+		{"api.body_budget_per_address_bytes", int64(1 << 20), "most request-body bytes the requests of one client address hold at once while they carry no credential that resolves (OAuth, console sign-in); over it: 429 with Retry-After, or 413 for one body larger than it"},
+		{"api.body_read_grace", "10s", "how long a request body may take before api.body_min_rate_bytes applies to it"},
+		{"api.body_min_rate_bytes", int64(16 << 10), "least average rate, in bytes a second, a request body must arrive at once api.body_read_grace has passed; a slower one answers 408 and its connection closes; 0: no minimum"},
+		{"api.read_header_timeout", "10s", "longest a request's headers may take to arrive; the connection closes after it"},
+		{"api.idle_timeout", "60s", "a keep-alive connection (HTTP, or OTLP/gRPC) that sends no next request for this long is closed; streams in flight (MCP SSE, streamed tRPC batches) are not cut by it"},
+		{"api.failed_credentials_per_minute", 30.0, "credentials that do not resolve allowed per client address a minute, on every route (REST, tRPC, MCP, /oauth/authorize); past api.failed_credential_burst every credential from that address answers 429 with Retry-After; negative: no limit"},
+		{"api.failed_credential_burst", 30, "burst of failed credentials allowed per client address before api.failed_credentials_per_minute applies"},
+		{"api.trpc_max_batch", 100, "most procedures in one tRPC batch; a larger batch answers 413 PAYLOAD_TOO_LARGE before any runs"},
 		{"db.driver", "sqlite", "metadata database: sqlite (embedded) or postgres"},
 		{"db.dsn", "", "database DSN; empty with sqlite: <data_dir>/doppel.db"},
 		{"blob.driver", "local", "blob store: local (a directory) or s3 (MinIO or any S3)"},
@@ -593,6 +617,20 @@ func (c *Config) Validate() error {
 	}
 	if c.Temporal.TaskQueue == "" {
 		bad("temporal.task_queue", "must not be empty")
+	}
+	if c.API.BodyPerCredential < 0 {
+		bad("api.body_budget_per_credential_bytes", "must not be negative")
+	} else if c.API.BodyPerCredential > 0 && c.API.BodyPerCredential < c.Collect.MaxRequestBytes {
+		bad("api.body_budget_per_credential_bytes", "must be at least collect.max_request_bytes (%d)", c.Collect.MaxRequestBytes)
+	}
+	if c.API.BodyPerAddress < 0 {
+		bad("api.body_budget_per_address_bytes", "must not be negative")
+	}
+	if c.API.BodyMinRate < 0 {
+		bad("api.body_min_rate_bytes", "must not be negative")
+	}
+	if c.API.TRPCMaxBatch < 1 {
+		bad("api.trpc_max_batch", "must be at least 1")
 	}
 	if c.API.BodyBudget < 0 {
 		bad("api.body_budget_bytes", "must not be negative")

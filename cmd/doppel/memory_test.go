@@ -26,9 +26,15 @@ const (
 	memBodyBytes         = 30 << 20
 )
 
+// refused reports a body the budget refused: 503 (the server's budget) or 429 (the workspace's share of it,
+// api.body_budget_per_credential_bytes, issue 33).
+func refused(status int) bool {
+	return status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests
+}
+
 // Issue #13, defect 7: 50 concurrent 30 MB collect bodies (valid JSON whose last trace is invalid, so each is read
 // and parsed whole, then refused with 422) against a real `doppel dev` process. The bytes in flight are bounded by
-// the body budget: the bodies it cannot hold are refused at once with 503 + Retry-After (sent with
+// the body budget: the bodies it cannot hold are refused at once with 503 or 429 + Retry-After (sent with
 // Expect: 100-continue, as large uploads should be, so a refused body is never sent). RSS, read from /proc, stays
 // under a bound while they run and returns near its level before the burst afterwards.
 //
@@ -95,9 +101,9 @@ func TestBodyBudgetMemory(t *testing.T) {
 			switch {
 			case err != nil:
 				failures = append(failures, err.Error())
-			case st == http.StatusServiceUnavailable && (retry == "" || !strings.Contains(ans, `"requestId"`)):
-				failures = append(failures, fmt.Sprintf("503 without Retry-After or envelope: %q %.300s", retry, ans))
-			case st != http.StatusServiceUnavailable && st != http.StatusUnprocessableEntity:
+			case refused(st) && (retry == "" || !strings.Contains(ans, `"requestId"`)):
+				failures = append(failures, fmt.Sprintf("%d without Retry-After or envelope: %q %.300s", st, retry, ans))
+			case !refused(st) && st != http.StatusUnprocessableEntity:
 				failures = append(failures, fmt.Sprintf("%d %.300s", st, ans))
 			}
 			statuses[st]++
@@ -109,9 +115,9 @@ func TestBodyBudgetMemory(t *testing.T) {
 	t.Logf("%d bodies of %d MiB: answers %v; RSS before %d MiB, peak %d MiB, after %d MiB",
 		memBodies, memBodyBytes>>20, statuses, baseline>>20, peak.max>>20, after>>20)
 	if len(failures) > 0 {
-		t.Errorf("%d bodies were neither parsed (422) nor refused (503 + Retry-After), e.g. %s", len(failures), failures[0])
+		t.Errorf("%d bodies were neither parsed (422) nor refused (503 or 429 + Retry-After), e.g. %s", len(failures), failures[0])
 	}
-	if statuses[http.StatusServiceUnavailable] == 0 {
+	if statuses[http.StatusServiceUnavailable]+statuses[http.StatusTooManyRequests] == 0 {
 		t.Errorf("no body was refused for want of budget: %v", statuses)
 	}
 	if peak.max > baseline+memPeakOverBaseline {

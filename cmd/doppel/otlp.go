@@ -23,7 +23,7 @@ func serveOTLPGRPC(st *stack) (func(), error) {
 	if err != nil {
 		return nil, &config.FieldError{Key: "otlp.grpc_addr", Reason: err.Error()}
 	}
-	srv := api.NewGRPCServer(api.NewTraceService(st.traceIngest()))
+	srv := api.NewGRPCServer(api.NewTraceService(st.traceIngest()), st.cfg.API.IdleTimeout)
 	go func() { _ = srv.Serve(ln) }()
 	st.log.Info("OTLP/gRPC trace export listening", "addr", ln.Addr().String())
 	return func() {

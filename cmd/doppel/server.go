@@ -474,6 +474,14 @@ func apiOptions(st *stack, public string) (api.Options, error) {
 	opts.WebSecret, opts.WebSessionTTL = []byte(st.cfg.Console.Secret), st.cfg.Console.SessionTTL
 	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
 	opts.KeyCacheTTL = api.DefaultKeyCacheTTL
+	a := st.cfg.API
+	opts.BodyLimits = api.BodyLimits{PerCredential: a.BodyPerCredential, PerAddress: a.BodyPerAddress,
+		ReadGrace: a.BodyReadGrace, MinRate: a.BodyMinRate}
+	if opts.BodyLimits.MinRate == 0 {
+		opts.BodyLimits.MinRate = -1 // api.body_min_rate_bytes 0: no minimum
+	}
+	opts.FailedCredentialsPerMinute, opts.FailedCredentialBurst = a.FailedCredentialsPerMinute, a.FailedCredentialBurst
+	opts.TRPCMaxBatch = a.TRPCMaxBatch
 	if opts.BodyBudget == 0 {
 		opts.BodyBudget = -1 // api.body_budget_bytes 0: no budget
 	}
@@ -542,7 +550,8 @@ func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
 		return err
 	}
 	handler, _ := api.New(opts)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(st.log.Handler(), slog.LevelWarn)}
+	srv := api.NewHTTPServer(handler, api.ConnLimits{ReadHeader: st.cfg.API.ReadHeaderTimeout, Idle: st.cfg.API.IdleTimeout},
+		slog.NewLogLogger(st.log.Handler(), slog.LevelWarn))
 	if st.metrics != nil && st.cfg.Metrics.Addr != "" {
 		stop, err := serveMetrics(st, "metrics.addr", st.cfg.Metrics.Addr)
 		if err != nil {
