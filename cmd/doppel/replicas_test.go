@@ -57,7 +57,8 @@ func startReplicas(t *testing.T, bin, dir, key string, env []string, n int) *rep
 }
 
 // TestReplicas: sessions opened through one serve replica are called, forked, read and closed through the other,
-// alternating, and every answer and state hash equals those of the same scenario on a single replica.
+// alternating, and every answer and state hash equals those of the same scenario on a single replica; an OpenEnv
+// WebSocket episode run on one replica is read and graded over REST on the other as the episode graded it.
 func TestReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replicas: builds the binary and runs two serve and two worker processes")
@@ -121,6 +122,7 @@ func TestReplicas(t *testing.T) {
 			}
 		}
 	})
+	t.Run("openenv", func(t *testing.T) { replicaOpenEnv(t, a, b, slug, corpus) })
 	for _, s := range r.serves {
 		s.api.term(t)
 		s.worker.term(t)
