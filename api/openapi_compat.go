@@ -124,21 +124,16 @@ func translate30(v any) {
 	}
 }
 
-// singleEncodings gives each multipart part of op's body one media type in its encoding object. A part whose Go
-// field lists several accepted types (the contentType tag, which huma also checks parts against) is documented
-// with the first, the one a client should send; generators (ogen) take only one.
-func singleEncodings(op *huma.Operation) {
+// defaultEncodings drops op's multipart encoding objects. huma writes one from each part's contentType tag, which
+// lists every type the server accepts ("application/json,application/octet-stream"): valid OpenAPI, but ogen takes
+// one media type per part and skips the operation otherwise, even with one listed. Every part of the forms it is
+// used on is a file (format: binary), whose default content type, application/octet-stream, the server accepts;
+// each part's description names the others. huma still checks parts against the tag.
+func defaultEncodings(op *huma.Operation) {
 	if op == nil || op.RequestBody == nil {
 		return
 	}
 	for _, mt := range op.RequestBody.Content {
-		for _, e := range mt.Encoding {
-			if e == nil {
-				continue
-			}
-			if first, _, ok := strings.Cut(e.ContentType, ","); ok {
-				e.ContentType = strings.TrimSpace(first)
-			}
-		}
+		mt.Encoding = nil
 	}
 }

@@ -31,8 +31,8 @@ func walkJSON(v any, ptr string, fn func(ptr string, m map[string]any)) {
 	}
 }
 
-// The 3.0 document holds no 3.1-only schema keyword (a binary part is format: binary), and no multipart part
-// lists several media types in its encoding (ogen takes one).
+// The 3.0 document holds no 3.1-only schema keyword (a binary part is format: binary), and no multipart body has
+// an encoding object (ogen skips an operation whose part lists several types, or one that is not JSON or a form).
 func TestOpenAPI30Keywords(t *testing.T) {
 	_, doc := docAPI()
 	var v map[string]any
@@ -52,12 +52,8 @@ func TestOpenAPI30Keywords(t *testing.T) {
 		if m["format"] == "binary" {
 			binary++
 		}
-		if strings.HasSuffix(ptr, "/encoding") {
-			for part, e := range m {
-				if ct, _ := e.(map[string]any)["contentType"].(string); strings.Contains(ct, ",") {
-					t.Errorf("%s/%s: contentType %q lists several media types", ptr, part, ct)
-				}
-			}
+		if _, ok := m["encoding"]; ok && strings.HasSuffix(ptr, "/multipart/form-data") {
+			t.Errorf("%s: an encoding object (ogen skips the operation; the parts' default type is accepted)", ptr)
 		}
 	})
 	if binary < 4 { // uploads' file, builds' tools, code and config
