@@ -167,7 +167,7 @@ func config(title, version string) huma.Config {
 	c.CreateHooks = nil // no $schema links in bodies
 	c.SchemasPath = ""
 	c.OpenAPIPath = "" // the documents are served by serveDocuments, the 3.0 one translated (openapi_compat.go)
-	c.DocsPath = "" // our own, self-contained /docs
+	c.DocsPath = ""    // our own, self-contained /docs
 	c.RejectUnknownQueryParameters = true
 	c.Formats = map[string]huma.Format{
 		"application/json": huma.DefaultJSONFormat,

@@ -106,6 +106,25 @@ func translate30(v any) {
 		if x["format"] == "base64" { // huma's downgrade of contentEncoding: base64
 			x["format"] = "byte"
 		}
+		// A 3.1 nullable reference (anyOf with a null type) is 3.0's allOf with nullable.
+		if branches, ok := x["anyOf"].([]any); ok {
+			var rest []any
+			for _, b := range branches {
+				if m, ok := b.(map[string]any); ok && m["type"] == "null" && len(m) == 1 {
+					continue
+				}
+				rest = append(rest, b)
+			}
+			if len(rest) < len(branches) {
+				x["nullable"] = true
+				delete(x, "anyOf")
+				if len(rest) == 1 {
+					x["allOf"] = rest
+				} else {
+					x["anyOf"] = rest
+				}
+			}
+		}
 		keys := make([]string, 0, len(x))
 		for k := range x {
 			keys = append(keys, k)
@@ -136,4 +155,19 @@ func defaultEncodings(op *huma.Operation) {
 	for _, mt := range op.RequestBody.Content {
 		mt.Encoding = nil
 	}
+}
+
+// nullableRef documents property prop of component schema name, a $ref to a struct the server answers as null
+// when absent (a nil pointer), as `anyOf: [{$ref}, {type: null}]`; huma writes the bare $ref, which null breaks.
+// The 3.0 document gets `allOf: [{$ref}], nullable: true` (translate30).
+func nullableRef(oapi *huma.OpenAPI, name, prop string) {
+	if oapi.Components == nil || oapi.Components.Schemas == nil {
+		return
+	}
+	s := oapi.Components.Schemas.Map()[name]
+	if s == nil || s.Properties[prop] == nil || s.Properties[prop].Ref == "" {
+		return
+	}
+	p := s.Properties[prop]
+	s.Properties[prop] = &huma.Schema{Description: p.Description, AnyOf: []*huma.Schema{{Ref: p.Ref}, {Type: "null"}}}
 }
