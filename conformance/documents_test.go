@@ -57,7 +57,7 @@ func TestDocumentsValidate(t *testing.T) {
 				for _, e := range verrs {
 					t.Errorf("libopenapi-validator: %s: %s (%s)", d.file, e.Message, e.Reason)
 					for _, se := range e.SchemaValidationErrors {
-						t.Errorf("  at %s: %s", se.Location, se.Reason)
+						t.Errorf("  at %s: %s", se.FieldPath+" "+se.KeywordLocation, se.Reason)
 					}
 				}
 			}

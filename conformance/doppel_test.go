@@ -159,7 +159,7 @@ func (c *checked) RoundTrip(r *http.Request) (*http.Response, error) {
 		for _, e := range verrs {
 			msg := fmt.Sprintf("%s %s → %d: %s: %s", r.Method, r.URL.Path, resp.StatusCode, e.Message, e.Reason)
 			for _, se := range e.SchemaValidationErrors {
-				msg += fmt.Sprintf("\n    at %s: %s", se.Location, se.Reason)
+				msg += fmt.Sprintf("\n    at %s: %s", se.FieldPath+" "+se.KeywordLocation, se.Reason)
 			}
 			c.errs = append(c.errs, msg)
 		}

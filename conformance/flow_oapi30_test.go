@@ -14,7 +14,10 @@ import (
 func flowOapi30(t *testing.T, d *doppel, slug string, hc *http.Client) {
 	ctx := context.Background()
 	bearer := func(tok string) oapi30.RequestEditorFn {
-		return func(_ context.Context, r *http.Request) error { r.Header.Set("Authorization", "Bearer "+tok); return nil }
+		return func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+tok)
+			return nil
+		}
 	}
 	key := bearer(d.key)
 	c, err := oapi30.NewClientWithResponses(d.url, oapi30.WithHTTPClient(hc))

@@ -2,11 +2,11 @@ package conformance
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/go-faster/jx"
 	"github.com/ogen-go/ogen/ogenerrors"
 
 	"github.com/doppel-dev/doppel/conformance/ogen30"
@@ -24,10 +24,6 @@ func (k *ogen30Keys) SessionToken(context.Context, ogen30.OperationName) (ogen30
 		return ogen30.SessionToken{}, ogenerrors.ErrSkipClientSecurity
 	}
 	return ogen30.SessionToken{Token: k.token}, nil
-}
-
-func (k *ogen30Keys) MCPToken(context.Context, ogen30.OperationName) (ogen30.MCPToken, error) {
-	return ogen30.MCPToken{}, ogenerrors.ErrSkipClientSecurity
 }
 
 func (k *ogen30Keys) AdminKey(context.Context, ogen30.OperationName) (ogen30.AdminKey, error) {
@@ -70,7 +66,7 @@ func flowOgen30(t *testing.T, d *doppel, slug string, hc *http.Client) {
 		t.Fatalf("sessions.open: %#v %v", open, err)
 	}
 	keys.token = s.SessionToken
-	args := ogen30.CallBodyArguments{"order_id": json.RawMessage(`"#W0000001"`)}
+	args := ogen30.CallBodyArguments{"order_id": jx.Raw(`"#W0000001"`)}
 	called, err := c.SessionsCall(ctx, &ogen30.CallBody{Name: "get_order_details", Arguments: args}, ogen30.SessionsCallParams{SessionID: s.SessionId})
 	res, ok := called.(*ogen30.CallResultHeaders)
 	if err != nil || !ok || res.Response.Error || !strings.Contains(res.Response.Content, "#W0000001") {

@@ -2,11 +2,11 @@ package conformance
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/go-faster/jx"
 	"github.com/ogen-go/ogen/ogenerrors"
 
 	"github.com/doppel-dev/doppel/conformance/ogen31"
@@ -24,10 +24,6 @@ func (k *ogen31Keys) SessionToken(context.Context, ogen31.OperationName) (ogen31
 		return ogen31.SessionToken{}, ogenerrors.ErrSkipClientSecurity
 	}
 	return ogen31.SessionToken{Token: k.token}, nil
-}
-
-func (k *ogen31Keys) MCPToken(context.Context, ogen31.OperationName) (ogen31.MCPToken, error) {
-	return ogen31.MCPToken{}, ogenerrors.ErrSkipClientSecurity
 }
 
 func (k *ogen31Keys) AdminKey(context.Context, ogen31.OperationName) (ogen31.AdminKey, error) {
@@ -70,7 +66,7 @@ func flowOgen31(t *testing.T, d *doppel, slug string, hc *http.Client) {
 		t.Fatalf("sessions.open: %#v %v", open, err)
 	}
 	keys.token = s.SessionToken
-	args := ogen31.CallBodyArguments{"order_id": json.RawMessage(`"#W0000001"`)}
+	args := ogen31.CallBodyArguments{"order_id": jx.Raw(`"#W0000001"`)}
 	called, err := c.SessionsCall(ctx, &ogen31.CallBody{Name: "get_order_details", Arguments: args}, ogen31.SessionsCallParams{SessionID: s.SessionId})
 	res, ok := called.(*ogen31.CallResultHeaders)
 	if err != nil || !ok || res.Response.Error || !strings.Contains(res.Response.Content, "#W0000001") {

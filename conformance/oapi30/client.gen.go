@@ -1773,8 +1773,9 @@ type DiffBody struct {
 
 // EnvDetail defines model for EnvDetail.
 type EnvDetail struct {
-	ActiveBuild    BuildSummary `json:"active_build"`
-	CollectedBytes int64        `json:"collected_bytes"`
+	// ActiveBuild The build the twin serves; null before the first successful build.
+	ActiveBuild    *BuildSummary `json:"active_build"`
+	CollectedBytes int64         `json:"collected_bytes"`
 
 	// CoveredPct Percentage of recorded calls the twin answers as recorded.
 	CoveredPct float64   `json:"covered_pct"`

@@ -3100,8 +3100,8 @@ func (*DiffBody) sessionsDiffRes() {}
 // Ref: #/components/schemas/EnvDetail
 type EnvDetail struct {
 	// The build the twin serves; null before the first successful build.
-	ActiveBuild    BuildSummary `json:"active_build"`
-	CollectedBytes int64        `json:"collected_bytes"`
+	ActiveBuild    NilBuildSummary `json:"active_build"`
+	CollectedBytes int64           `json:"collected_bytes"`
 	// Percentage of recorded calls the twin answers as recorded.
 	CoveredPct float64   `json:"covered_pct"`
 	CreatedAt  time.Time `json:"created_at"`
@@ -3131,7 +3131,7 @@ type EnvDetail struct {
 }
 
 // GetActiveBuild returns the value of ActiveBuild.
-func (s *EnvDetail) GetActiveBuild() BuildSummary {
+func (s *EnvDetail) GetActiveBuild() NilBuildSummary {
 	return s.ActiveBuild
 }
 
@@ -3221,7 +3221,7 @@ func (s *EnvDetail) GetUpdatedAt() time.Time {
 }
 
 // SetActiveBuild sets the value of ActiveBuild.
-func (s *EnvDetail) SetActiveBuild(val BuildSummary) {
+func (s *EnvDetail) SetActiveBuild(val NilBuildSummary) {
 	s.ActiveBuild = val
 }
 
@@ -5780,6 +5780,51 @@ func (s *Miss) SetTrace(val string) {
 // SetWant sets the value of Want.
 func (s *Miss) SetWant(val string) {
 	s.Want = val
+}
+
+// NewNilBuildSummary returns new NilBuildSummary with value set to v.
+func NewNilBuildSummary(v BuildSummary) NilBuildSummary {
+	return NilBuildSummary{
+		Value: v,
+	}
+}
+
+// NilBuildSummary is nullable BuildSummary.
+type NilBuildSummary struct {
+	Value BuildSummary
+	Null  bool
+}
+
+// SetTo sets value to v.
+func (o *NilBuildSummary) SetTo(v BuildSummary) {
+	o.Null = false
+	o.Value = v
+}
+
+// IsNull returns true if value is Null.
+func (o NilBuildSummary) IsNull() bool { return o.Null }
+
+// SetToNull sets value to null.
+func (o *NilBuildSummary) SetToNull() {
+	o.Null = true
+	var v BuildSummary
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o NilBuildSummary) Get() (v BuildSummary, ok bool) {
+	if o.Null {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o NilBuildSummary) Or(d BuildSummary) BuildSummary {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
 }
 
 // NewNilDateTime returns new NilDateTime with value set to v.

@@ -2163,8 +2163,15 @@ func (s *EnvDetail) Validate() error {
 
 	var failures []validate.FieldError
 	if err := func() error {
-		if err := s.ActiveBuild.Validate(); err != nil {
-			return err
+		if value, ok := s.ActiveBuild.Get(); ok {
+			if err := func() error {
+				if err := value.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return err
+			}
 		}
 		return nil
 	}(); err != nil {
