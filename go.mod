@@ -42,6 +42,8 @@ require (
 
 require github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875
 
+require github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674
+
 require (
 	cel.dev/expr v0.25.2 // indirect
 	cloud.google.com/go v0.123.0 // indirect

@@ -125,7 +125,9 @@ func main() {
 	if open.JSON201 == nil {
 		fail("sessions.open", open.HTTPResponse, open.Body)
 	}
-	s := open.JSON201
+	// Without n the answer is one open answer (the oneOf's first shape; with n, an array of them).
+	s, err := open.JSON201.AsOpenSessionBodyOut()
+	check(err)
 	out["sessionId"], out["session_id"], out["token"], out["session_token"] = s.SessionId, s.SessionIdA, s.Token, s.SessionToken
 	out["seed"], out["world_hash"], out["receipts"] = s.Seed, s.WorldHash, s.Receipts
 

@@ -3,22 +3,21 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/uptrace/bun"
 
-	"github.com/doppel-dev/doppel/cred"
-	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
+	"github.com/doppel-dev/doppel/webhook"
 )
 
 // The MCP server (spec §1), on the official Go SDK's Streamable HTTP transport, with MCP sessions (Mcp-Session-Id),
@@ -55,9 +54,23 @@ type MCPRoutes struct {
 	Model bool
 	// TokenTTL is how long an issued mcp_at_ token lives (default DefaultMCPTokenTTL).
 	TokenTTL time.Duration
-	// PublicURL is the server's public base URL (e.g. https://doppel.example.com), the issuer and the resources'
-	// base in OAuth metadata; "" derives it from each request's Host.
+	// RefreshTTL is how long an issued refresh token lives (default DefaultRefreshTokenTTL); each refresh issues a
+	// new one.
+	RefreshTTL time.Duration
+	// PublicURL is the server's public base URL (e.g. https://doppel.example.com, api.public_url): the issuer and
+	// the resources' base in OAuth metadata, the resource tokens are bound to, and the origin MCP requests may come
+	// from. Every absolute URL the MCP server and its OAuth server emit is built on it, never on a request's Host or
+	// X-Forwarded-* headers. Required: Register panics without it.
 	PublicURL string
+	// AllowedOrigins are the origins (scheme://host[:port]) besides PublicURL's that browser-based MCP clients may
+	// send requests from (mcp.allowed_origins); a request with another Origin is refused 403.
+	AllowedOrigins []string
+	// ClientMetadataGuard, when set, lets a client name itself by the https URL of its Client ID Metadata Document,
+	// which the OAuth server fetches through this server-side request forgery guard (the webhooks' own); nil: only
+	// registered clients. ClientMetadataTransport, when set, is the transport it fetches over (tests: a TLS root);
+	// nil: one dialing through the guard.
+	ClientMetadataGuard     *webhook.Guard
+	ClientMetadataTransport http.RoundTripper
 }
 
 // mcpDeps is what both faces and the OAuth server share.
@@ -77,6 +90,12 @@ func (m *MCPRoutes) Register(a huma.API, d *Deps) {
 	if m.TokenTTL <= 0 {
 		m.TokenTTL = DefaultMCPTokenTTL
 	}
+	if m.RefreshTTL <= 0 {
+		m.RefreshTTL = DefaultRefreshTokenTTL
+	}
+	if u, err := url.Parse(m.PublicURL); err != nil || u.Scheme == "" || u.Host == "" {
+		panic(fmt.Sprintf("api: MCPRoutes.PublicURL must be the server's absolute public URL, not %q", m.PublicURL))
+	}
 	deps := &mcpDeps{MCPRoutes: m, db: d.DB, auth: d.Auth, logger: d.Logger, obs: d.Observer}
 	ws := &workspaceFace{mcpDeps: deps, verbs: newVerbTable(a), mux: d.Mux}
 	d.Mux.Handle("/mcp", deps.guard(ws.handler()))
@@ -86,59 +105,12 @@ func (m *MCPRoutes) Register(a huma.API, d *Deps) {
 }
 
 // base is the server's public base URL, without a trailing slash.
-func (m *mcpDeps) base(r *http.Request) string {
-	if m.PublicURL != "" {
-		return strings.TrimRight(m.PublicURL, "/")
-	}
-	scheme := "http"
-	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
-		scheme = "https"
-	}
-	return scheme + "://" + r.Host
-}
+func (m *mcpDeps) base() string { return strings.TrimRight(m.PublicURL, "/") }
 
-// resourceMetadataURL is the protected resource metadata (RFC 9728) of the resource r addresses, at the
-// path-suffixed well-known address. An environment address's query (its seed) is part of the resource, as an MCP
-// client names it, so it is kept.
-func (m *mcpDeps) resourceMetadataURL(r *http.Request) string {
-	u := m.base(r) + wellKnownResource + r.URL.Path
-	if r.URL.RawQuery != "" {
-		u += "?" + r.URL.RawQuery
-	}
-	return u
-}
-
-// guard authenticates every request to an MCP address with a workspace key or an MCP token, as REST does (revoked,
-// expired and unknown credentials are 401, a workspace without access 403), and puts the principal in the
-// request's context. A 401 names the protected resource metadata so an MCP client can start OAuth. The SDK's
-// RequireBearerToken then records the token's holder, so the SDK refuses an MCP session to another workspace.
-func (m *mcpDeps) guard(next http.Handler) http.Handler {
-	verified := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
-		p := PrincipalFrom(ctx)
-		if p == nil {
-			return nil, auth.ErrInvalidToken
-		}
-		info := &auth.TokenInfo{UserID: p.Workspace.ID}
-		if p.Key.ExpiresAt != nil {
-			info.Expiration = *p.Key.ExpiresAt
-		}
-		return info, nil
-	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(next)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, err := m.auth.Key(r.Context(), r.Header.Get("Authorization"), cred.KindWorkspace, cred.KindMCP)
-		if err != nil {
-			if _, status := EnvelopeOf(r.Context(), err); status == http.StatusUnauthorized {
-				w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+m.resourceMetadataURL(r)+`"`)
-			}
-			WriteError(w, r, err)
-			return
-		}
-		if !store.HasEntitlement(p.Workspace, schema.EntitlementMCP) {
-			WriteError(w, r, Forbidden(AccessDenied, "this workspace is not entitled to the MCP server (entitlement mcp)"))
-			return
-		}
-		verified.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
-	})
+// origin is the public URL's origin (scheme://host[:port]).
+func (m *mcpDeps) origin() string {
+	u, _ := url.Parse(m.PublicURL)
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host)
 }
 
 // streamable returns the SDK's Streamable HTTP handler over getServer, with idle MCP sessions closed after the
@@ -165,6 +137,7 @@ func (f *workspaceFace) handler() http.Handler {
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 			Logger:       f.logger,
 		})
+		s.AddReceivingMiddleware(envelopeErrors)
 		byVerb := map[string]string{}
 		for _, v := range f.verbs.all() {
 			if slices.Contains(v.Tags, "admin") {

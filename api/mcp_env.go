@@ -43,6 +43,7 @@ type envStart struct {
 	env       *schema.Environment
 	tools     ToolList // AnthropicTool entries: the tools that can answer
 	spec      openSpec
+	refusal   *refusal // where initialize records a refusal of the request (quota, access) for its HTTP status
 }
 
 type envStartKey struct{}
@@ -104,7 +105,7 @@ func (f *envFace) prepare(r *http.Request) (*envStart, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &envStart{principal: p, env: env, tools: tools, spec: spec}, nil
+	return &envStart{principal: p, env: env, tools: tools, spec: spec, refusal: refusalOf(r)}, nil
 }
 
 // server is the MCP server of one new MCP session.
@@ -120,7 +121,7 @@ func (f *envFace) server(r *http.Request) *mcp.Server {
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 		Logger:       f.logger,
 	})
-	s.AddReceivingMiddleware(es.initialize)
+	s.AddReceivingMiddleware(envelopeErrors, es.initialize)
 	for _, e := range start.tools {
 		t := e.(AnthropicTool)
 		s.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: objectSchema(t.InputSchema)}, es.call)
@@ -167,7 +168,9 @@ func (s *envSession) initialize(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		opened, err := s.face.Plane.Open(ctx, open)
 		if err != nil {
-			return nil, rpcError(ctx, s.start.spec.merge(meta).relocate(err))
+			err = s.start.spec.merge(meta).relocate(err)
+			s.start.refusal.refuse(ctx, err) // over a quota: the request answers 402 with the envelope
+			return nil, rpcError(ctx, err)
 		}
 		s.mu.Lock()
 		s.opened = opened

@@ -34,12 +34,25 @@ func newMCPPlane(t testing.TB, driver string, bundle []byte) *mcpPlane {
 // newMCPPlaneKeyCache is newMCPPlane with workspace keys and MCP tokens cached for keyTTL (0: not cached).
 func newMCPPlaneKeyCache(t testing.TB, driver string, bundle []byte, keyTTL time.Duration) *mcpPlane {
 	t.Helper()
-	p := newPlane(t, driver, bundle, planeOptions{})
+	return newMCPPlaneWith(t, driver, bundle, planeOptions{}, keyTTL, nil)
+}
+
+// newMCPPlaneWith is an MCP plane over a plane made with o, its keys cached for keyTTL, its MCP routes set up by
+// mcp (nil: the defaults) after their plane and public URL (the test server's) are set.
+func newMCPPlaneWith(t testing.TB, driver string, bundle []byte, o planeOptions, keyTTL time.Duration, mcp func(*api.MCPRoutes)) *mcpPlane {
+	t.Helper()
+	p := newPlane(t, driver, bundle, o)
+	srv := httptest.NewUnstartedServer(nil)
+	routes := &api.MCPRoutes{Plane: p.tp, PublicURL: "http://" + srv.Listener.Addr().String()}
+	if mcp != nil {
+		mcp(routes)
+	}
 	h, humaAPI := api.New(api.Options{DB: p.db, KeyCacheTTL: keyTTL, Routes: []func(huma.API, *api.Deps){
-		p.routes.Register, (&api.MCPRoutes{Plane: p.tp}).Register,
+		p.routes.Register, routes.Register,
 	}})
 	p.h, p.api = h, humatest.Wrap(t, humaAPI)
-	srv := httptest.NewServer(h)
+	srv.Config.Handler = h
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return &mcpPlane{plane: p, srv: srv}
 }

@@ -101,8 +101,8 @@ func (p *mcpPlane) mcpFork(t *testing.T, token, sessionID string) (id, tok strin
 }
 
 // oauthToken runs the authorization code grant with PKCE as a client would: registration, consent with key,
-// exchange. It answers the mcp_at_ token and the client it was issued to.
-func (p *mcpPlane) oauthToken(t *testing.T, key string) (token, clientID string) {
+// exchange. It answers the mcp_at_ token, its refresh token and the client they were issued to.
+func (p *mcpPlane) oauthToken(t *testing.T, key string) (token, refresh, clientID string) {
 	t.Helper()
 	const redirect = "http://127.0.0.1:7777/callback"
 	reg, _ := json.Marshal(map[string]any{"client_name": "revocation test", "redirect_uris": []string{redirect}, "token_endpoint_auth_method": "none"})
@@ -126,7 +126,7 @@ func (p *mcpPlane) oauthToken(t *testing.T, key string) (token, clientID string)
 	if err != nil {
 		t.Fatalf("exchange: %v", err)
 	}
-	return tok.AccessToken, client.ClientID
+	return tok.AccessToken, tok.RefreshToken, client.ClientID
 }
 
 // webMutation runs a tRPC mutation with a console web session and answers its result data, failing the test on an
@@ -155,11 +155,12 @@ func webMutation(t *testing.T, h http.Handler, w web, verb string, input any) ma
 //	key → mcp_at_ (keys.create) → session token (sessions.open over /mcp) → fork token (with the session token)
 //	key → mcp_at_ (keys.create) → fork token (sessions.fork over /mcp, with the mcp_at_)
 //	key → mcp_at_ (OAuth consent) → session token (over /mcp) → fork token
+//	key → mcp_at_ (OAuth) and its refresh token → mcp_at_ refreshed from it → session token (over /mcp) → fork token
 //	key → web session (console) → session token (tRPC) → fork token; → fork token (tRPC fork, with the web session)
 //	key → web session → mcp_at_ (tRPC keys.create) → session token (over /mcp) → fork token
 //
-// The OAuth refresh token (not issued yet) adds a link after the OAuth mcp_at_: a refresh token (parent: the
-// consenting key) and the mcp_at_ tokens refreshed from it (parent: the refresh token) — one more row of chains.
+// The refresh token is no bearer credential: it is checked by refreshing with it, once the key is revoked (a
+// refresh before would rotate it), on both processes' token endpoints (it is read from the database on each use).
 func TestRevocationEndsEveryDerivedCredential(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driver string) {
 		ctx := context.Background()
@@ -169,10 +170,12 @@ func TestRevocationEndsEveryDerivedCredential(t *testing.T) {
 		const window = 300 * time.Millisecond
 		tpB := toolplane.New(toolplane.Options{DB: p.db, Opener: p.opener, Twins: p.twins, Journal: p.journal,
 			Bundles: &toolplane.Bundles{Blob: p.blobs}, TokenTTL: window})
+		srvB := httptest.NewUnstartedServer(nil)
 		hB, _ := api.New(api.Options{DB: p.db, KeyCacheTTL: window, Routes: []func(huma.API, *api.Deps){
-			(&api.SessionRoutes{Plane: tpB}).Register, (&api.MCPRoutes{Plane: tpB}).Register,
+			(&api.SessionRoutes{Plane: tpB}).Register, (&api.MCPRoutes{Plane: tpB, PublicURL: "http://" + srvB.Listener.Addr().String()}).Register,
 		}})
-		srvB := httptest.NewServer(hB)
+		srvB.Config.Handler = hB
+		srvB.Start()
 		t.Cleanup(srvB.Close)
 		a, b := instance{"A (revokes)", p.srv.URL}, instance{"B (another process)", srvB.URL}
 
@@ -224,7 +227,7 @@ func TestRevocationEndsEveryDerivedCredential(t *testing.T) {
 		var oauthTok, clientID string
 		var oa, oaS, oaF derived
 		for i, suffix := range []string{" #1", " #2"} {
-			tokI, client := p.oauthToken(t, k)
+			tokI, _, client := p.oauthToken(t, k)
 			o := add("key → mcp_at_ (OAuth"+suffix+")", cred.KindMCP, tokI, "")
 			id, tok = p.mcpOpen(t, o.token)
 			s3 := session{ID: id, Token: tok}
@@ -235,6 +238,20 @@ func TestRevocationEndsEveryDerivedCredential(t *testing.T) {
 				oauthTok, clientID, oa, oaS, oaF = tokI, client, o, os, of
 			}
 		}
+
+		// key → OAuth mcp_at_ and its refresh token → mcp_at_ refreshed from it → session over /mcp → fork.
+		_, rt, rtClient := p.oauthToken(t, k)
+		st, out := p.refresh(t, oauthClient{id: rtClient}, rt)
+		if st != http.StatusOK {
+			t.Fatalf("refresh: %d %v", st, out)
+		}
+		rt = str(out["refresh_token"]) // rotated: the live one now
+		r := add("key → mcp_at_ (OAuth) → refresh → mcp_at_", cred.KindMCP, str(out["access_token"]), "")
+		id, tok = p.mcpOpen(t, r.token)
+		s6 := session{ID: id, Token: tok}
+		add("key → mcp_at_ (OAuth) → refresh → mcp_at_ → session", cred.KindSession, s6.Token, s6.ID)
+		f6 := p.fork(s6, s6.Token, nil)
+		add("key → mcp_at_ (OAuth) → refresh → mcp_at_ → session → fork", cred.KindSession, f6.Token, f6.ID)
 
 		// key → web session → session (tRPC) → fork; → fork made with the web session; → mcp_at_ → session → fork.
 		_, w := signIn(t, p.h, k, nil)
@@ -292,6 +309,19 @@ func TestRevocationEndsEveryDerivedCredential(t *testing.T) {
 			t.Fatalf("revoke: %d %v", code, out)
 		}
 		expect(a, all, http.StatusUnauthorized, "at once after the key was revoked")
+		// The refresh token is refused at once on both (read from the database at each use).
+		for _, in := range []instance{a, b} {
+			resp, err := http.PostForm(in.url+"/oauth/token", url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}, "client_id": {rtClient}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || e["error"] != "invalid_grant" {
+				t.Errorf("key → mcp_at_ (OAuth) → refresh token on %s after the key was revoked: %d %v, want invalid_grant", in.name, resp.StatusCode, e)
+			}
+		}
 		// …and within the window elsewhere.
 		time.Sleep(window)
 		expect(b, all, http.StatusUnauthorized, "one cache window after the key was revoked")

@@ -125,6 +125,8 @@ type OpenSessionBody struct {
 	Clock             *string              `json:"clock,omitempty" format:"date-time" doc:"Fixes the world's time, RFC 3339 (e.g. 2025-03-01T09:00:00Z). Omitted: the build's clock."`
 	World             *string              `json:"world,omitempty" enum:"open,closed" doc:"World policy for ids the world does not hold: open (an unknown id in the recorded id format is made up from the seed and the id, consistent with what the recordings imply, and labelled B_inferred) or closed (production's own not-found error). Omitted: the build's (config.world, default open)."`
 	Trace             SessionTrace         `json:"trace,omitempty"`
+	Task              *EpisodeTask         `json:"task,omitempty" doc:"Open the session as an episode: graded on these expectations when it is done (after max_steps calls, or a call of one of the build config's terminal_tools). Each call then answers done and, when done, the reward with each expectation's verdict; a call after done is a 409."`
+	N                 *int                 `json:"n,omitempty" minimum:"1" doc:"Open n identical worlds (one spec and one seed, drawn once when not given: the same world hash) as n sessions in one call, each with its own id and token, copy-on-write on the twin; the answer is then an array of n open answers. The plan admits all n or none (402), and each is billed. At most config session.max_group (default 256)."`
 	Faults            map[string]FaultRule `json:"faults,omitempty" maxProperties:"1000" doc:"Injected faults per tool name (\"*\": every tool not named): recorded error answers, timeouts and added latency, drawn from the session's seed so the same seed fails the same calls. Each injected fault is labelled in the call's answer and the transcript."`
 }
 
@@ -201,7 +203,7 @@ type OpenSessionBodyOut struct {
 
 // OpenSessionOutput is the 201 answer of a session open.
 type OpenSessionOutput struct {
-	Body OpenSessionBodyOut
+	Body OpenAnswer
 }
 
 func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenSessionOutput, error) {
@@ -232,17 +234,24 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	if req.Trace, err = toolplane.ParseTraceParam("body.trace", body.Trace); err != nil {
 		return nil, err
 	}
+	req.Task = body.Task.task()
+	if body.N != nil {
+		os, err := sr.Plane.OpenGroup(ctx, req, *body.N)
+		if err != nil {
+			return nil, err
+		}
+		out := &OpenSessionOutput{Body: OpenAnswer{Many: make([]OpenSessionBodyOut, len(os))}}
+		for i, o := range os {
+			out.Body.Many[i] = openedOut(o)
+		}
+		return out, nil
+	}
 	o, err := sr.Plane.Open(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s, rc := o.Session, o.Receipts
-	return &OpenSessionOutput{Body: OpenSessionBodyOut{
-		SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: rc.WorldHash,
-		SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
-		Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: rc.WorldHash, Note: rc.Note,
-			Clock: rc.Clock, World: rc.World, Trace: traceReceipt(rc.Trace)},
-	}}, nil
+	one := openedOut(o)
+	return &OpenSessionOutput{Body: OpenAnswer{One: &one}}, nil
 }
 
 // oneOf merges a field given under its two variant names: both given and different is a 422.
@@ -318,6 +327,12 @@ type CallResult struct {
 	CallID     string     `json:"callId" doc:"The call's id in the transcript." example:"call_0123456789abcdef"`
 	Ms         int64      `json:"ms" doc:"Latency of the tool answer in milliseconds."`
 	Fault      *CallFault `json:"fault,omitempty" doc:"Set when the session's fault plan injected a fault into this call."`
+	// Episode fields: set only for a session opened with a task.
+	Done     *bool          `json:"done,omitempty" doc:"Episodes only: true when this call ended the episode (its step limit reached, or a terminal tool called); a call after done is a 409."`
+	Steps    *int64         `json:"steps,omitempty" doc:"Episodes only: calls the episode has taken, this one included (a fork counts its parent's calls before it)."`
+	Reason   string         `json:"done_reason,omitempty" enum:"max_steps,terminal_tool" doc:"Episodes only, when done: why."`
+	Reward   *float64       `json:"reward,omitempty" doc:"Episodes only, when done: the reward, 0…1: the fraction of the task's expectations that pass, or with reward mode all, 1 when every one passes and else 0."`
+	Verdicts []AssertResult `json:"verdicts,omitempty" doc:"Episodes only, when done: each expectation's verdict, as sessions.assert answers it."`
 }
 
 // CallFault labels an injected fault.
@@ -357,11 +372,18 @@ func (sr *SessionRoutes) call(ctx context.Context, in *CallInput) (*CallOutput, 
 	if sr.obs != nil {
 		sr.obs.Call(transport, res.Fidelity, res.Rung, auth, res.Twin, res.Journal, total)
 	}
-	return &CallOutput{
+	out := &CallOutput{
 		ServerTiming: serverTiming(auth, res.Twin, res.Journal, total),
 		Body: CallResult{Content: res.Content, Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung,
 			Downgraded: res.Downgraded, CallID: res.CallID, Ms: res.Ms, Fault: callFault(res.Fault)},
-	}, nil
+	}
+	if ep := res.Episode; ep != nil {
+		out.Body.Done, out.Body.Steps, out.Body.Reason, out.Body.Reward = &ep.Done, &ep.Steps, ep.Reason, ep.Reward
+		if ep.Done {
+			out.Body.Verdicts = verdicts(PrincipalFrom(ctx).Session, ep.Outcomes)
+		}
+	}
+	return out, nil
 }
 
 // serverTiming formats a call's stage times as a Server-Timing header value, in milliseconds with microsecond
@@ -425,6 +447,7 @@ type SessionView struct {
 	ClosedAt      *time.Time           `json:"closed_at,omitempty"`
 	ForkedFrom    *ForkedFromA         `json:"forked_from,omitempty" doc:"Set on a fork: the session it was forked from and the call it was forked after. n_calls counts the fork's own calls (numbered from at_call + 1)."`
 	Faults        map[string]FaultRule `json:"faults,omitempty" doc:"The session's fault plan, when it has one."`
+	Episode       *EpisodeView         `json:"episode,omitempty" doc:"Set on an episode (a session opened with a task): its task as kept, with the terminal tools as they were at open. Grade it with sessions.assert and these expectations."`
 }
 
 // SessionOutput wraps SessionView.
@@ -454,6 +477,20 @@ func (sr *SessionRoutes) get(ctx context.Context, in *SessionPath) (*SessionOutp
 	if len(s.Faults) > 0 {
 		if err := json.Unmarshal(s.Faults, &v.Faults); err != nil {
 			return nil, fmt.Errorf("fault plan of session %s: %w", s.ID, err)
+		}
+	}
+	if len(s.Episode) > 0 && string(s.Episode) != "null" {
+		var ep toolplane.Episode
+		if err := json.Unmarshal(s.Episode, &ep); err != nil {
+			return nil, fmt.Errorf("episode of session %s: %w", s.ID, err)
+		}
+		if ep.TerminalTools == nil {
+			ep.TerminalTools = []string{}
+		}
+		v.Episode = &EpisodeView{MaxSteps: ep.MaxSteps, TerminalTools: ep.TerminalTools, Reward: ep.Reward,
+			Expect: make([]Expectation, len(ep.Expect))}
+		for i, e := range ep.Expect {
+			v.Episode.Expect[i] = expectationOut(e)
 		}
 	}
 	for _, c := range st.Counts {

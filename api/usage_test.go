@@ -196,7 +196,7 @@ func TestAccess403OverRESTAndTRPC(t *testing.T) {
 
 func TestMCPEntitlement403(t *testing.T) {
 	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
-	h, _ := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register, (&api.MCPRoutes{Plane: p.tp}).Register}})
+	h, _ := api.New(api.Options{DB: p.db, Routes: []func(huma.API, *api.Deps){p.routes.Register, (&api.MCPRoutes{Plane: p.tp, PublicURL: "http://doppel.test"}).Register}})
 	p.h = h
 	initialize := map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
 		"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "t", "version": "1"}}}

@@ -76,6 +76,7 @@ func (sr *SessionRoutes) registerWorlds(a huma.API, d *Deps) {
 type ForkBody struct {
 	AtCall  *int64 `json:"at_call,omitempty" minimum:"0" doc:"Fork the world as it was after this call (0: the opening world). Omitted: after the last call."`
 	AtCallB *int64 `json:"atCall,omitempty" minimum:"0" doc:"at_call, variant B name."`
+	N       *int   `json:"n,omitempty" minimum:"1" doc:"Make n forks in one call, each its own session with its own id and token, all copy-on-write copies of the same world; the answer is then an array of n fork answers. The plan admits all n or none (402), and each is billed. At most config session.max_group (default 256)."`
 }
 
 // ForkInput is POST /v1/sessions/{session_id}/fork.
@@ -105,7 +106,7 @@ type ForkBodyOut struct {
 
 // ForkOutput is the 201 answer of a fork.
 type ForkOutput struct {
-	Body ForkBodyOut
+	Body ForkAnswer
 }
 
 func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkOutput, error) {
@@ -120,21 +121,23 @@ func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkO
 			return nil, err
 		}
 		req := toolplaneForkRequest(p, at)
+		if body.N != nil {
+			os, err := sr.Plane.ForkGroup(ctx, p.Session, req, *body.N)
+			if err != nil {
+				return nil, err
+			}
+			out := &ForkOutput{Body: ForkAnswer{Many: make([]ForkBodyOut, len(os))}}
+			for i, o := range os {
+				out.Body.Many[i] = forkedOut(o)
+			}
+			return out, nil
+		}
 		o, err := sr.Plane.Fork(ctx, p.Session, req)
 		if err != nil {
 			return nil, err
 		}
-		s, rc := o.Session, o.Receipts
-		return &ForkOutput{Body: ForkBodyOut{
-			OpenSessionBodyOut: OpenSessionBodyOut{
-				SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: s.WorldHash,
-				SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
-				Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: s.WorldHash,
-					Note: rc.Note, Clock: rc.Clock, World: rc.World, Trace: traceReceipt(rc.Trace)},
-			},
-			ForkedFrom: ForkedFrom{SessionID: s.ForkedFrom, AtCall: s.ForkedAt},
-			StateHash:  s.StateHash,
-		}}, nil
+		one := forkedOut(o)
+		return &ForkOutput{Body: ForkAnswer{One: &one}}, nil
 	}
 }
 

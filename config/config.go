@@ -216,12 +216,36 @@ type Twin struct {
 // Session bounds sessions.
 type Session struct {
 	Idle time.Duration `koanf:"idle"`
+	// MaxGroup is the most sessions one group open or group fork (`n`) makes.
+	MaxGroup int `koanf:"max_group"`
 }
 
-// MCP configures the MCP server's OAuth.
+// MCP configures the MCP server and its OAuth.
 type MCP struct {
 	// TokenTTL is how long an mcp_at_ token issued through OAuth lives.
 	TokenTTL time.Duration `koanf:"token_ttl"`
+	// RefreshTokenTTL is how long an OAuth refresh token lives (each refresh issues a new one).
+	RefreshTokenTTL time.Duration `koanf:"refresh_token_ttl"`
+	// AllowedOrigins lists, comma-separated, the browser origins besides api.public_url's that may call the MCP
+	// server.
+	AllowedOrigins string `koanf:"allowed_origins"`
+}
+
+// Origins parses mcp.allowed_origins: each an origin scheme://host[:port], without a path.
+func (m MCP) Origins() ([]string, error) {
+	var out []string
+	for _, o := range strings.Split(m.AllowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") ||
+			u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return nil, fmt.Errorf("%q is not an origin: want scheme://host[:port], e.g. http://localhost:6274", o)
+		}
+		out = append(out, u.Scheme+"://"+u.Host)
+	}
+	return out, nil
 }
 
 // Model is the OpenAI-compatible chat endpoint behind the simulate rung and seeding; empty BaseURL means none.
@@ -302,7 +326,10 @@ func Keys() []Key {
 		{"twin.memory_bytes", int64(1 << 30), "memory limit of one twin: a hard cgroup limit for Docker twins, and the soft limit (GOMEMLIMIT) of every twin's Go runtime; 0: none"},
 		{"twin.wait", "2m", "longest a session open waits for a cold twin"},
 		{"session.idle", "1h", "idle time after which a session expires"},
+		{"session.max_group", 256, "most sessions one group open or group fork (sessions.open or sessions.fork with n) makes; a larger n is refused naming body.n"},
 		{"mcp.token_ttl", "1h", "lifetime of an MCP access token (mcp_at_) issued through OAuth at /oauth/token"},
+		{"mcp.refresh_token_ttl", "720h", "lifetime of an OAuth refresh token (mcp_rt_); each refresh rotates it and issues a new one with this lifetime, so a client used at least this often is not sent back to the browser"},
+		{"mcp.allowed_origins", "", "comma-separated browser origins (scheme://host[:port]) besides api.public_url's that may call /mcp and /mcp/envs/*; a request with another Origin header is refused 403, one without Origin (a non-browser client) is let through; e.g. http://localhost:6274 for the MCP Inspector"},
 		{"model.base_url", "", "OpenAI-compatible chat endpoint for the simulate rung and seeding; empty: none"},
 		{"model.api_key", "", "API key for model.base_url"},
 		{"model.name", "", "model name sent to model.base_url"},
@@ -314,7 +341,7 @@ func Keys() []Key {
 		{"query.deadline", "5m", "longest one query's agent loop runs"},
 		{"runtime.gc_percent", 400, "Go GC target (as GOGC) of doppel's processes and the twins they start: above Go's 100 it trades memory for fewer collections, which stall tool calls; GOGC in the environment wins"},
 		{"runtime.memory_bytes", int64(1920 << 20), "soft memory limit of doppel's own process (as GOMEMLIMIT): near it the Go runtime collects more often instead of letting the heap grow to gc_percent's target, so a large build's heap stays near its live size (a 100,000-trace build stays under 2 GiB: the default leaves 128 MiB of it for what the collector lets past the limit while it marks); a live heap past it costs up to half the CPU in collection, so raise it for larger worlds; twins get twin.memory_bytes instead; 0: none; GOMEMLIMIT in the environment wins"},
-		{"runtime.return_memory_every", "10s", "after large request bodies (1 MiB and up) finish, free memory is returned to the OS at most this often; 0: left to the Go runtime"},
+		{"runtime.return_memory_every", "10s", "after large request bodies (1 MiB and up) finish, and after twins drop session worlds (closes, expiry), free memory is returned to the OS at most this often; 0: left to the Go runtime"},
 		{"metrics.enabled", true, "serve Prometheus metrics at GET /metrics (unauthenticated) and record them"},
 		{"metrics.addr", "", "address of a listener of its own for GET /metrics; empty: the API listener serves it (`doppel worker`, which has none, uses metrics.worker_addr)"},
 		{"metrics.worker_addr", "127.0.0.1:9464", "where `doppel worker` serves GET /metrics when metrics.addr is empty; empty: nowhere"},
@@ -626,6 +653,9 @@ func (c *Config) Validate() error {
 		bad("twin.memory_bytes", "must not be negative")
 	}
 	positive("session.idle", c.Session.Idle)
+	if c.Session.MaxGroup < 1 {
+		bad("session.max_group", "must be at least 1")
+	}
 	positive("webhooks.retry_window", c.Webhooks.RetryWindow)
 	positive("webhooks.backoff_initial", c.Webhooks.BackoffInitial)
 	positive("webhooks.backoff_max", c.Webhooks.BackoffMax)
@@ -641,6 +671,10 @@ func (c *Config) Validate() error {
 		bad("webhooks.allow_cidrs", "%v", err)
 	}
 	positive("mcp.token_ttl", c.MCP.TokenTTL)
+	positive("mcp.refresh_token_ttl", c.MCP.RefreshTokenTTL)
+	if _, err := c.MCP.Origins(); err != nil {
+		bad("mcp.allowed_origins", "%v", err)
+	}
 	if c.Console.Secret != "" && len(c.Console.Secret) < 32 {
 		bad("console.secret", "must be at least 32 characters (e.g. openssl rand -hex 32)")
 	}

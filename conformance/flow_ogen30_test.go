@@ -61,8 +61,13 @@ func flowOgen30(t *testing.T, d *doppel, slug string, hc *http.Client) {
 	}
 	open, err := c.SessionsOpen(ctx, ogen30.NewOptOpenSessionBody(ogen30.OpenSessionBody{
 		Seed: ogen30.NewOptInt64(42), RecordOutputsA: ogen30.NewOptBool(true)}), ogen30.SessionsOpenParams{Slug: slug})
-	s, ok := open.(*ogen30.OpenSessionBodyOut)
-	if err != nil || !ok || !strings.HasPrefix(s.SessionId, "ses_") || s.SessionIdA != s.SessionId || s.Seed != 42 {
+	created, ok := open.(*ogen30.SessionsOpenCreated)
+	if err != nil || !ok {
+		t.Fatalf("sessions.open: %#v %v", open, err)
+	}
+	one, ok := created.GetOpenSessionBodyOut()
+	s := &one
+	if !ok || !strings.HasPrefix(s.SessionId, "ses_") || s.SessionIdA != s.SessionId || s.Seed != 42 {
 		t.Fatalf("sessions.open: %#v %v", open, err)
 	}
 	keys.token = s.SessionToken

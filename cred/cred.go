@@ -155,3 +155,7 @@ func FromHeader(authorization string) string {
 	}
 	return strings.TrimSpace(tok)
 }
+
+// PrefixRefresh starts an OAuth refresh token: a secret exchanged at the token endpoint for a new access token
+// (and a new refresh token), never a bearer credential itself.
+const PrefixRefresh = "mcp_rt_"

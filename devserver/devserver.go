@@ -45,6 +45,10 @@ const (
 
 const clusterName = "active"
 
+// MaxInFlightUpdates is how many updates one workflow may have in flight on the dev server (Temporal's
+// history.maxInFlightUpdates, 10 by default): doppel's session openers take many opens at once.
+const MaxInFlightUpdates = 128
+
 // Options configure Start.
 type Options struct {
 	// DataDir holds the SQLite database (DBFile) and a lock file held while running (one server per DataDir);
@@ -360,7 +364,8 @@ func newTemporal(conf *config.Config, logger *slog.Logger) (temporal.Server, err
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key():                 8192,
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
 		// A search attribute added to an existing namespace is usable once the namespace caches refresh.
-		dynamicconfig.NamespaceCacheRefreshInterval.Key(): time.Second,
+		dynamicconfig.NamespaceCacheRefreshInterval.Key():       time.Second,
+		dynamicconfig.WorkflowExecutionMaxInFlightUpdates.Key(): MaxInFlightUpdates,
 	}
 	srv, err := temporal.NewServer(
 		temporal.WithConfig(conf),

@@ -144,7 +144,7 @@ func buildPrepared(pts []*ptrace, opts *Options, w *warnings, release bool) (*tw
 func (m *model) bundle() *twin.Bundle {
 	b := &twin.Bundle{Format: twin.FormatVersion, Name: m.opts.Config.Name, Framework: m.opts.Config.Framework,
 		Language: m.opts.Config.Language, SchemaSource: "traces", Style: m.style, Clock: m.opts.Config.Clock,
-		Scenarios: m.opts.Config.Scenarios, World: m.opts.Config.World, StateTable: m.stateTable}
+		Scenarios: m.opts.Config.Scenarios, World: m.opts.Config.World, TerminalTools: m.opts.Config.TerminalTools, StateTable: m.stateTable}
 	if len(m.opts.Tools) > 0 {
 		b.SchemaSource = "provided"
 	}

@@ -47,6 +47,8 @@ type Config struct {
 	// id format is made up, consistent with what the recordings imply, labelled B_inferred) or "closed"
 	// (production's not-found error). Sessions may override it at open.
 	World string `json:"world,omitempty"`
+	// TerminalTools end an episode (a session opened with a task) when called, e.g. transfer_to_human_agents.
+	TerminalTools []string `json:"terminal_tools,omitempty"`
 }
 
 // ErrBadInput is wrapped by every error about the build's inputs; the message names the field.
@@ -158,6 +160,11 @@ func (o *Options) validate() error {
 	for name := range o.Config.Scenarios {
 		if strings.TrimSpace(name) == "" {
 			return fmt.Errorf("%w: config.scenarios: empty scenario name", ErrBadInput)
+		}
+	}
+	for i, name := range o.Config.TerminalTools {
+		if strings.TrimSpace(name) == "" {
+			return fmt.Errorf("%w: config.terminal_tools[%d]: empty tool name", ErrBadInput, i)
 		}
 	}
 	for i, d := range o.Tools {

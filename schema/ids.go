@@ -20,6 +20,7 @@ const (
 	PrefixRequest     = "req_"
 	PrefixOAuthClient = "oc_"
 	PrefixOAuthCode   = "ocd_"
+	PrefixRefresh     = "ort_"
 	PrefixQuery       = "qry_"
 	PrefixEvent       = "evt_"
 	PrefixEndpoint    = "whe_"

@@ -110,6 +110,9 @@ type APIKey struct {
 	// the workspace key at the root of its chain ("" when the key is a root). A derived key ends with either.
 	ParentKeyID string `bun:"parent_key_id,notnull"`
 	RootKeyID   string `bun:"root_key_id,notnull"`
+	// Resource is the MCP address (without its query) an OAuth-issued token is bound to (RFC 8707); "" for a token
+	// usable on every MCP address (minted with keys.create, or issued without a resource).
+	Resource string `bun:"resource,notnull"`
 }
 
 // Root is the workspace key at the root of k's chain: RootKeyID, or k itself when it is a root.
@@ -148,6 +151,28 @@ type OAuthCode struct {
 	CreatedAt   time.Time  `bun:"created_at,notnull"`
 	ExpiresAt   time.Time  `bun:"expires_at,notnull"`
 	UsedAt      *time.Time `bun:"used_at"`
+}
+
+// OAuthRefreshToken is an OAuth refresh token (mcp_rt_…), stored hashed. It is rotated on use: refreshing marks it
+// rotated and issues a new one of the same family (the authorization code it descends from); a rotated token
+// presented again revokes the family, its access tokens included. It derives from the consenting key (ParentKeyID)
+// and its chain's root (RootKeyID) and ends with either.
+type OAuthRefreshToken struct {
+	bun.BaseModel `bun:"table:oauth_refresh_tokens"`
+
+	ID          string     `bun:"id,pk"`
+	Hash        string     `bun:"hash,notnull"`
+	WorkspaceID string     `bun:"workspace_id,notnull"`
+	ClientID    string     `bun:"client_id,notnull"`
+	Family      string     `bun:"family,notnull"`
+	ParentKeyID string     `bun:"parent_key_id,notnull"`
+	RootKeyID   string     `bun:"root_key_id,notnull"`
+	Resource    string     `bun:"resource,notnull"`
+	Scope       string     `bun:"scope,notnull"`
+	CreatedAt   time.Time  `bun:"created_at,notnull"`
+	ExpiresAt   time.Time  `bun:"expires_at,notnull"`
+	RotatedAt   *time.Time `bun:"rotated_at"`
+	RevokedAt   *time.Time `bun:"revoked_at"`
 }
 
 // Environment is one project's mirror: its collected traces, builds and twin.
@@ -270,6 +295,9 @@ type Session struct {
 	RootKeyID string `bun:"root_key_id,notnull"`
 	// EndsWithParent marks a fork made with its parent's session token: it ends when ForkedFrom ends.
 	EndsWithParent bool `bun:"ends_with_parent,notnull"`
+	// Episode is the session's task when it was opened as an episode (toolplane.Episode as JSON; nil: none): its
+	// expectations, step limit, terminal tools and reward mode, kept so any replica can grade it.
+	Episode json.RawMessage `bun:"episode"`
 }
 
 // Call is one tool call in a session's transcript (its journal entry).
@@ -310,7 +338,7 @@ func Models() []any {
 	return []any{
 		(*Workspace)(nil), (*APIKey)(nil), (*Environment)(nil), (*Build)(nil),
 		(*TraceBatch)(nil), (*Trace)(nil), (*Session)(nil), (*Call)(nil), (*UsageMeter)(nil),
-		(*OAuthClient)(nil), (*OAuthCode)(nil),
+		(*OAuthClient)(nil), (*OAuthCode)(nil), (*OAuthRefreshToken)(nil),
 		(*Event)(nil), (*WebhookEndpoint)(nil), (*WebhookDelivery)(nil), (*WebhookAttempt)(nil), (*Upload)(nil),
 		(*WebSecret)(nil), (*WebSignout)(nil),
 	}

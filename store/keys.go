@@ -182,7 +182,11 @@ func RevokeDerived(ctx context.Context, db bun.IDB, ids []string, at time.Time) 
 		if err != nil {
 			return n, wrap(err, "revoke keys derived from %v", ids)
 		}
-		n += len(next)
+		r, err := revokeRefreshDerived(ctx, db, ids, at)
+		if err != nil {
+			return n, err
+		}
+		n += len(next) + r
 		ids = next
 	}
 	return n, nil

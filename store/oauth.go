@@ -77,59 +77,31 @@ func RevokeCodeTokens(ctx context.Context, db bun.IDB, codeID string) (int64, er
 		}
 		d, err := RevokeDerived(ctx, tx, ids, at)
 		n = int64(len(ids) + d)
-		return err
+		if err != nil {
+			return err
+		}
+		// The family's refresh tokens (a reused code or refresh token ends the whole authorization).
+		res, err := tx.NewUpdate().Model((*schema.OAuthRefreshToken)(nil)).Set("revoked_at = ?", at).
+			Where("family = ? AND revoked_at IS NULL", codeID).Exec(ctx)
+		if err != nil {
+			return wrap(err, "revoke refresh tokens of code %q", codeID)
+		}
+		r, _ := res.RowsAffected()
+		n += r
+		return nil
 	})
 	return n, err
 }
 
 // IssueOAuthToken exchanges an authorization code for an MCP access token (mcp_at_…) of the code's workspace,
-// living ttl: the code is marked used and the token stored hashed, in one transaction. A code already used is
-// ErrCodeUsed, and the tokens issued from it are revoked. The plaintext is returned once.
+// living ttl and bound to the code's resource (IssueOAuthGrant, whose refresh token it drops). The plaintext is
+// returned once.
 func IssueOAuthToken(ctx context.Context, db bun.IDB, c *schema.OAuthCode, ttl time.Duration) (*schema.APIKey, string, error) {
-	if ttl <= 0 {
-		return nil, "", fmt.Errorf("store: issue oauth token: %w: ttl must be positive", ErrInvalid)
-	}
-	m, err := cred.Mint(cred.KindMCP)
-	if err != nil {
-		return nil, "", fmt.Errorf("store: issue oauth token: %w", err)
-	}
-	at := now()
-	exp := at.Add(ttl)
-	key := &schema.APIKey{
-		ID: schema.NewID(schema.PrefixKey), WorkspaceID: c.WorkspaceID, Kind: schema.KeyKindMCP, Hash: m.Hash,
-		Prefix: m.Display, Name: "oauth " + c.ClientID, CreatedAt: at, ExpiresAt: &exp,
-		OAuthClientID: c.ClientID, OAuthCodeID: c.ID,
-	}
-	err = inTx(ctx, db, func(ctx context.Context, tx bun.Tx) error {
-		// The token derives from the key that consented: it ends with that key and with its chain's root.
-		granting, err := GetKey(ctx, tx, c.WorkspaceID, c.KeyID)
-		if err != nil {
-			return err
-		}
-		key.ParentKeyID, key.RootKeyID = granting.ID, granting.Root()
-		res, err := tx.NewUpdate().Model((*schema.OAuthCode)(nil)).Set("used_at = ?", at).
-			Where("id = ? AND used_at IS NULL", c.ID).Exec(ctx)
-		if err != nil {
-			return wrap(err, "use oauth code %q", c.ID)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrCodeUsed
-		}
-		if _, err := tx.NewInsert().Model(key).Exec(ctx); err != nil {
-			return wrap(err, "insert oauth token")
-		}
-		return nil
-	})
-	if errors.Is(err, ErrCodeUsed) {
-		if _, rerr := RevokeCodeTokens(ctx, db, c.ID); rerr != nil {
-			return nil, "", rerr
-		}
-		return nil, "", fmt.Errorf("store: issue oauth token: %w", ErrCodeUsed)
-	}
+	g, err := IssueOAuthGrant(ctx, db, c, c.Resource, GrantTTL{Access: ttl, Refresh: ttl})
 	if err != nil {
 		return nil, "", err
 	}
-	return key, m.Plaintext, nil
+	return g.Access, g.AccessToken, nil
 }
 
 // RevokeOAuthToken revokes an OAuth-issued MCP token given by its plaintext, when it was issued to clientID (RFC

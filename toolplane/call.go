@@ -36,6 +36,8 @@ type CallResult struct {
 	Twin, Journal time.Duration
 	// Fault labels an injected fault (nil: none): an error or timeout answered instead of the tool, or latency added.
 	Fault *Fault
+	// Episode is where the session's episode stands after the call (nil: the session is not an episode).
+	Episode *EpisodeState
 }
 
 // Call runs one tool call in an open session's world down the rung ladder and journals it durably before it
@@ -82,7 +84,17 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 		if err != nil {
 			return nil, err
 		}
-		l.calls = n
+		l.calls, l.lastToolKnown = n, false
+	}
+	ep, err := p.episode(s, l)
+	if err != nil {
+		return nil, err
+	}
+	if ep != nil {
+		// A call after the episode is done is refused before anything runs.
+		if err := p.episodeDone(ctx, s, l, ep); err != nil {
+			return nil, err
+		}
 	}
 
 	treq := twinrpc.CallRequest{Tool: req.Tool, Arguments: json.RawMessage(args), Requestor: req.Requestor}
@@ -139,11 +151,18 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 		return nil, errorf(Unavailable, "the call could not be journaled, so it was not answered; retry: %v", err)
 	}
 	l.calls++
+	l.lastTool, l.lastToolKnown = treq.Tool, true
 	l.lastUsed = now
 	if p.quota != nil {
 		p.quota.Called(s.WorkspaceID)
 	}
-	return &CallResult{CallResult: res, CallID: c.ID, Ms: ms, Twin: journaled.Sub(started), Journal: time.Since(journaled), Fault: fault}, nil
+	out := &CallResult{CallResult: res, CallID: c.ID, Ms: ms, Twin: journaled.Sub(started), Journal: time.Since(journaled), Fault: fault}
+	if ep != nil {
+		if out.Episode, err = p.grade(ctx, s, l, ep); err != nil {
+			return nil, fmt.Errorf("the call %s was journaled, but its episode could not be graded (grade it with sessions.assert): %w", c.ID, err)
+		}
+	}
+	return out, nil
 }
 
 // checkIdle answers NotFound for a session idle past the idle time, expiring it (the reaper would, later).

@@ -9,7 +9,6 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/usage"
 )
 
 // ForkRequest forks a session.
@@ -35,21 +34,41 @@ const maxLineage = 256
 // and its own calls are numbered from AtCall+1, so call N+1 of the fork is call N+1 of the episode. The parent is
 // not changed.
 func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkRequest) (*Opened, error) {
+	out, err := p.forkN(ctx, parent, req, 1, "")
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// ForkGroup makes n forks of parent at once, as Fork makes one: each its own session with its own id and token,
+// answered in order, each world copy-on-write on the twin. The workspace's plan admits all n or none (the open's
+// 402), and the rows are written in one transaction: either every fork opens or none does.
+func (p *Plane) ForkGroup(ctx context.Context, parent *schema.Session, req ForkRequest, n int) ([]*Opened, error) {
+	return p.forkN(ctx, parent, req, n, "body.n")
+}
+
+func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkRequest, n int, nField string) ([]*Opened, error) {
+	if nField != "" {
+		if err := p.checkGroup(nField, n); err != nil {
+			return nil, err
+		}
+	}
 	if parent.Status == schema.SessionBroken {
 		return nil, errorf(Conflict, "session %s is broken: its journal does not rebuild its world, so it cannot be forked", parent.ID)
 	}
 	l := p.liveOf(parent.ID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n, err := p.lastSeq(ctx, parent)
+	last, err := p.lastSeq(ctx, parent)
 	if err != nil {
 		return nil, err
 	}
-	at := n
+	at := last
 	if req.AtCall != nil {
 		at = *req.AtCall
-		if at < 0 || at > n {
-			return nil, invalid("body.at_call", fmt.Sprintf("session %s holds %d calls: fork at 0 (its opening world) to %d", parent.ID, n, n))
+		if at < 0 || at > last {
+			return nil, invalid("body.at_call", fmt.Sprintf("session %s holds %d calls: fork at 0 (its opening world) to %d", parent.ID, last, last))
 		}
 	}
 	bound := req.KeyID == ""
@@ -60,12 +79,10 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 	if err != nil {
 		return nil, notFoundOr(err, "environment "+parent.EnvID)
 	}
-	maxOpen := 0
-	if p.quota != nil {
-		// As an open is: before the twin forks anything, so a refused fork does nothing.
-		if maxOpen, err = p.quota.AdmitOpen(ctx, parent.WorkspaceID); err != nil {
-			return nil, err
-		}
+	// As an open is: before the twin forks anything, so a refused fork does nothing.
+	maxOpen, err := p.admitGroup(ctx, parent.WorkspaceID, n)
+	if err != nil {
+		return nil, err
 	}
 	if err := p.loadBuild(ctx, parent, l); err != nil {
 		return nil, err
@@ -74,11 +91,29 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 	if err != nil {
 		return nil, err
 	}
-	id := schema.NewID(schema.PrefixSession)
+	keyID, rootKeyID := req.KeyID, "" // the store fills in the key's root
+	if bound {
+		keyID, rootKeyID = parent.OpenedByKeyID, parent.RootKeyID
+	}
+	ss := make([]*schema.Session, n)
+	for i := range ss {
+		ss[i] = &schema.Session{
+			ID: schema.NewID(schema.PrefixSession), EnvID: parent.EnvID, WorkspaceID: parent.WorkspaceID,
+			BuildID: parent.BuildID, OpenedByKeyID: keyID, RootKeyID: rootKeyID, EndsWithParent: bound,
+			Seed: parent.Seed, SeedInstructions: parent.SeedInstructions, Scenario: parent.Scenario, Clock: parent.Clock,
+			RecordOutputs: parent.RecordOutputs, Seeded: parent.Seeded, SeedNote: parent.SeedNote,
+			WorldHash: parent.WorldHash, Receipts: parent.Receipts,
+			ForkedFrom: parent.ID, ForkedAt: at, Faults: parent.Faults, Episode: parent.Episode,
+			ExpiresAt: schema.Now().Add(p.idle),
+		}
+	}
+	// The first fork copies the parent's world as it is now (or is rebuilt from the journal at an earlier point);
+	// the others copy the parent's (or the first fork's) world, copy-on-write.
 	var res twinrpc.OpenResponse
+	from, fromCalls := parent.ID, last
 	forked := false
-	if parent.Status == schema.SessionOpen && at == n {
-		res, err = te.c.Fork(ctx, parent.ID, twinrpc.ForkRequest{ID: id, ExpectCalls: &n})
+	if parent.Status == schema.SessionOpen && at == last {
+		res, err = te.c.Fork(ctx, parent.ID, twinrpc.ForkRequest{ID: ss[0].ID, ExpectCalls: &fromCalls})
 		switch {
 		case err == nil:
 			forked = true
@@ -93,50 +128,50 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 		if err != nil {
 			return nil, err
 		}
-		res, err = te.c.Open(ctx, twinrpc.OpenRequest{ID: id, Spec: specOf(parent), Journal: journal})
+		res, err = te.c.Open(ctx, twinrpc.OpenRequest{ID: ss[0].ID, Spec: specOf(parent), Journal: journal})
 		if errors.Is(err, twinrpc.ErrDiverged) {
 			return nil, errorf(Conflict, "session %s cannot be forked at call %d: its journal rebuilds another world (%s)", parent.ID, at, twinDetail(err))
 		}
 		if err != nil {
 			return nil, twinError(err)
 		}
+		from, fromCalls = ss[0].ID, int64(len(journal))
 	}
-	keyID, rootKeyID := req.KeyID, "" // the store fills in the key's root
-	if bound {
-		keyID, rootKeyID = parent.OpenedByKeyID, parent.RootKeyID
-	}
-	s := &schema.Session{
-		ID: id, EnvID: parent.EnvID, WorkspaceID: parent.WorkspaceID, BuildID: parent.BuildID, OpenedByKeyID: keyID,
-		RootKeyID: rootKeyID, EndsWithParent: bound,
-		Seed: parent.Seed, SeedInstructions: parent.SeedInstructions, Scenario: parent.Scenario, Clock: parent.Clock,
-		RecordOutputs: parent.RecordOutputs, Seeded: parent.Seeded, SeedNote: parent.SeedNote,
-		WorldHash: parent.WorldHash, StateHash: res.StateHash, Receipts: parent.Receipts,
-		ForkedFrom: parent.ID, ForkedAt: at, Faults: parent.Faults,
-		ExpiresAt: schema.Now().Add(p.idle),
-	}
-	token, kick, err := p.createSession(ctx, env, s, maxOpen)
-	if err != nil {
-		p.DropWorld(context.WithoutCancel(ctx), s)
-		var over *store.OpenLimitError
-		if errors.As(err, &over) {
-			return nil, usage.OpenLimit(over.Open, over.Limit)
+	ss[0].StateHash = res.StateHash
+	for i := 1; i < n; i++ {
+		r, err := te.c.Fork(ctx, from, twinrpc.ForkRequest{ID: ss[i].ID, ExpectCalls: &fromCalls})
+		if err == nil && r.StateHash != res.StateHash {
+			err = fmt.Errorf("fork %d of %s hashes %s, not %s", i, parent.ID, r.StateHash, res.StateHash)
 		}
-		return nil, err
+		if err != nil {
+			p.dropWorlds(ctx, ss[:i+1])
+			return nil, twinError(err)
+		}
+		ss[i].StateHash = r.StateHash
+	}
+	tokens, kick, err := p.createSessions(ctx, env, ss, maxOpen)
+	if err != nil {
+		p.dropWorlds(ctx, ss)
+		return nil, groupRowError(err)
 	}
 	p.kick(kick)
 	p.mu.Lock()
-	p.live[id] = &liveSession{calls: at, lastUsed: s.CreatedAt, build: l.build}
+	for _, s := range ss {
+		p.live[s.ID] = &liveSession{calls: at, lastUsed: s.CreatedAt, build: l.build}
+	}
 	p.mu.Unlock()
 	if bound {
-		// The parent may have ended (in another process) while this fork was made: then its end did not see the
-		// fork, which ends now.
+		// The parent may have ended (in another process) while these forks were made: then its end did not see
+		// them, and they end now.
 		cur, err := store.GetSessionByID(ctx, p.db, parent.ID)
 		if err != nil {
 			return nil, err
 		}
 		if cur.Status != schema.SessionOpen {
-			if err := p.end(context.WithoutCancel(ctx), s, endedWith(cur.Status)); err != nil {
-				return nil, err
+			for _, s := range ss {
+				if err := p.end(context.WithoutCancel(ctx), s, endedWith(cur.Status)); err != nil {
+					return nil, err
+				}
 			}
 			return nil, errorf(NotFound, "session %s is %s", parent.ID, cur.Status)
 		}
@@ -150,7 +185,11 @@ func (p *Plane) Fork(ctx context.Context, parent *schema.Session, req ForkReques
 	if rc.Pinned == nil {
 		rc.Pinned = map[string][]string{}
 	}
-	return &Opened{Session: s, Token: token, Receipts: rc}, nil
+	out := make([]*Opened, n)
+	for i, s := range ss {
+		out[i] = &Opened{Session: s, Token: tokens[i], Receipts: rc}
+	}
+	return out, nil
 }
 
 // twinError is a twin's refusal of a world operation as the answer.

@@ -42,6 +42,8 @@ type OpenRequest struct {
 	// Trace opens the world a recorded conversation saw (traceopen.go): used instead of seed instructions or a
 	// scenario. The calls it used are kept in the receipts, so a rebuilt world is the same.
 	Trace *TraceParam
+	// Task, when set, opens the session as an episode (episode.go).
+	Task *Task
 }
 
 // Opened is an open session: its row, its token (shown once) and its receipts.
@@ -70,6 +72,8 @@ type PendingOpen struct {
 	RecordOutputs bool
 	// Faults is the session's fault plan as JSON (nil: none).
 	Faults json.RawMessage `json:",omitempty"`
+	// Episode is the session's task as JSON (nil: not an episode).
+	Episode json.RawMessage `json:",omitempty"`
 	// MaxOpen is the most sessions the workspace may have open at once (0: no cap), held to as the row is written.
 	MaxOpen int
 }
@@ -154,6 +158,11 @@ func (p *Plane) checkOpen(ctx context.Context, req OpenRequest) (*PendingOpen, e
 	pend := &PendingOpen{World: OpenWorld{EnvID: env.ID, Spec: spec, WorkspaceID: env.WorkspaceID, BuildID: env.ActiveBuildID},
 		WorkspaceID: env.WorkspaceID, EnvSlug: env.Slug,
 		ActiveBuildID: env.ActiveBuildID, KeyID: req.KeyID, RecordOutputs: req.RecordOutputs}
+	if req.Task != nil {
+		if pend.Episode, err = p.episodeOf(ctx, env.ActiveBuildID, req.Task); err != nil {
+			return nil, err
+		}
+	}
 	if len(req.Faults) > 0 {
 		build, err := store.GetBuildByID(ctx, p.db, env.ActiveBuildID)
 		if err != nil {
@@ -197,7 +206,7 @@ func (p *Plane) FinishOpen(ctx context.Context, pend *PendingOpen, res OpenedWor
 		Seed: w.Spec.Seed, SeedInstructions: w.Spec.SeedInstructions, Scenario: w.Spec.Scenario,
 		Clock: rc.Clock, RecordOutputs: pend.RecordOutputs, Seeded: rc.Seeded, SeedNote: deref(rc.Note),
 		WorldHash: rc.WorldHash, StateHash: res.StateHash, Receipts: receipts, Faults: pend.Faults,
-		ExpiresAt: schema.Now().Add(p.idle),
+		Episode: pend.Episode, ExpiresAt: schema.Now().Add(p.idle),
 	}
 	if s.BuildID == "" {
 		s.BuildID = pend.ActiveBuildID

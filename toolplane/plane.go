@@ -107,6 +107,9 @@ type Options struct {
 	// Events records session.opened, session.closed and session.expired in the transaction of the change, and
 	// starts their webhook deliveries (nil: no events).
 	Events EventLog
+	// MaxGroup is the most sessions one group open or group fork makes (config session.max_group; default
+	// DefaultMaxGroup).
+	MaxGroup int
 }
 
 // Plane is the tool plane. Calls never touch Temporal: twin RPC → journal group commit → answer.
@@ -124,6 +127,8 @@ type Plane struct {
 	tokens  *Tokens
 	tracer  trace.Tracer // nil: no spans
 	events  EventLog
+	// maxGroup is the most sessions a group open or fork makes.
+	maxGroup int
 
 	mu      sync.Mutex
 	live    map[string]*liveSession
@@ -137,6 +142,9 @@ func New(o Options) *Plane {
 	p := &Plane{db: o.DB, opener: o.Opener, twins: o.Twins, journal: o.Journal, quota: o.Quota, bundles: o.Bundles, idle: o.Idle,
 		hc: o.HTTP, locals: o.Locals, log: o.Log, events: o.Events,
 		live: map[string]*liveSession{}, clients: map[string]*twinEntry{}, errAnswers: map[string]map[string][]string{}}
+	if p.maxGroup = o.MaxGroup; p.maxGroup <= 0 {
+		p.maxGroup = DefaultMaxGroup
+	}
 	if p.idle <= 0 {
 		p.idle = store.DefaultSessionIdle
 	}
@@ -179,6 +187,11 @@ type liveSession struct {
 	lastUsed time.Time
 	build    *schema.Build
 	faults   faults.Spec // the session's fault plan, decoded on first use
+	// episode is the session's episode spec, decoded on first use (nil: not yet, or not an episode); lastTool the
+	// tool of call number calls, when lastToolKnown.
+	episode       *Episode
+	lastTool      string
+	lastToolKnown bool
 }
 
 func (p *Plane) liveOf(id string) *liveSession {

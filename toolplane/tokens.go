@@ -27,7 +27,11 @@ type Tokens struct {
 	byID map[string]string // session id → token hash
 }
 
-// NewTokens is a token cache over db trusting each resolution for ttl (default 5s).
+// DefaultTokenTTL is how long a session-token resolution is trusted unless told: how long another API process may
+// still accept the token of a session one process closed.
+const DefaultTokenTTL = 5 * time.Second
+
+// NewTokens is a token cache over db trusting each resolution for ttl (default DefaultTokenTTL).
 func NewTokens(db *bun.DB, ttl time.Duration) *Tokens { return &Tokens{db: db, ttl: ttl} }
 
 type tokenEntry struct {
@@ -53,7 +57,7 @@ func (c *Tokens) Resolve(ctx context.Context, token string) (*schema.Session, *s
 	}
 	ttl := c.ttl
 	if ttl <= 0 {
-		ttl = 5 * time.Second
+		ttl = DefaultTokenTTL
 	}
 	c.mu.Lock()
 	if c.byID == nil || len(c.byID) >= cred.CacheMax {

@@ -53,6 +53,20 @@ func (e *ExpectError) Error() string {
 
 // Check reports the first expectation that is not well formed against this runtime's entities.
 func (rt *Runtime) Check(exps []Expectation) error {
+	return CheckExpectations(rt.tableNames, exps)
+}
+
+// CheckExpectations reports the first expectation that is not well formed against a build's entities (its tables'
+// names), as a runtime of the build checks them: a task's expectations are checked before its episode opens.
+func CheckExpectations(tableNames []string, exps []Expectation) error {
+	hasTable := func(name string) bool {
+		for _, t := range tableNames {
+			if t == name {
+				return true
+			}
+		}
+		return false
+	}
 	for i, e := range exps {
 		bad := func(field, format string, args ...any) error {
 			return &ExpectError{Index: i, Field: field, Detail: fmt.Sprintf(format, args...)}
@@ -73,10 +87,10 @@ func (rt *Runtime) Check(exps []Expectation) error {
 			continue
 		}
 		if e.Entity == "" {
-			return bad("entity", "required: one of %s", strings.Join(rt.tableNames, ", "))
+			return bad("entity", "required: one of %s", strings.Join(tableNames, ", "))
 		}
-		if !rt.hasTable(e.Entity) {
-			return bad("entity", "no entity %q in this build (entities: %s)", e.Entity, strings.Join(rt.tableNames, ", "))
+		if !hasTable(e.Entity) {
+			return bad("entity", "no entity %q in this build (entities: %s)", e.Entity, strings.Join(tableNames, ", "))
 		}
 		if e.Key == nil {
 			if !e.Unchanged && !e.Changed {

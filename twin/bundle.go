@@ -117,6 +117,8 @@ type Bundle struct {
 	World string `json:"world,omitempty"`
 	// StateTable names the table holding state beyond rows (state.go; "" when the build learned none).
 	StateTable string `json:"state_table,omitempty"`
+	// TerminalTools are the build config's terminal tools: calling one ends an episode.
+	TerminalTools []string `json:"terminal_tools,omitempty"`
 }
 
 // Agent is the agent as its traces show it: what a one-shot query runs (its prompt, tools and model) and the

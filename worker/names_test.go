@@ -34,7 +34,7 @@ func allDeps() Deps {
 func TestRegisteredNames(t *testing.T) {
 	var n names
 	Register(&n, allDeps())
-	wantWorkflows := []string{"doppel.Build", "doppel.Query", "doppel.Rebuild", "doppel.SessionOpen", "doppel.SessionReaper",
+	wantWorkflows := []string{"doppel.Build", "doppel.Query", "doppel.Rebuild", "doppel.SessionOpen", "doppel.SessionOpener", "doppel.SessionReaper",
 		"doppel.SettleSpans", "doppel.Twin", "doppel.WebhookDelivery", "doppel.WebhookSweeper"}
 	wantActivities := []string{"ActivateBuild", "AgentTurn", "AssembleSettled", "BeginQuerySession", "CallQueryTool", "CloseOnTwin", "CloseQuerySession", "Deliver", "FailBuild",
 		"FailDelivery", "FindTwin", "FinishQuery", "InferBundle", "InspectTwin", "ModelTurn", "OpenOnTwin", "OpenQuerySession",

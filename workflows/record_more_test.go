@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -284,4 +285,60 @@ func TestRecordTwinTaggedHistory(t *testing.T) {
 	}
 	awaitTwin(t, c, id, "the new build's twin did not boot", newBuildReady)
 	stopAndWrite(t, c, id, out)
+}
+
+// TestRecordSessionOpenerHistory: an environment's SessionOpener started by an update-with-start, then four more
+// opens sent at once (one refused by the twin as a bad spec), then idle until it ends.
+func TestRecordSessionOpenerHistory(t *testing.T) {
+	out, c, queue, w := recorder(t, "RECORD_SESSION_OPENER", "record-opener-")
+	ctx := context.Background()
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.FindTwinInput) (activities.TwinEndpoint, error) {
+		return activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: "bld_record", HandleID: "twin-1"}, nil
+	}, activity.RegisterOptions{Name: "FindTwin"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.OpenOnTwinInput) (activities.OpenOnTwinResult, error) {
+		if in.SessionID == "ses_bad" {
+			return activities.OpenOnTwinResult{}, temporal.NewNonRetryableApplicationError("scenario: no scenario \"x\"", activities.ErrTypeSessionSpec, nil)
+		}
+		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true},
+			StateHash: "sha256:s"}, nil
+	}, activity.RegisterOptions{Name: "OpenOnTwin"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	id := workflows.SessionOpenerWorkflowID("env_record"+time.Now().Format("150405"), 0)
+	open := func(session string, seed int64) error {
+		start := c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{ID: id, TaskQueue: queue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING},
+			workflows.SessionOpenerWorkflowName, workflows.SessionOpenerInput{EnvID: "env_record", Idle: 2 * time.Second})
+		h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: start,
+			UpdateOptions: client.UpdateWorkflowOptions{UpdateID: session, UpdateName: workflows.OpenSessionUpdate,
+				WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{workflows.SessionOpenInput{SessionID: session,
+					EnvID: "env_record", Spec: twinrpc.SessionSpec{Seed: seed, SeedInstructions: "2 orders"}, TwinWait: time.Minute}}}})
+		if err != nil {
+			return err
+		}
+		var res workflows.SessionOpenResult
+		return h.Get(ctx, &res)
+	}
+	if err := open("ses_first", 1); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for i, s := range []string{"ses_a", "ses_b", "ses_bad", "ses_c"} {
+		go func() { errs <- open(s, int64(i+2)) }()
+	}
+	failed := 0
+	for range 4 {
+		if err := <-errs; err != nil {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d opens failed, want the bad spec's alone", failed)
+	}
+	if err := c.GetWorkflow(ctx, id, "").Get(ctx, nil); err != nil {
+		t.Fatalf("the opener did not end idle: %v", err)
+	}
+	writeHistory(t, c, id, out)
 }

@@ -44,6 +44,11 @@ type SessionOpenResult struct {
 // open is one workflow task. A twin that does not answer is reported to the TwinWorkflow as suspect (checked,
 // restarted if dead) and the open retried once.
 func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, error) {
+	return openSession(ctx, in)
+}
+
+// openSession is the open of one session, as SessionOpen and the SessionOpener's updates run it.
+func openSession(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, error) {
 	var a *activities.Sessions
 	wait := in.TwinWait
 	if wait <= 0 {
@@ -83,8 +88,9 @@ func SessionOpen(ctx workflow.Context, in SessionOpenInput) (SessionOpenResult, 
 	return out, temporal.NewApplicationError("twin of "+in.EnvID+" did not answer after waking", activities.ErrTypeTwinUnavailable)
 }
 
-// RegisterSessions registers the session-open and reaper workflows under their explicit names.
+// RegisterSessions registers the session-open, session-opener and reaper workflows under their explicit names.
 func RegisterSessions(r Registrar) {
 	r.RegisterWorkflowWithOptions(SessionOpen, workflow.RegisterOptions{Name: SessionOpenWorkflowName})
+	r.RegisterWorkflowWithOptions(SessionOpener, workflow.RegisterOptions{Name: SessionOpenerWorkflowName})
 	r.RegisterWorkflowWithOptions(SessionReaper, workflow.RegisterOptions{Name: SessionReaperWorkflowName})
 }

@@ -31,11 +31,30 @@ func runBench(ctx context.Context, e env) error {
 	duration := fs.Duration("duration", 10*time.Second, "how long to send calls")
 	transport := fs.String("transport", "rest", "how calls are sent: rest (POST /v1/sessions/{id}/call) or trpc (POST /trpc/sessions.call)")
 	seedInstr := fs.String("seed-instructions", "", "seed instructions for every session open (seeded opens); empty: unseeded")
+	openN := fs.Int("opens", 0, "open mode: time this many session opens from --clients concurrent clients (after --sessions sequential ones) instead of replaying calls; --traces is not needed")
+	clients := fs.Int("clients", 64, "open mode: concurrent clients, each on its own keep-alive connection")
+	pprofURL := fs.String("pprof", "", "open mode: the server's debug.pprof_addr as a URL (http://127.0.0.1:6060): its live heap after a collection is read beside the RSS")
 	if err := parseClient(fs, e.args); err != nil {
 		if errors.Is(err, errHelp) {
 			return nil
 		}
 		return err
+	}
+	if *openN > 0 {
+		if *slug == "" || *clients < 1 || *sessions < 0 {
+			return usageError{"bench: open mode needs --env, --clients ≥ 1 and --sessions ≥ 0"}
+		}
+		c, err := newAPIClient(*url, *key)
+		if err != nil {
+			return err
+		}
+		c.http = &http.Client{Timeout: 30 * time.Second}
+		target, err := newBenchTarget(c.url)
+		if err != nil {
+			return err
+		}
+		b := &openBench{c: c, target: target, slug: *slug, seedInstr: *seedInstr, opens: *openN, clients: *clients, seq: *sessions, pprof: *pprofURL}
+		return b.run(ctx, e.stdout)
 	}
 	if *slug == "" || *traces == "" {
 		return usageError{"bench: --env and --traces are required"}

@@ -22,7 +22,7 @@ func TestOpenAPIGoldens(t *testing.T) {
 	if err := runOpenAPI(context.Background(), env{stdout: &out, stderr: io.Discard}); err != nil {
 		t.Fatal(err)
 	}
-	opts, err := apiOptions(nil)
+	opts, err := apiOptions(nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

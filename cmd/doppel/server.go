@@ -23,6 +23,7 @@ import (
 	"github.com/doppel-dev/doppel/api"
 	"github.com/doppel-dev/doppel/blob"
 	"github.com/doppel-dev/doppel/config"
+	"github.com/doppel-dev/doppel/devserver"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/query/flow"
@@ -246,7 +247,7 @@ func serveMetrics(st *stack, key, addr string) (stop func(), err error) {
 }
 
 func runOpenAPI(_ context.Context, e env) error {
-	opts, err := apiOptions(nil)
+	opts, err := apiOptions(nil, "")
 	if err != nil {
 		return err
 	}
@@ -333,7 +334,13 @@ func twinDirectory(st *stack) *wfclient.TwinDirectory {
 
 // sessionWorkflows starts session opens and the reaper.
 func sessionWorkflows(st *stack) *wfclient.Sessions {
-	return &wfclient.Sessions{Conn: st.conn(), TwinWait: st.cfg.Twin.Wait}
+	s := &wfclient.Sessions{Conn: st.conn(), TwinWait: st.cfg.Twin.Wait}
+	if st.dev != nil {
+		// doppel dev's own server admits devserver.MaxInFlightUpdates a workflow: fewer openers, each taking larger
+		// batches of opens in one workflow task.
+		s.OpenerShards, s.OpenerInFlight = 2, devserver.MaxInFlightUpdates*7/8
+	}
+	return s
 }
 
 // buildStarter starts builds and schedules rebuilds.
@@ -423,8 +430,9 @@ func startReaper(ctx context.Context, st *stack) error {
 	return nil
 }
 
-// apiOptions assembles the API over st; a nil st gives the routes only (for the OpenAPI document).
-func apiOptions(st *stack) (api.Options, error) {
+// apiOptions assembles the API over st, reached at public (its public URL); a nil st gives the routes only (for
+// the OpenAPI document).
+func apiOptions(st *stack, public string) (api.Options, error) {
 	opts := api.Options{Title: "doppel API", Version: "v1"}
 	if st == nil {
 		opts.Routes = docRoutes()
@@ -454,9 +462,14 @@ func apiOptions(st *stack) (api.Options, error) {
 	wake := &api.WakeRoutes{Plane: plane}
 	queries := &api.QueryRoutes{Queries: st.queries(), RatePerSecond: st.cfg.Query.RatePerSecond, Burst: st.cfg.Query.Burst}
 	usageRoutes := &api.UsageRoutes{Source: st.usageSource(), Gate: st.usageGate(), AdminKey: st.cfg.Admin.Key}
-	// The MCP server's OAuth metadata names the address each client reached it by (its Host), so one server
-	// answers at 127.0.0.1 and at localhost alike; a TLS proxy in front passes X-Forwarded-Proto.
-	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL}
+	// Every URL the MCP server and its OAuth emit is built on the public URL (api.public_url, or the address the API
+	// is bound to), never on a request's Host or X-Forwarded-* headers.
+	origins, err := st.cfg.MCP.Origins()
+	if err != nil {
+		return opts, &config.FieldError{Key: "mcp.allowed_origins", Reason: err.Error()}
+	}
+	mcpRoutes := &api.MCPRoutes{Plane: plane, Model: sessions.Model, TokenTTL: st.cfg.MCP.TokenTTL,
+		RefreshTTL: st.cfg.MCP.RefreshTokenTTL, PublicURL: public, AllowedOrigins: origins}
 	opts.TwinState = twinDirectory(st).State
 	opts.WebSecret, opts.WebSessionTTL = []byte(st.cfg.Console.Secret), st.cfg.Console.SessionTTL
 	opts.BodyBudget, opts.ReturnMemoryEvery = st.cfg.API.BodyBudget, st.cfg.Runtime.ReturnMemoryEvery
@@ -480,6 +493,7 @@ func apiOptions(st *stack) (api.Options, error) {
 	if err != nil {
 		return opts, err
 	}
+	mcpRoutes.ClientMetadataGuard = guard // Client ID Metadata Documents are fetched as webhooks are sent
 	hooks := &api.WebhookRoutes{Guard: guard, Deliveries: st.webhookStarter()}
 	uploads := &api.UploadRoutes{Blobs: st.blobs, MaxFileBytes: st.cfg.Uploads.MaxFileBytes}
 	tracesOpts := api.TracesOptions{Collect: collect, Settler: spanSettler(st), TaskAttribute: st.cfg.OTLP.TaskAttribute}
@@ -491,6 +505,7 @@ func apiOptions(st *stack) (api.Options, error) {
 		wake.Register,
 		queries.Register,
 		mcpRoutes.Register,
+		(&api.OpenEnvRoutes{Plane: plane, Model: sessions.Model}).Register,
 		usageRoutes.Register,
 		hooks.Register,
 		uploads.Register,
@@ -517,15 +532,16 @@ func docRoutes() []func(huma.API, *api.Deps) {
 
 // serveHTTP serves the API until ctx ends, then shuts down gracefully.
 func serveHTTP(ctx context.Context, st *stack, ready func(addr string)) error {
-	opts, err := apiOptions(st)
-	if err != nil {
-		return err
-	}
-	handler, _ := api.New(opts)
 	ln, err := net.Listen("tcp", st.cfg.API.Addr)
 	if err != nil {
 		return &config.FieldError{Key: "api.addr", Reason: err.Error()}
 	}
+	opts, err := apiOptions(st, publicURL(st.cfg, ln.Addr().String()))
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	handler, _ := api.New(opts)
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(st.log.Handler(), slog.LevelWarn)}
 	if st.metrics != nil && st.cfg.Metrics.Addr != "" {
 		stop, err := serveMetrics(st, "metrics.addr", st.cfg.Metrics.Addr)

@@ -181,7 +181,7 @@ func (s *stack) toolPlane() (*toolplane.Plane, error) {
 	s.onClose(calls.Close)
 	o := toolplane.Options{DB: s.db, Opener: sessionWorkflows(s), Twins: twinDirectory(s),
 		Journal: calls, Bundles: &toolplane.Bundles{Blob: s.blobs}, Idle: s.cfg.Session.Idle, Locals: s.locals,
-		Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()}
+		MaxGroup: s.cfg.Session.MaxGroup, Log: s.log.With("component", "toolplane"), Tracer: s.tracer(), Events: s.events()}
 	if g := s.usageGate(); g != nil {
 		o.Quota = g
 	}
@@ -327,6 +327,11 @@ func startStack(ctx context.Context, cfg *config.Config, environ []string, logge
 	copts := client.Options{
 		HostPort: addr, Namespace: cfg.Temporal.Namespace,
 		Logger: log.NewStructuredLogger(logger.With("component", "temporal-client")),
+	}
+	if s.dev != nil {
+		// The in-process dev server is on loopback: gzip (the SDK's default) would only cost CPU on both ends, 6% of
+		// the process's samples while sessions open (docs/notes/performance.md).
+		copts.ConnectionOptions.GrpcCompression = &client.GrpcCompressionNone{}
 	}
 	if s.metrics != nil {
 		h, mp, err := s.metrics.TemporalHandler(logger.With("component", "temporal-metrics"))

@@ -120,6 +120,24 @@ func (e CallFaultKind) Valid() bool {
 	}
 }
 
+// Defines values for CallResultDoneReason.
+const (
+	MaxSteps     CallResultDoneReason = "max_steps"
+	TerminalTool CallResultDoneReason = "terminal_tool"
+)
+
+// Valid indicates whether the value is a known member of the CallResultDoneReason enum.
+func (e CallResultDoneReason) Valid() bool {
+	switch e {
+	case MaxSteps:
+		return true
+	case TerminalTool:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CallResultFidelity.
 const (
 	CallResultFidelityAExecuted  CallResultFidelity = "A_executed"
@@ -501,6 +519,42 @@ func (e EnvelopeCode) Valid() bool {
 	case Unauthorized:
 		return true
 	case Unavailable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EpisodeTaskReward.
+const (
+	EpisodeTaskRewardAll      EpisodeTaskReward = "all"
+	EpisodeTaskRewardFraction EpisodeTaskReward = "fraction"
+)
+
+// Valid indicates whether the value is a known member of the EpisodeTaskReward enum.
+func (e EpisodeTaskReward) Valid() bool {
+	switch e {
+	case EpisodeTaskRewardAll:
+		return true
+	case EpisodeTaskRewardFraction:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EpisodeViewReward.
+const (
+	EpisodeViewRewardAll      EpisodeViewReward = "all"
+	EpisodeViewRewardFraction EpisodeViewReward = "fraction"
+)
+
+// Valid indicates whether the value is a known member of the EpisodeViewReward enum.
+func (e EpisodeViewReward) Valid() bool {
+	switch e {
+	case EpisodeViewRewardAll:
+		return true
+	case EpisodeViewRewardFraction:
 		return true
 	default:
 		return false
@@ -1441,6 +1495,12 @@ type CallResult struct {
 	// Content The tool's answer as text, as the agent should see it.
 	Content string `json:"content"`
 
+	// Done Episodes only: true when this call ended the episode (its step limit reached, or a terminal tool called); a call after done is a 409.
+	Done *bool `json:"done,omitempty"`
+
+	// DoneReason Episodes only, when done: why.
+	DoneReason *CallResultDoneReason `json:"done_reason,omitempty"`
+
 	// Downgraded True when the tool's bound rung could not answer and a lower one did.
 	Downgraded bool `json:"downgraded"`
 
@@ -1454,9 +1514,21 @@ type CallResult struct {
 	// Ms Latency of the tool answer in milliseconds.
 	Ms int64 `json:"ms"`
 
+	// Reward Episodes only, when done: the reward, 0…1: the fraction of the task's expectations that pass, or with reward mode all, 1 when every one passes and else 0.
+	Reward *float64 `json:"reward,omitempty"`
+
 	// Rung The rung that answered.
 	Rung CallResultRung `json:"rung"`
+
+	// Steps Episodes only: calls the episode has taken, this one included (a fork counts its parent's calls before it).
+	Steps *int64 `json:"steps,omitempty"`
+
+	// Verdicts Episodes only, when done: each expectation's verdict, as sessions.assert answers it.
+	Verdicts *[]AssertResult `json:"verdicts,omitempty"`
 }
+
+// CallResultDoneReason Episodes only, when done: why.
+type CallResultDoneReason string
 
 // CallResultFidelity A_executed: provided code ran; B_twin: the world model answered; B_replayed: a recorded answer; B_inferred: the nearest recording adapted; B_simulated: a model imagined it.
 type CallResultFidelity string
@@ -1907,6 +1979,36 @@ type EnvelopeAccess string
 // EnvelopeCode Machine-readable code.
 type EnvelopeCode string
 
+// EpisodeTask defines model for EpisodeTask.
+type EpisodeTask struct {
+	// Expect The end-state expectations the reward grades (sessions.assert's language), against the opening world.
+	Expect *[]Expectation `json:"expect"`
+
+	// MaxSteps The episode is done after this many calls (0 or omitted: no limit).
+	MaxSteps *int64 `json:"max_steps,omitempty"`
+
+	// Reward fraction (default): the share of expectations that pass; all: 1 when every one passes, else 0.
+	Reward *EpisodeTaskReward `json:"reward,omitempty"`
+}
+
+// EpisodeTaskReward fraction (default): the share of expectations that pass; all: 1 when every one passes, else 0.
+type EpisodeTaskReward string
+
+// EpisodeView defines model for EpisodeView.
+type EpisodeView struct {
+	Expect *[]Expectation `json:"expect"`
+
+	// MaxSteps 0: no limit.
+	MaxSteps int64             `json:"max_steps"`
+	Reward   EpisodeViewReward `json:"reward"`
+
+	// TerminalTools The build config's terminal tools at open.
+	TerminalTools *[]string `json:"terminal_tools"`
+}
+
+// EpisodeViewReward defines model for EpisodeView.Reward.
+type EpisodeViewReward string
+
 // Event defines model for Event.
 type Event struct {
 	Data interface{} `json:"data"`
@@ -2043,6 +2145,9 @@ type ForkBody struct {
 
 	// AtCallA Fork the world as it was after this call (0: the opening world). Omitted: after the last call.
 	AtCallA *int64 `json:"at_call,omitempty"`
+
+	// N Make n forks in one call, each its own session with its own id and token, all copy-on-write copies of the same world; the answer is then an array of n fork answers. The plan admits all n or none (402), and each is billed. At most config session.max_group (default 256).
+	N *int64 `json:"n,omitempty"`
 }
 
 // ForkBodyOut defines model for ForkBodyOut.
@@ -2252,6 +2357,9 @@ type OpenSessionBody struct {
 	// Faults Injected faults per tool name ("*": every tool not named): recorded error answers, timeouts and added latency, drawn from the session's seed so the same seed fails the same calls. Each injected fault is labelled in the call's answer and the transcript.
 	Faults *map[string]FaultRule `json:"faults,omitempty"`
 
+	// N Open n identical worlds (one spec and one seed, drawn once when not given: the same world hash) as n sessions in one call, each with its own id and token, copy-on-write on the twin; the answer is then an array of n open answers. The plan admits all n or none (402), and each is billed. At most config session.max_group (default 256).
+	N *int64 `json:"n,omitempty"`
+
 	// RecordOutputs Keep each call's result in the transcript (default false: arguments, fidelity and latency only).
 	RecordOutputs *bool `json:"recordOutputs,omitempty"`
 
@@ -2268,7 +2376,8 @@ type OpenSessionBody struct {
 	SeedInstructions *string `json:"seedInstructions,omitempty"`
 
 	// SeedInstructionsA Plain-language preconditions (variant A name). Omitted: the world the environment was built with.
-	SeedInstructionsA *string `json:"seed_instructions,omitempty"`
+	SeedInstructionsA *string      `json:"seed_instructions,omitempty"`
+	Task              *EpisodeTask `json:"task,omitempty"`
 
 	// Trace Open the world a recorded conversation saw, instead of seed instructions or a scenario: the id of a trace the environment holds, or a trace in the collect format ({id, model, messages}: OpenAI chat messages, tool calls and their answers), whole or a prefix. The world is the build's base world with every entity row and state value the trace's calls before its first write showed laid over it; what the trace did not show comes from the base world and the world policy. Receipts name the trace and hash the calls used: the same trace gives the same world hash. A trace the environment holds is then replayed call by call while the agent makes its calls.
 	Trace *OpenSessionBody_Trace `json:"trace,omitempty"`
@@ -2738,10 +2847,11 @@ type SessionSummaryStatus string
 // SessionView defines model for SessionView.
 type SessionView struct {
 	// BuildId The build whose twin serves the session.
-	BuildId   string     `json:"build_id"`
-	ClosedAt  *time.Time `json:"closed_at,omitempty"`
-	CreatedAt time.Time  `json:"created_at"`
-	EnvId     string     `json:"env_id"`
+	BuildId   string       `json:"build_id"`
+	ClosedAt  *time.Time   `json:"closed_at,omitempty"`
+	CreatedAt time.Time    `json:"created_at"`
+	EnvId     string       `json:"env_id"`
+	Episode   *EpisodeView `json:"episode,omitempty"`
 
 	// ExpiresAt When the session expires if unused from now on.
 	ExpiresAt time.Time `json:"expires_at"`
@@ -3240,7 +3350,7 @@ type UploadsCreateMultipartBody struct {
 type BuildsStartMultipartBody struct {
 	Code *[]openapi_types.File `json:"code,omitempty"`
 
-	// Config Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339), world (open|closed: the policy for ids the world does not hold; default open). May also be sent as a plain form value. Its content type may be application/json or application/octet-stream (a file part's default).
+	// Config Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339), world (open|closed: the policy for ids the world does not hold; default open), terminal_tools [tool names that end an episode when called, e.g. transfer_to_human_agents]. May also be sent as a plain form value. Its content type may be application/json or application/octet-stream (a file part's default).
 	Config *openapi_types.File `json:"config,omitempty"`
 
 	// Tools Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description, inputSchema}, OpenAI {type: function, function: {...}} or Anthropic {name, description, input_schema} shape. Uploaded definitions win over what the traces show. Its content type may be application/json or application/octet-stream (a file part's default).
@@ -3258,6 +3368,14 @@ type SessionsListParams struct {
 
 // SessionsListParamsStatus defines parameters for SessionsList.
 type SessionsListParamsStatus string
+
+// SessionsOpen201JSONResponseBody1 defines parameters for SessionsOpen.
+type SessionsOpen201JSONResponseBody1 = []OpenSessionBodyOut
+
+// SessionsOpen201JSONResponseBody defines parameters for SessionsOpen.
+type SessionsOpen201JSONResponseBody struct {
+	union json.RawMessage
+}
 
 // EnvsToolsParams defines parameters for EnvsTools.
 type EnvsToolsParams struct {
@@ -3282,6 +3400,14 @@ type EventsListParams struct {
 type SessionsDiffParams struct {
 	// Against Compare with this session's world (same build; with a session token, the session's parent or a fork of it). Omitted: the opening world.
 	Against *string `form:"against,omitempty" json:"against,omitempty"`
+}
+
+// SessionsFork201JSONResponseBody1 defines parameters for SessionsFork.
+type SessionsFork201JSONResponseBody1 = []ForkBodyOut
+
+// SessionsFork201JSONResponseBody defines parameters for SessionsFork.
+type SessionsFork201JSONResponseBody struct {
+	union json.RawMessage
 }
 
 // SessionsTranscriptParams defines parameters for SessionsTranscript.
@@ -3601,6 +3727,130 @@ func (t OpenSessionBody_Trace) MarshalJSON() ([]byte, error) {
 }
 
 func (t *OpenSessionBody_Trace) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsOpenSessionBodyOut returns the union data inside the SessionsOpen201JSONResponseBody as a OpenSessionBodyOut
+func (t SessionsOpen201JSONResponseBody) AsOpenSessionBodyOut() (OpenSessionBodyOut, error) {
+	var body OpenSessionBodyOut
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOpenSessionBodyOut overwrites any union data inside the SessionsOpen201JSONResponseBody as the provided OpenSessionBodyOut
+func (t *SessionsOpen201JSONResponseBody) FromOpenSessionBodyOut(v OpenSessionBodyOut) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOpenSessionBodyOut performs a merge with any union data inside the SessionsOpen201JSONResponseBody, using the provided OpenSessionBodyOut
+func (t *SessionsOpen201JSONResponseBody) MergeOpenSessionBodyOut(v OpenSessionBodyOut) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSessionsOpen201JSONResponseBody1 returns the union data inside the SessionsOpen201JSONResponseBody as a SessionsOpen201JSONResponseBody1
+func (t SessionsOpen201JSONResponseBody) AsSessionsOpen201JSONResponseBody1() (SessionsOpen201JSONResponseBody1, error) {
+	var body SessionsOpen201JSONResponseBody1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSessionsOpen201JSONResponseBody1 overwrites any union data inside the SessionsOpen201JSONResponseBody as the provided SessionsOpen201JSONResponseBody1
+func (t *SessionsOpen201JSONResponseBody) FromSessionsOpen201JSONResponseBody1(v SessionsOpen201JSONResponseBody1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeSessionsOpen201JSONResponseBody1 performs a merge with any union data inside the SessionsOpen201JSONResponseBody, using the provided SessionsOpen201JSONResponseBody1
+func (t *SessionsOpen201JSONResponseBody) MergeSessionsOpen201JSONResponseBody1(v SessionsOpen201JSONResponseBody1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t SessionsOpen201JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *SessionsOpen201JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsForkBodyOut returns the union data inside the SessionsFork201JSONResponseBody as a ForkBodyOut
+func (t SessionsFork201JSONResponseBody) AsForkBodyOut() (ForkBodyOut, error) {
+	var body ForkBodyOut
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromForkBodyOut overwrites any union data inside the SessionsFork201JSONResponseBody as the provided ForkBodyOut
+func (t *SessionsFork201JSONResponseBody) FromForkBodyOut(v ForkBodyOut) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeForkBodyOut performs a merge with any union data inside the SessionsFork201JSONResponseBody, using the provided ForkBodyOut
+func (t *SessionsFork201JSONResponseBody) MergeForkBodyOut(v ForkBodyOut) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSessionsFork201JSONResponseBody1 returns the union data inside the SessionsFork201JSONResponseBody as a SessionsFork201JSONResponseBody1
+func (t SessionsFork201JSONResponseBody) AsSessionsFork201JSONResponseBody1() (SessionsFork201JSONResponseBody1, error) {
+	var body SessionsFork201JSONResponseBody1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSessionsFork201JSONResponseBody1 overwrites any union data inside the SessionsFork201JSONResponseBody as the provided SessionsFork201JSONResponseBody1
+func (t *SessionsFork201JSONResponseBody) FromSessionsFork201JSONResponseBody1(v SessionsFork201JSONResponseBody1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeSessionsFork201JSONResponseBody1 performs a merge with any union data inside the SessionsFork201JSONResponseBody, using the provided SessionsFork201JSONResponseBody1
+func (t *SessionsFork201JSONResponseBody) MergeSessionsFork201JSONResponseBody1(v SessionsFork201JSONResponseBody1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t SessionsFork201JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *SessionsFork201JSONResponseBody) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -8900,7 +9150,7 @@ type SessionsOpenResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *OpenSessionBodyOut
+	JSON201 *SessionsOpen201JSONResponseBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Envelope
 	// JSON402 the response for an HTTP 402 `application/json` response
@@ -8924,7 +9174,7 @@ type SessionsOpenResponse struct {
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r SessionsOpenResponse) GetJSON201() *OpenSessionBodyOut {
+func (r SessionsOpenResponse) GetJSON201() *SessionsOpen201JSONResponseBody {
 	return r.JSON201
 }
 
@@ -10181,7 +10431,7 @@ type SessionsForkResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON201 the response for an HTTP 201 `application/json` response
-	JSON201 *ForkBodyOut
+	JSON201 *SessionsFork201JSONResponseBody
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Envelope
 	// JSON402 the response for an HTTP 402 `application/json` response
@@ -10205,7 +10455,7 @@ type SessionsForkResponse struct {
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
-func (r SessionsForkResponse) GetJSON201() *ForkBodyOut {
+func (r SessionsForkResponse) GetJSON201() *SessionsFork201JSONResponseBody {
 	return r.JSON201
 }
 
@@ -13212,7 +13462,7 @@ func ParseSessionsOpenResponse(rsp *http.Response) (*SessionsOpenResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest OpenSessionBodyOut
+		var dest SessionsOpen201JSONResponseBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -14289,7 +14539,7 @@ func ParseSessionsForkResponse(rsp *http.Response) (*SessionsForkResponse, error
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
-		var dest ForkBodyOut
+		var dest SessionsFork201JSONResponseBody
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

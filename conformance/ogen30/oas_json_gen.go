@@ -3709,6 +3709,18 @@ func (s *CallResult) encodeFields(e *jx.Encoder) {
 		e.Str(s.Content)
 	}
 	{
+		if s.Done.Set {
+			e.FieldStart("done")
+			s.Done.Encode(e)
+		}
+	}
+	{
+		if s.DoneReason.Set {
+			e.FieldStart("done_reason")
+			s.DoneReason.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("downgraded")
 		e.Bool(s.Downgraded)
 	}
@@ -3731,20 +3743,43 @@ func (s *CallResult) encodeFields(e *jx.Encoder) {
 		e.Int64(s.Ms)
 	}
 	{
+		if s.Reward.Set {
+			e.FieldStart("reward")
+			s.Reward.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("rung")
 		s.Rung.Encode(e)
 	}
+	{
+		if s.Steps.Set {
+			e.FieldStart("steps")
+			s.Steps.Encode(e)
+		}
+	}
+	{
+		if s.Verdicts.Set {
+			e.FieldStart("verdicts")
+			s.Verdicts.Encode(e)
+		}
+	}
 }
 
-var jsonFieldsNameOfCallResult = [8]string{
-	0: "callId",
-	1: "content",
-	2: "downgraded",
-	3: "error",
-	4: "fault",
-	5: "fidelity",
-	6: "ms",
-	7: "rung",
+var jsonFieldsNameOfCallResult = [13]string{
+	0:  "callId",
+	1:  "content",
+	2:  "done",
+	3:  "done_reason",
+	4:  "downgraded",
+	5:  "error",
+	6:  "fault",
+	7:  "fidelity",
+	8:  "ms",
+	9:  "reward",
+	10: "rung",
+	11: "steps",
+	12: "verdicts",
 }
 
 // Decode decodes CallResult from json.
@@ -3752,7 +3787,7 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 	if s == nil {
 		return errors.New("invalid: unable to decode CallResult to nil")
 	}
-	var requiredBitSet [1]uint8
+	var requiredBitSet [2]uint8
 
 	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
 		switch string(k) {
@@ -3780,8 +3815,28 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"content\"")
 			}
+		case "done":
+			if err := func() error {
+				s.Done.Reset()
+				if err := s.Done.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"done\"")
+			}
+		case "done_reason":
+			if err := func() error {
+				s.DoneReason.Reset()
+				if err := s.DoneReason.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"done_reason\"")
+			}
 		case "downgraded":
-			requiredBitSet[0] |= 1 << 2
+			requiredBitSet[0] |= 1 << 4
 			if err := func() error {
 				v, err := d.Bool()
 				s.Downgraded = bool(v)
@@ -3793,7 +3848,7 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"downgraded\"")
 			}
 		case "error":
-			requiredBitSet[0] |= 1 << 3
+			requiredBitSet[0] |= 1 << 5
 			if err := func() error {
 				v, err := d.Bool()
 				s.Error = bool(v)
@@ -3815,7 +3870,7 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"fault\"")
 			}
 		case "fidelity":
-			requiredBitSet[0] |= 1 << 5
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				if err := s.Fidelity.Decode(d); err != nil {
 					return err
@@ -3825,7 +3880,7 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"fidelity\"")
 			}
 		case "ms":
-			requiredBitSet[0] |= 1 << 6
+			requiredBitSet[1] |= 1 << 0
 			if err := func() error {
 				v, err := d.Int64()
 				s.Ms = int64(v)
@@ -3836,8 +3891,18 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"ms\"")
 			}
+		case "reward":
+			if err := func() error {
+				s.Reward.Reset()
+				if err := s.Reward.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"reward\"")
+			}
 		case "rung":
-			requiredBitSet[0] |= 1 << 7
+			requiredBitSet[1] |= 1 << 2
 			if err := func() error {
 				if err := s.Rung.Decode(d); err != nil {
 					return err
@@ -3845,6 +3910,26 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"rung\"")
+			}
+		case "steps":
+			if err := func() error {
+				s.Steps.Reset()
+				if err := s.Steps.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"steps\"")
+			}
+		case "verdicts":
+			if err := func() error {
+				s.Verdicts.Reset()
+				if err := s.Verdicts.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"verdicts\"")
 			}
 		default:
 			return errors.Errorf("unexpected field %q", k)
@@ -3855,8 +3940,9 @@ func (s *CallResult) Decode(d *jx.Decoder) error {
 	}
 	// Validate required fields.
 	var failures []validate.FieldError
-	for i, mask := range [1]uint8{
-		0b11101111,
+	for i, mask := range [2]uint8{
+		0b10110011,
+		0b00000101,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -3898,6 +3984,46 @@ func (s *CallResult) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *CallResult) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes CallResultDoneReason as json.
+func (s CallResultDoneReason) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes CallResultDoneReason from json.
+func (s *CallResultDoneReason) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode CallResultDoneReason to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch CallResultDoneReason(v) {
+	case CallResultDoneReasonMaxSteps:
+		*s = CallResultDoneReasonMaxSteps
+	case CallResultDoneReasonTerminalTool:
+		*s = CallResultDoneReasonTerminalTool
+	default:
+		*s = CallResultDoneReason(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s CallResultDoneReason) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *CallResultDoneReason) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -10915,6 +11041,426 @@ func (s *EnvsWakeUnprocessableEntity) UnmarshalJSON(data []byte) error {
 }
 
 // Encode implements json.Marshaler.
+func (s *EpisodeTask) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *EpisodeTask) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("expect")
+		if s.Expect == nil {
+			e.Null()
+		} else {
+			e.ArrStart()
+			for _, elem := range s.Expect {
+				elem.Encode(e)
+			}
+			e.ArrEnd()
+		}
+	}
+	{
+		if s.MaxSteps.Set {
+			e.FieldStart("max_steps")
+			s.MaxSteps.Encode(e)
+		}
+	}
+	{
+		if s.Reward.Set {
+			e.FieldStart("reward")
+			s.Reward.Encode(e)
+		}
+	}
+}
+
+var jsonFieldsNameOfEpisodeTask = [3]string{
+	0: "expect",
+	1: "max_steps",
+	2: "reward",
+}
+
+// Decode decodes EpisodeTask from json.
+func (s *EpisodeTask) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EpisodeTask to nil")
+	}
+	var requiredBitSet [1]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "expect":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				switch tt := d.Next(); tt {
+				case jx.Null:
+					if err := d.Skip(); err != nil {
+						return err
+					}
+				default:
+					s.Expect = make([]Expectation, 0)
+					if err := d.Arr(func(d *jx.Decoder) error {
+						var elem Expectation
+						if err := elem.Decode(d); err != nil {
+							return err
+						}
+						s.Expect = append(s.Expect, elem)
+						return nil
+					}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"expect\"")
+			}
+		case "max_steps":
+			if err := func() error {
+				s.MaxSteps.Reset()
+				if err := s.MaxSteps.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"max_steps\"")
+			}
+		case "reward":
+			if err := func() error {
+				s.Reward.Reset()
+				if err := s.Reward.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"reward\"")
+			}
+		default:
+			return errors.Errorf("unexpected field %q", k)
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode EpisodeTask")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [1]uint8{
+		0b00000001,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfEpisodeTask) {
+					name = jsonFieldsNameOfEpisodeTask[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *EpisodeTask) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EpisodeTask) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes EpisodeTaskReward as json.
+func (s EpisodeTaskReward) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes EpisodeTaskReward from json.
+func (s *EpisodeTaskReward) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EpisodeTaskReward to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch EpisodeTaskReward(v) {
+	case EpisodeTaskRewardFraction:
+		*s = EpisodeTaskRewardFraction
+	case EpisodeTaskRewardAll:
+		*s = EpisodeTaskRewardAll
+	default:
+		*s = EpisodeTaskReward(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s EpisodeTaskReward) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EpisodeTaskReward) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
+func (s *EpisodeView) Encode(e *jx.Encoder) {
+	e.ObjStart()
+	s.encodeFields(e)
+	e.ObjEnd()
+}
+
+// encodeFields encodes fields.
+func (s *EpisodeView) encodeFields(e *jx.Encoder) {
+	{
+		e.FieldStart("expect")
+		if s.Expect == nil {
+			e.Null()
+		} else {
+			e.ArrStart()
+			for _, elem := range s.Expect {
+				elem.Encode(e)
+			}
+			e.ArrEnd()
+		}
+	}
+	{
+		e.FieldStart("max_steps")
+		e.Int64(s.MaxSteps)
+	}
+	{
+		e.FieldStart("reward")
+		s.Reward.Encode(e)
+	}
+	{
+		e.FieldStart("terminal_tools")
+		if s.TerminalTools == nil {
+			e.Null()
+		} else {
+			e.ArrStart()
+			for _, elem := range s.TerminalTools {
+				e.Str(elem)
+			}
+			e.ArrEnd()
+		}
+	}
+}
+
+var jsonFieldsNameOfEpisodeView = [4]string{
+	0: "expect",
+	1: "max_steps",
+	2: "reward",
+	3: "terminal_tools",
+}
+
+// Decode decodes EpisodeView from json.
+func (s *EpisodeView) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EpisodeView to nil")
+	}
+	var requiredBitSet [1]uint8
+
+	if err := d.ObjBytes(func(d *jx.Decoder, k []byte) error {
+		switch string(k) {
+		case "expect":
+			requiredBitSet[0] |= 1 << 0
+			if err := func() error {
+				switch tt := d.Next(); tt {
+				case jx.Null:
+					if err := d.Skip(); err != nil {
+						return err
+					}
+				default:
+					s.Expect = make([]Expectation, 0)
+					if err := d.Arr(func(d *jx.Decoder) error {
+						var elem Expectation
+						if err := elem.Decode(d); err != nil {
+							return err
+						}
+						s.Expect = append(s.Expect, elem)
+						return nil
+					}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"expect\"")
+			}
+		case "max_steps":
+			requiredBitSet[0] |= 1 << 1
+			if err := func() error {
+				v, err := d.Int64()
+				s.MaxSteps = int64(v)
+				if err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"max_steps\"")
+			}
+		case "reward":
+			requiredBitSet[0] |= 1 << 2
+			if err := func() error {
+				if err := s.Reward.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"reward\"")
+			}
+		case "terminal_tools":
+			requiredBitSet[0] |= 1 << 3
+			if err := func() error {
+				switch tt := d.Next(); tt {
+				case jx.Null:
+					if err := d.Skip(); err != nil {
+						return err
+					}
+				default:
+					s.TerminalTools = make([]string, 0)
+					if err := d.Arr(func(d *jx.Decoder) error {
+						var elem string
+						v, err := d.Str()
+						elem = string(v)
+						if err != nil {
+							return err
+						}
+						s.TerminalTools = append(s.TerminalTools, elem)
+						return nil
+					}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"terminal_tools\"")
+			}
+		default:
+			return errors.Errorf("unexpected field %q", k)
+		}
+		return nil
+	}); err != nil {
+		return errors.Wrap(err, "decode EpisodeView")
+	}
+	// Validate required fields.
+	var failures []validate.FieldError
+	for i, mask := range [1]uint8{
+		0b00001111,
+	} {
+		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
+			// Mask only required fields and check equality to mask using XOR.
+			//
+			// If XOR result is not zero, result is not equal to expected, so some fields are missed.
+			// Bits of fields which would be set are actually bits of missed fields.
+			missed := bits.OnesCount8(result)
+			for bitN := 0; bitN < missed; bitN++ {
+				bitIdx := bits.TrailingZeros8(result)
+				fieldIdx := i*8 + bitIdx
+				var name string
+				if fieldIdx < len(jsonFieldsNameOfEpisodeView) {
+					name = jsonFieldsNameOfEpisodeView[fieldIdx]
+				} else {
+					name = strconv.Itoa(fieldIdx)
+				}
+				failures = append(failures, validate.FieldError{
+					Name:  name,
+					Error: validate.ErrFieldRequired,
+				})
+				// Reset bit.
+				result &^= 1 << bitIdx
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return &validate.Error{Fields: failures}
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s *EpisodeView) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EpisodeView) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes EpisodeViewReward as json.
+func (s EpisodeViewReward) Encode(e *jx.Encoder) {
+	e.Str(string(s))
+}
+
+// Decode decodes EpisodeViewReward from json.
+func (s *EpisodeViewReward) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode EpisodeViewReward to nil")
+	}
+	v, err := d.StrBytes()
+	if err != nil {
+		return err
+	}
+	// Try to use constant string.
+	switch EpisodeViewReward(v) {
+	case EpisodeViewRewardFraction:
+		*s = EpisodeViewRewardFraction
+	case EpisodeViewRewardAll:
+		*s = EpisodeViewRewardAll
+	default:
+		*s = EpisodeViewReward(v)
+	}
+
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s EpisodeViewReward) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *EpisodeViewReward) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode implements json.Marshaler.
 func (s *Event) Encode(e *jx.Encoder) {
 	e.ObjStart()
 	s.encodeFields(e)
@@ -12699,11 +13245,18 @@ func (s *ForkBody) encodeFields(e *jx.Encoder) {
 			s.AtCallA.Encode(e)
 		}
 	}
+	{
+		if s.N.Set {
+			e.FieldStart("n")
+			s.N.Encode(e)
+		}
+	}
 }
 
-var jsonFieldsNameOfForkBody = [2]string{
+var jsonFieldsNameOfForkBody = [3]string{
 	0: "atCall",
 	1: "at_call",
+	2: "n",
 }
 
 // Decode decodes ForkBody from json.
@@ -12733,6 +13286,16 @@ func (s *ForkBody) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"at_call\"")
+			}
+		case "n":
+			if err := func() error {
+				s.N.Reset()
+				if err := s.N.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"n\"")
 			}
 		default:
 			return errors.Errorf("unexpected field %q", k)
@@ -15984,6 +16547,12 @@ func (s *OpenSessionBody) encodeFields(e *jx.Encoder) {
 		}
 	}
 	{
+		if s.N.Set {
+			e.FieldStart("n")
+			s.N.Encode(e)
+		}
+	}
+	{
 		if s.RecordOutputs.Set {
 			e.FieldStart("recordOutputs")
 			s.RecordOutputs.Encode(e)
@@ -16020,6 +16589,12 @@ func (s *OpenSessionBody) encodeFields(e *jx.Encoder) {
 		}
 	}
 	{
+		if s.Task.Set {
+			e.FieldStart("task")
+			s.Task.Encode(e)
+		}
+	}
+	{
 		if s.Trace.Set {
 			e.FieldStart("trace")
 			s.Trace.Encode(e)
@@ -16033,17 +16608,19 @@ func (s *OpenSessionBody) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfOpenSessionBody = [10]string{
-	0: "clock",
-	1: "faults",
-	2: "recordOutputs",
-	3: "record_outputs",
-	4: "scenario",
-	5: "seed",
-	6: "seedInstructions",
-	7: "seed_instructions",
-	8: "trace",
-	9: "world",
+var jsonFieldsNameOfOpenSessionBody = [12]string{
+	0:  "clock",
+	1:  "faults",
+	2:  "n",
+	3:  "recordOutputs",
+	4:  "record_outputs",
+	5:  "scenario",
+	6:  "seed",
+	7:  "seedInstructions",
+	8:  "seed_instructions",
+	9:  "task",
+	10: "trace",
+	11: "world",
 }
 
 // Decode decodes OpenSessionBody from json.
@@ -16073,6 +16650,16 @@ func (s *OpenSessionBody) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"faults\"")
+			}
+		case "n":
+			if err := func() error {
+				s.N.Reset()
+				if err := s.N.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"n\"")
 			}
 		case "recordOutputs":
 			if err := func() error {
@@ -16133,6 +16720,16 @@ func (s *OpenSessionBody) Decode(d *jx.Decoder) error {
 				return nil
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"seed_instructions\"")
+			}
+		case "task":
+			if err := func() error {
+				s.Task.Reset()
+				if err := s.Task.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"task\"")
 			}
 		case "trace":
 			if err := func() error {
@@ -17048,6 +17645,39 @@ func (s *OptCallFault) UnmarshalJSON(data []byte) error {
 	return s.Decode(d)
 }
 
+// Encode encodes CallResultDoneReason as json.
+func (o OptCallResultDoneReason) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	e.Str(string(o.Value))
+}
+
+// Decode decodes CallResultDoneReason from json.
+func (o *OptCallResultDoneReason) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptCallResultDoneReason to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptCallResultDoneReason) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptCallResultDoneReason) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
 // Encode encodes CollectMessagesTraceFormat as json.
 func (o OptCollectMessagesTraceFormat) Encode(e *jx.Encoder) {
 	if !o.Set {
@@ -17417,6 +18047,105 @@ func (s *OptEnvelopeAccess) UnmarshalJSON(data []byte) error {
 	return s.Decode(d)
 }
 
+// Encode encodes EpisodeTask as json.
+func (o OptEpisodeTask) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	o.Value.Encode(e)
+}
+
+// Decode decodes EpisodeTask from json.
+func (o *OptEpisodeTask) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptEpisodeTask to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptEpisodeTask) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptEpisodeTask) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes EpisodeTaskReward as json.
+func (o OptEpisodeTaskReward) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	e.Str(string(o.Value))
+}
+
+// Decode decodes EpisodeTaskReward from json.
+func (o *OptEpisodeTaskReward) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptEpisodeTaskReward to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptEpisodeTaskReward) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptEpisodeTaskReward) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes EpisodeView as json.
+func (o OptEpisodeView) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	o.Value.Encode(e)
+}
+
+// Decode decodes EpisodeView from json.
+func (o *OptEpisodeView) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptEpisodeView to nil")
+	}
+	o.Set = true
+	if err := o.Value.Decode(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptEpisodeView) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptEpisodeView) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
 // Encode encodes FactsReport as json.
 func (o OptFactsReport) Encode(e *jx.Encoder) {
 	if !o.Set {
@@ -17681,6 +18410,67 @@ func (s OptMeter) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *OptMeter) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes []AssertResult as json.
+func (o OptNilAssertResultArray) Encode(e *jx.Encoder) {
+	if !o.Set {
+		return
+	}
+	if o.Null {
+		e.Null()
+		return
+	}
+	e.ArrStart()
+	for _, elem := range o.Value {
+		elem.Encode(e)
+	}
+	e.ArrEnd()
+}
+
+// Decode decodes []AssertResult from json.
+func (o *OptNilAssertResultArray) Decode(d *jx.Decoder) error {
+	if o == nil {
+		return errors.New("invalid: unable to decode OptNilAssertResultArray to nil")
+	}
+	if d.Next() == jx.Null {
+		if err := d.Null(); err != nil {
+			return err
+		}
+
+		var v []AssertResult
+		o.Value = v
+		o.Set = true
+		o.Null = true
+		return nil
+	}
+	o.Set = true
+	o.Null = false
+	o.Value = make([]AssertResult, 0)
+	if err := d.Arr(func(d *jx.Decoder) error {
+		var elem AssertResult
+		if err := elem.Decode(d); err != nil {
+			return err
+		}
+		o.Value = append(o.Value, elem)
+		return nil
+	}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s OptNilAssertResultArray) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *OptNilAssertResultArray) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }
@@ -24559,6 +25349,12 @@ func (s *SessionView) encodeFields(e *jx.Encoder) {
 		e.Str(s.EnvID)
 	}
 	{
+		if s.Episode.Set {
+			e.FieldStart("episode")
+			s.Episode.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("expires_at")
 		json.EncodeDateTime(e, s.ExpiresAt)
 	}
@@ -24620,25 +25416,26 @@ func (s *SessionView) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfSessionView = [18]string{
+var jsonFieldsNameOfSessionView = [19]string{
 	0:  "build_id",
 	1:  "closed_at",
 	2:  "created_at",
 	3:  "env_id",
-	4:  "expires_at",
-	5:  "faults",
-	6:  "fidelity",
-	7:  "forked_from",
-	8:  "id",
-	9:  "last_used_at",
-	10: "n_calls",
-	11: "n_downgraded",
-	12: "n_errors",
-	13: "receipts",
-	14: "record_outputs",
-	15: "state_hash",
-	16: "status",
-	17: "world_hash",
+	4:  "episode",
+	5:  "expires_at",
+	6:  "faults",
+	7:  "fidelity",
+	8:  "forked_from",
+	9:  "id",
+	10: "last_used_at",
+	11: "n_calls",
+	12: "n_downgraded",
+	13: "n_errors",
+	14: "receipts",
+	15: "record_outputs",
+	16: "state_hash",
+	17: "status",
+	18: "world_hash",
 }
 
 // Decode decodes SessionView from json.
@@ -24696,8 +25493,18 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"env_id\"")
 			}
+		case "episode":
+			if err := func() error {
+				s.Episode.Reset()
+				if err := s.Episode.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"episode\"")
+			}
 		case "expires_at":
-			requiredBitSet[0] |= 1 << 4
+			requiredBitSet[0] |= 1 << 5
 			if err := func() error {
 				v, err := json.DecodeDateTime(d)
 				s.ExpiresAt = v
@@ -24719,7 +25526,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"faults\"")
 			}
 		case "fidelity":
-			requiredBitSet[0] |= 1 << 6
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				if err := s.Fidelity.Decode(d); err != nil {
 					return err
@@ -24739,7 +25546,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"forked_from\"")
 			}
 		case "id":
-			requiredBitSet[1] |= 1 << 0
+			requiredBitSet[1] |= 1 << 1
 			if err := func() error {
 				v, err := d.Str()
 				s.ID = string(v)
@@ -24751,7 +25558,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"id\"")
 			}
 		case "last_used_at":
-			requiredBitSet[1] |= 1 << 1
+			requiredBitSet[1] |= 1 << 2
 			if err := func() error {
 				v, err := json.DecodeDateTime(d)
 				s.LastUsedAt = v
@@ -24763,7 +25570,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"last_used_at\"")
 			}
 		case "n_calls":
-			requiredBitSet[1] |= 1 << 2
+			requiredBitSet[1] |= 1 << 3
 			if err := func() error {
 				v, err := d.Int64()
 				s.NCalls = int64(v)
@@ -24775,7 +25582,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"n_calls\"")
 			}
 		case "n_downgraded":
-			requiredBitSet[1] |= 1 << 3
+			requiredBitSet[1] |= 1 << 4
 			if err := func() error {
 				v, err := d.Int64()
 				s.NDowngraded = int64(v)
@@ -24787,7 +25594,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"n_downgraded\"")
 			}
 		case "n_errors":
-			requiredBitSet[1] |= 1 << 4
+			requiredBitSet[1] |= 1 << 5
 			if err := func() error {
 				v, err := d.Int64()
 				s.NErrors = int64(v)
@@ -24799,7 +25606,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"n_errors\"")
 			}
 		case "receipts":
-			requiredBitSet[1] |= 1 << 5
+			requiredBitSet[1] |= 1 << 6
 			if err := func() error {
 				if err := s.Receipts.Decode(d); err != nil {
 					return err
@@ -24809,7 +25616,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"receipts\"")
 			}
 		case "record_outputs":
-			requiredBitSet[1] |= 1 << 6
+			requiredBitSet[1] |= 1 << 7
 			if err := func() error {
 				v, err := d.Bool()
 				s.RecordOutputs = bool(v)
@@ -24821,7 +25628,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"record_outputs\"")
 			}
 		case "state_hash":
-			requiredBitSet[1] |= 1 << 7
+			requiredBitSet[2] |= 1 << 0
 			if err := func() error {
 				v, err := d.Str()
 				s.StateHash = string(v)
@@ -24833,7 +25640,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"state_hash\"")
 			}
 		case "status":
-			requiredBitSet[2] |= 1 << 0
+			requiredBitSet[2] |= 1 << 1
 			if err := func() error {
 				if err := s.Status.Decode(d); err != nil {
 					return err
@@ -24843,7 +25650,7 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"status\"")
 			}
 		case "world_hash":
-			requiredBitSet[2] |= 1 << 1
+			requiredBitSet[2] |= 1 << 2
 			if err := func() error {
 				v, err := d.Str()
 				s.WorldHash = string(v)
@@ -24864,9 +25671,9 @@ func (s *SessionView) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [3]uint8{
-		0b01011101,
-		0b11111111,
-		0b00000011,
+		0b10101101,
+		0b11111110,
+		0b00000111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -26150,6 +26957,64 @@ func (s *SessionsForkConflict) UnmarshalJSON(data []byte) error {
 	return s.Decode(d)
 }
 
+// Encode encodes SessionsForkCreated as json.
+func (s SessionsForkCreated) Encode(e *jx.Encoder) {
+	switch s.Type {
+	case ForkBodyOutSessionsForkCreated:
+		s.ForkBodyOut.Encode(e)
+	case ForkBodyOutArraySessionsForkCreated:
+		e.ArrStart()
+		for _, elem := range s.ForkBodyOutArray {
+			elem.Encode(e)
+		}
+		e.ArrEnd()
+	}
+}
+
+// Decode decodes SessionsForkCreated from json.
+func (s *SessionsForkCreated) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode SessionsForkCreated to nil")
+	}
+	// Sum type type_discriminator.
+	switch t := d.Next(); t {
+	case jx.Array:
+		s.ForkBodyOutArray = make([]ForkBodyOut, 0)
+		if err := d.Arr(func(d *jx.Decoder) error {
+			var elem ForkBodyOut
+			if err := elem.Decode(d); err != nil {
+				return err
+			}
+			s.ForkBodyOutArray = append(s.ForkBodyOutArray, elem)
+			return nil
+		}); err != nil {
+			return err
+		}
+		s.Type = ForkBodyOutArraySessionsForkCreated
+	case jx.Object:
+		if err := s.ForkBodyOut.Decode(d); err != nil {
+			return err
+		}
+		s.Type = ForkBodyOutSessionsForkCreated
+	default:
+		return errors.Errorf("unexpected json type %q", t)
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s SessionsForkCreated) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *SessionsForkCreated) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
 // Encode encodes SessionsForkForbidden as json.
 func (s *SessionsForkForbidden) Encode(e *jx.Encoder) {
 	unwrapped := (*Envelope)(s)
@@ -26929,6 +27794,64 @@ func (s *SessionsOpenConflict) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON implements stdjson.Unmarshaler.
 func (s *SessionsOpenConflict) UnmarshalJSON(data []byte) error {
+	d := jx.DecodeBytes(data)
+	return s.Decode(d)
+}
+
+// Encode encodes SessionsOpenCreated as json.
+func (s SessionsOpenCreated) Encode(e *jx.Encoder) {
+	switch s.Type {
+	case OpenSessionBodyOutSessionsOpenCreated:
+		s.OpenSessionBodyOut.Encode(e)
+	case OpenSessionBodyOutArraySessionsOpenCreated:
+		e.ArrStart()
+		for _, elem := range s.OpenSessionBodyOutArray {
+			elem.Encode(e)
+		}
+		e.ArrEnd()
+	}
+}
+
+// Decode decodes SessionsOpenCreated from json.
+func (s *SessionsOpenCreated) Decode(d *jx.Decoder) error {
+	if s == nil {
+		return errors.New("invalid: unable to decode SessionsOpenCreated to nil")
+	}
+	// Sum type type_discriminator.
+	switch t := d.Next(); t {
+	case jx.Array:
+		s.OpenSessionBodyOutArray = make([]OpenSessionBodyOut, 0)
+		if err := d.Arr(func(d *jx.Decoder) error {
+			var elem OpenSessionBodyOut
+			if err := elem.Decode(d); err != nil {
+				return err
+			}
+			s.OpenSessionBodyOutArray = append(s.OpenSessionBodyOutArray, elem)
+			return nil
+		}); err != nil {
+			return err
+		}
+		s.Type = OpenSessionBodyOutArraySessionsOpenCreated
+	case jx.Object:
+		if err := s.OpenSessionBodyOut.Decode(d); err != nil {
+			return err
+		}
+		s.Type = OpenSessionBodyOutSessionsOpenCreated
+	default:
+		return errors.Errorf("unexpected json type %q", t)
+	}
+	return nil
+}
+
+// MarshalJSON implements stdjson.Marshaler.
+func (s SessionsOpenCreated) MarshalJSON() ([]byte, error) {
+	e := jx.Encoder{}
+	s.Encode(&e)
+	return e.Bytes(), nil
+}
+
+// UnmarshalJSON implements stdjson.Unmarshaler.
+func (s *SessionsOpenCreated) UnmarshalJSON(data []byte) error {
 	d := jx.DecodeBytes(data)
 	return s.Decode(d)
 }

@@ -8853,7 +8853,7 @@ func decodeSessionsForkResponse(resp *http.Response) (res SessionsForkRes, _ err
 			}
 			d := jx.DecodeBytes(buf)
 
-			var response ForkBodyOut
+			var response SessionsForkCreated
 			if err := func() error {
 				if err := response.Decode(d); err != nil {
 					return err
@@ -8869,6 +8869,15 @@ func decodeSessionsForkResponse(resp *http.Response) (res SessionsForkRes, _ err
 					Err:         err,
 				}
 				return res, err
+			}
+			// Validate response.
+			if err := func() error {
+				if err := response.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return res, errors.Wrap(err, "validate")
 			}
 			return &response, nil
 		default:
@@ -9983,7 +9992,7 @@ func decodeSessionsOpenResponse(resp *http.Response) (res SessionsOpenRes, _ err
 			}
 			d := jx.DecodeBytes(buf)
 
-			var response OpenSessionBodyOut
+			var response SessionsOpenCreated
 			if err := func() error {
 				if err := response.Decode(d); err != nil {
 					return err
@@ -9999,6 +10008,15 @@ func decodeSessionsOpenResponse(resp *http.Response) (res SessionsOpenRes, _ err
 					Err:         err,
 				}
 				return res, err
+			}
+			// Validate response.
+			if err := func() error {
+				if err := response.Validate(); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return res, errors.Wrap(err, "validate")
 			}
 			return &response, nil
 		default:

@@ -929,7 +929,8 @@ type BuildsStartReq struct {
 	Code []ht.MultipartFile `json:"code"`
 	// Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool:
 	// provided|synthesized|simulated}, clock (RFC 3339), world (open|closed: the policy for ids the world
-	// does not hold; default open). May also be sent as a plain form value. Its content type may be
+	// does not hold; default open), terminal_tools [tool names that end an episode when called, e.g.
+	// transfer_to_human_agents]. May also be sent as a plain form value. Its content type may be
 	// application/json or application/octet-stream (a file part's default).
 	Config OptMultipartFile `json:"config"`
 	// Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description,
@@ -1160,6 +1161,11 @@ type CallResult struct {
 	CallId string `json:"callId"`
 	// The tool's answer as text, as the agent should see it.
 	Content string `json:"content"`
+	// Episodes only: true when this call ended the episode (its step limit reached, or a terminal tool
+	// called); a call after done is a 409.
+	Done OptBool `json:"done"`
+	// Episodes only, when done: why.
+	DoneReason OptCallResultDoneReason `json:"done_reason"`
 	// True when the tool's bound rung could not answer and a lower one did.
 	Downgraded bool `json:"downgraded"`
 	// True when the tool answered with its own error, as production would.
@@ -1171,8 +1177,16 @@ type CallResult struct {
 	Fidelity CallResultFidelity `json:"fidelity"`
 	// Latency of the tool answer in milliseconds.
 	Ms int64 `json:"ms"`
+	// Episodes only, when done: the reward, 0…1: the fraction of the task's expectations that pass, or
+	// with reward mode all, 1 when every one passes and else 0.
+	Reward OptFloat64 `json:"reward"`
 	// The rung that answered.
 	Rung CallResultRung `json:"rung"`
+	// Episodes only: calls the episode has taken, this one included (a fork counts its parent's calls
+	// before it).
+	Steps OptInt64 `json:"steps"`
+	// Episodes only, when done: each expectation's verdict, as sessions.assert answers it.
+	Verdicts OptNilAssertResultArray `json:"verdicts"`
 }
 
 // GetCallId returns the value of CallId.
@@ -1183,6 +1197,16 @@ func (s *CallResult) GetCallId() string {
 // GetContent returns the value of Content.
 func (s *CallResult) GetContent() string {
 	return s.Content
+}
+
+// GetDone returns the value of Done.
+func (s *CallResult) GetDone() OptBool {
+	return s.Done
+}
+
+// GetDoneReason returns the value of DoneReason.
+func (s *CallResult) GetDoneReason() OptCallResultDoneReason {
+	return s.DoneReason
 }
 
 // GetDowngraded returns the value of Downgraded.
@@ -1210,9 +1234,24 @@ func (s *CallResult) GetMs() int64 {
 	return s.Ms
 }
 
+// GetReward returns the value of Reward.
+func (s *CallResult) GetReward() OptFloat64 {
+	return s.Reward
+}
+
 // GetRung returns the value of Rung.
 func (s *CallResult) GetRung() CallResultRung {
 	return s.Rung
+}
+
+// GetSteps returns the value of Steps.
+func (s *CallResult) GetSteps() OptInt64 {
+	return s.Steps
+}
+
+// GetVerdicts returns the value of Verdicts.
+func (s *CallResult) GetVerdicts() OptNilAssertResultArray {
+	return s.Verdicts
 }
 
 // SetCallId sets the value of CallId.
@@ -1223,6 +1262,16 @@ func (s *CallResult) SetCallId(val string) {
 // SetContent sets the value of Content.
 func (s *CallResult) SetContent(val string) {
 	s.Content = val
+}
+
+// SetDone sets the value of Done.
+func (s *CallResult) SetDone(val OptBool) {
+	s.Done = val
+}
+
+// SetDoneReason sets the value of DoneReason.
+func (s *CallResult) SetDoneReason(val OptCallResultDoneReason) {
+	s.DoneReason = val
 }
 
 // SetDowngraded sets the value of Downgraded.
@@ -1250,9 +1299,66 @@ func (s *CallResult) SetMs(val int64) {
 	s.Ms = val
 }
 
+// SetReward sets the value of Reward.
+func (s *CallResult) SetReward(val OptFloat64) {
+	s.Reward = val
+}
+
 // SetRung sets the value of Rung.
 func (s *CallResult) SetRung(val CallResultRung) {
 	s.Rung = val
+}
+
+// SetSteps sets the value of Steps.
+func (s *CallResult) SetSteps(val OptInt64) {
+	s.Steps = val
+}
+
+// SetVerdicts sets the value of Verdicts.
+func (s *CallResult) SetVerdicts(val OptNilAssertResultArray) {
+	s.Verdicts = val
+}
+
+// Episodes only, when done: why.
+type CallResultDoneReason string
+
+const (
+	CallResultDoneReasonMaxSteps     CallResultDoneReason = "max_steps"
+	CallResultDoneReasonTerminalTool CallResultDoneReason = "terminal_tool"
+)
+
+// AllValues returns all CallResultDoneReason values.
+func (CallResultDoneReason) AllValues() []CallResultDoneReason {
+	return []CallResultDoneReason{
+		CallResultDoneReasonMaxSteps,
+		CallResultDoneReasonTerminalTool,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s CallResultDoneReason) MarshalText() ([]byte, error) {
+	switch s {
+	case CallResultDoneReasonMaxSteps:
+		return []byte(s), nil
+	case CallResultDoneReasonTerminalTool:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *CallResultDoneReason) UnmarshalText(data []byte) error {
+	switch CallResultDoneReason(data) {
+	case CallResultDoneReasonMaxSteps:
+		*s = CallResultDoneReasonMaxSteps
+		return nil
+	case CallResultDoneReasonTerminalTool:
+		*s = CallResultDoneReasonTerminalTool
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
 }
 
 // A_executed: provided code ran; B_twin: the world model answered; B_replayed: a recorded answer;
@@ -4265,6 +4371,180 @@ type EnvsWakeUnprocessableEntity Envelope
 
 func (*EnvsWakeUnprocessableEntity) envsWakeRes() {}
 
+// Ref: #/components/schemas/EpisodeTask
+type EpisodeTask struct {
+	// The end-state expectations the reward grades (sessions.assert's language), against the opening
+	// world.
+	Expect []Expectation `json:"expect"`
+	// The episode is done after this many calls (0 or omitted: no limit).
+	MaxSteps OptInt64 `json:"max_steps"`
+	// Fraction (default): the share of expectations that pass; all: 1 when every one passes, else 0.
+	Reward OptEpisodeTaskReward `json:"reward"`
+}
+
+// GetExpect returns the value of Expect.
+func (s *EpisodeTask) GetExpect() []Expectation {
+	return s.Expect
+}
+
+// GetMaxSteps returns the value of MaxSteps.
+func (s *EpisodeTask) GetMaxSteps() OptInt64 {
+	return s.MaxSteps
+}
+
+// GetReward returns the value of Reward.
+func (s *EpisodeTask) GetReward() OptEpisodeTaskReward {
+	return s.Reward
+}
+
+// SetExpect sets the value of Expect.
+func (s *EpisodeTask) SetExpect(val []Expectation) {
+	s.Expect = val
+}
+
+// SetMaxSteps sets the value of MaxSteps.
+func (s *EpisodeTask) SetMaxSteps(val OptInt64) {
+	s.MaxSteps = val
+}
+
+// SetReward sets the value of Reward.
+func (s *EpisodeTask) SetReward(val OptEpisodeTaskReward) {
+	s.Reward = val
+}
+
+// Fraction (default): the share of expectations that pass; all: 1 when every one passes, else 0.
+type EpisodeTaskReward string
+
+const (
+	EpisodeTaskRewardFraction EpisodeTaskReward = "fraction"
+	EpisodeTaskRewardAll      EpisodeTaskReward = "all"
+)
+
+// AllValues returns all EpisodeTaskReward values.
+func (EpisodeTaskReward) AllValues() []EpisodeTaskReward {
+	return []EpisodeTaskReward{
+		EpisodeTaskRewardFraction,
+		EpisodeTaskRewardAll,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s EpisodeTaskReward) MarshalText() ([]byte, error) {
+	switch s {
+	case EpisodeTaskRewardFraction:
+		return []byte(s), nil
+	case EpisodeTaskRewardAll:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *EpisodeTaskReward) UnmarshalText(data []byte) error {
+	switch EpisodeTaskReward(data) {
+	case EpisodeTaskRewardFraction:
+		*s = EpisodeTaskRewardFraction
+		return nil
+	case EpisodeTaskRewardAll:
+		*s = EpisodeTaskRewardAll
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
+// Ref: #/components/schemas/EpisodeView
+type EpisodeView struct {
+	Expect []Expectation `json:"expect"`
+	// 0: no limit.
+	MaxSteps int64             `json:"max_steps"`
+	Reward   EpisodeViewReward `json:"reward"`
+	// The build config's terminal tools at open.
+	TerminalTools []string `json:"terminal_tools"`
+}
+
+// GetExpect returns the value of Expect.
+func (s *EpisodeView) GetExpect() []Expectation {
+	return s.Expect
+}
+
+// GetMaxSteps returns the value of MaxSteps.
+func (s *EpisodeView) GetMaxSteps() int64 {
+	return s.MaxSteps
+}
+
+// GetReward returns the value of Reward.
+func (s *EpisodeView) GetReward() EpisodeViewReward {
+	return s.Reward
+}
+
+// GetTerminalTools returns the value of TerminalTools.
+func (s *EpisodeView) GetTerminalTools() []string {
+	return s.TerminalTools
+}
+
+// SetExpect sets the value of Expect.
+func (s *EpisodeView) SetExpect(val []Expectation) {
+	s.Expect = val
+}
+
+// SetMaxSteps sets the value of MaxSteps.
+func (s *EpisodeView) SetMaxSteps(val int64) {
+	s.MaxSteps = val
+}
+
+// SetReward sets the value of Reward.
+func (s *EpisodeView) SetReward(val EpisodeViewReward) {
+	s.Reward = val
+}
+
+// SetTerminalTools sets the value of TerminalTools.
+func (s *EpisodeView) SetTerminalTools(val []string) {
+	s.TerminalTools = val
+}
+
+type EpisodeViewReward string
+
+const (
+	EpisodeViewRewardFraction EpisodeViewReward = "fraction"
+	EpisodeViewRewardAll      EpisodeViewReward = "all"
+)
+
+// AllValues returns all EpisodeViewReward values.
+func (EpisodeViewReward) AllValues() []EpisodeViewReward {
+	return []EpisodeViewReward{
+		EpisodeViewRewardFraction,
+		EpisodeViewRewardAll,
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s EpisodeViewReward) MarshalText() ([]byte, error) {
+	switch s {
+	case EpisodeViewRewardFraction:
+		return []byte(s), nil
+	case EpisodeViewRewardAll:
+		return []byte(s), nil
+	default:
+		return nil, errors.Errorf("invalid value: %q", s)
+	}
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *EpisodeViewReward) UnmarshalText(data []byte) error {
+	switch EpisodeViewReward(data) {
+	case EpisodeViewRewardFraction:
+		*s = EpisodeViewRewardFraction
+		return nil
+	case EpisodeViewRewardAll:
+		*s = EpisodeViewRewardAll
+		return nil
+	default:
+		return errors.Errorf("invalid value: %q", data)
+	}
+}
+
 // Ref: #/components/schemas/Event
 type Event struct {
 	Data jx.Raw `json:"data"`
@@ -4925,6 +5205,10 @@ type ForkBody struct {
 	AtCall OptInt64 `json:"atCall"`
 	// Fork the world as it was after this call (0: the opening world). Omitted: after the last call.
 	AtCallA OptInt64 `json:"at_call"`
+	// Make n forks in one call, each its own session with its own id and token, all copy-on-write copies
+	// of the same world; the answer is then an array of n fork answers. The plan admits all n or none
+	// (402), and each is billed. At most config session.max_group (default 256).
+	N OptInt64 `json:"n"`
 }
 
 // GetAtCall returns the value of AtCall.
@@ -4937,6 +5221,11 @@ func (s *ForkBody) GetAtCallA() OptInt64 {
 	return s.AtCallA
 }
 
+// GetN returns the value of N.
+func (s *ForkBody) GetN() OptInt64 {
+	return s.N
+}
+
 // SetAtCall sets the value of AtCall.
 func (s *ForkBody) SetAtCall(val OptInt64) {
 	s.AtCall = val
@@ -4945,6 +5234,11 @@ func (s *ForkBody) SetAtCall(val OptInt64) {
 // SetAtCallA sets the value of AtCallA.
 func (s *ForkBody) SetAtCallA(val OptInt64) {
 	s.AtCallA = val
+}
+
+// SetN sets the value of N.
+func (s *ForkBody) SetN(val OptInt64) {
+	s.N = val
 }
 
 // Ref: #/components/schemas/ForkBodyOut
@@ -5080,8 +5374,6 @@ func (s *ForkBodyOut) SetToken(val string) {
 func (s *ForkBodyOut) SetWorldHash(val string) {
 	s.WorldHash = val
 }
-
-func (*ForkBodyOut) sessionsForkRes() {}
 
 // Entity name → ids the seed instructions created or fixed.
 type ForkBodyOutPinned map[string][]string
@@ -6191,6 +6483,11 @@ type OpenSessionBody struct {
 	// added latency, drawn from the session's seed so the same seed fails the same calls. Each injected
 	// fault is labelled in the call's answer and the transcript.
 	Faults OptOpenSessionBodyFaults `json:"faults"`
+	// Open n identical worlds (one spec and one seed, drawn once when not given: the same world hash) as n
+	// sessions in one call, each with its own id and token, copy-on-write on the twin; the answer is then
+	// an array of n open answers. The plan admits all n or none (402), and each is billed. At most config
+	// session.max_group (default 256).
+	N OptInt64 `json:"n"`
 	// Keep each call's result in the transcript (default false: arguments, fidelity and latency only).
 	RecordOutputs OptBool `json:"recordOutputs"`
 	// RecordOutputs, variant A name.
@@ -6204,6 +6501,10 @@ type OpenSessionBody struct {
 	SeedInstructions OptString `json:"seedInstructions"`
 	// Plain-language preconditions (variant A name). Omitted: the world the environment was built with.
 	SeedInstructionsA OptString `json:"seed_instructions"`
+	// Open the session as an episode: graded on these expectations when it is done (after max_steps calls,
+	// or a call of one of the build config's terminal_tools). Each call then answers done and, when done,
+	// the reward with each expectation's verdict; a call after done is a 409.
+	Task OptEpisodeTask `json:"task"`
 	// Open the world a recorded conversation saw, instead of seed instructions or a scenario: the id of a
 	// trace the environment holds, or a trace in the collect format ({id, model, messages}: OpenAI chat
 	// messages, tool calls and their answers), whole or a prefix. The world is the build's base world with
@@ -6226,6 +6527,11 @@ func (s *OpenSessionBody) GetClock() OptDateTime {
 // GetFaults returns the value of Faults.
 func (s *OpenSessionBody) GetFaults() OptOpenSessionBodyFaults {
 	return s.Faults
+}
+
+// GetN returns the value of N.
+func (s *OpenSessionBody) GetN() OptInt64 {
+	return s.N
 }
 
 // GetRecordOutputs returns the value of RecordOutputs.
@@ -6258,6 +6564,11 @@ func (s *OpenSessionBody) GetSeedInstructionsA() OptString {
 	return s.SeedInstructionsA
 }
 
+// GetTask returns the value of Task.
+func (s *OpenSessionBody) GetTask() OptEpisodeTask {
+	return s.Task
+}
+
 // GetTrace returns the value of Trace.
 func (s *OpenSessionBody) GetTrace() OptOpenSessionBodyTrace {
 	return s.Trace
@@ -6276,6 +6587,11 @@ func (s *OpenSessionBody) SetClock(val OptDateTime) {
 // SetFaults sets the value of Faults.
 func (s *OpenSessionBody) SetFaults(val OptOpenSessionBodyFaults) {
 	s.Faults = val
+}
+
+// SetN sets the value of N.
+func (s *OpenSessionBody) SetN(val OptInt64) {
+	s.N = val
 }
 
 // SetRecordOutputs sets the value of RecordOutputs.
@@ -6306,6 +6622,11 @@ func (s *OpenSessionBody) SetSeedInstructions(val OptString) {
 // SetSeedInstructionsA sets the value of SeedInstructionsA.
 func (s *OpenSessionBody) SetSeedInstructionsA(val OptString) {
 	s.SeedInstructionsA = val
+}
+
+// SetTask sets the value of Task.
+func (s *OpenSessionBody) SetTask(val OptEpisodeTask) {
+	s.Task = val
 }
 
 // SetTrace sets the value of Trace.
@@ -6442,8 +6763,6 @@ func (s *OpenSessionBodyOut) SetToken(val string) {
 func (s *OpenSessionBodyOut) SetWorldHash(val string) {
 	s.WorldHash = val
 }
-
-func (*OpenSessionBodyOut) sessionsOpenRes() {}
 
 // Entity name → ids the seed instructions created or fixed.
 type OpenSessionBodyOutPinned map[string][]string
@@ -6871,6 +7190,52 @@ func (o OptCallFault) Get() (v CallFault, ok bool) {
 
 // Or returns value if set, or given parameter if does not.
 func (o OptCallFault) Or(d CallFault) CallFault {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptCallResultDoneReason returns new OptCallResultDoneReason with value set to v.
+func NewOptCallResultDoneReason(v CallResultDoneReason) OptCallResultDoneReason {
+	return OptCallResultDoneReason{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptCallResultDoneReason is optional CallResultDoneReason.
+type OptCallResultDoneReason struct {
+	Value CallResultDoneReason
+	Set   bool
+}
+
+// IsSet returns true if OptCallResultDoneReason was set.
+func (o OptCallResultDoneReason) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptCallResultDoneReason) Reset() {
+	var v CallResultDoneReason
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptCallResultDoneReason) SetTo(v CallResultDoneReason) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptCallResultDoneReason) Get() (v CallResultDoneReason, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptCallResultDoneReason) Or(d CallResultDoneReason) CallResultDoneReason {
 	if v, ok := o.Get(); ok {
 		return v
 	}
@@ -7429,6 +7794,144 @@ func (o OptEnvsToolsFormat) Or(d EnvsToolsFormat) EnvsToolsFormat {
 	return d
 }
 
+// NewOptEpisodeTask returns new OptEpisodeTask with value set to v.
+func NewOptEpisodeTask(v EpisodeTask) OptEpisodeTask {
+	return OptEpisodeTask{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptEpisodeTask is optional EpisodeTask.
+type OptEpisodeTask struct {
+	Value EpisodeTask
+	Set   bool
+}
+
+// IsSet returns true if OptEpisodeTask was set.
+func (o OptEpisodeTask) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptEpisodeTask) Reset() {
+	var v EpisodeTask
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptEpisodeTask) SetTo(v EpisodeTask) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptEpisodeTask) Get() (v EpisodeTask, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptEpisodeTask) Or(d EpisodeTask) EpisodeTask {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptEpisodeTaskReward returns new OptEpisodeTaskReward with value set to v.
+func NewOptEpisodeTaskReward(v EpisodeTaskReward) OptEpisodeTaskReward {
+	return OptEpisodeTaskReward{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptEpisodeTaskReward is optional EpisodeTaskReward.
+type OptEpisodeTaskReward struct {
+	Value EpisodeTaskReward
+	Set   bool
+}
+
+// IsSet returns true if OptEpisodeTaskReward was set.
+func (o OptEpisodeTaskReward) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptEpisodeTaskReward) Reset() {
+	var v EpisodeTaskReward
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptEpisodeTaskReward) SetTo(v EpisodeTaskReward) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptEpisodeTaskReward) Get() (v EpisodeTaskReward, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptEpisodeTaskReward) Or(d EpisodeTaskReward) EpisodeTaskReward {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptEpisodeView returns new OptEpisodeView with value set to v.
+func NewOptEpisodeView(v EpisodeView) OptEpisodeView {
+	return OptEpisodeView{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptEpisodeView is optional EpisodeView.
+type OptEpisodeView struct {
+	Value EpisodeView
+	Set   bool
+}
+
+// IsSet returns true if OptEpisodeView was set.
+func (o OptEpisodeView) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptEpisodeView) Reset() {
+	var v EpisodeView
+	o.Value = v
+	o.Set = false
+}
+
+// SetTo sets value to v.
+func (o *OptEpisodeView) SetTo(v EpisodeView) {
+	o.Set = true
+	o.Value = v
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptEpisodeView) Get() (v EpisodeView, ok bool) {
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptEpisodeView) Or(d EpisodeView) EpisodeView {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
 // NewOptFactsReport returns new OptFactsReport with value set to v.
 func NewOptFactsReport(v FactsReport) OptFactsReport {
 	return OptFactsReport{
@@ -7883,6 +8386,74 @@ func (o OptMultipartFile) Get() (v ht.MultipartFile, ok bool) {
 
 // Or returns value if set, or given parameter if does not.
 func (o OptMultipartFile) Or(d ht.MultipartFile) ht.MultipartFile {
+	if v, ok := o.Get(); ok {
+		return v
+	}
+	return d
+}
+
+// NewOptNilAssertResultArray returns new OptNilAssertResultArray with value set to v.
+func NewOptNilAssertResultArray(v []AssertResult) OptNilAssertResultArray {
+	return OptNilAssertResultArray{
+		Value: v,
+		Set:   true,
+	}
+}
+
+// OptNilAssertResultArray is optional nullable []AssertResult.
+type OptNilAssertResultArray struct {
+	Value []AssertResult
+	Set   bool
+	Null  bool
+}
+
+// IsSet returns true if OptNilAssertResultArray was set.
+func (o OptNilAssertResultArray) IsSet() bool { return o.Set }
+
+// Reset unsets value.
+func (o *OptNilAssertResultArray) Reset() {
+	var v []AssertResult
+	o.Value = v
+	o.Set = false
+	o.Null = false
+}
+
+// SetTo sets value to v.
+func (o *OptNilAssertResultArray) SetTo(v []AssertResult) {
+	o.Set = true
+	o.Null = false
+	o.Value = v
+}
+
+// IsNull returns true if value is Null.
+func (o OptNilAssertResultArray) IsNull() bool { return o.Null }
+
+// SetToNull sets value to null.
+func (o *OptNilAssertResultArray) SetToNull() {
+	o.Set = true
+	o.Null = true
+	var v []AssertResult
+	o.Value = v
+}
+
+// IsEmpty returns true if the field was omitted from the payload (not Set and not Null).
+func (o OptNilAssertResultArray) IsEmpty() bool {
+	return !o.Set && !o.Null
+}
+
+// Get returns value and boolean that denotes whether value was set.
+func (o OptNilAssertResultArray) Get() (v []AssertResult, ok bool) {
+	if o.Null {
+		return v, false
+	}
+	if !o.Set {
+		return v, false
+	}
+	return o.Value, true
+}
+
+// Or returns value if set, or given parameter if does not.
+func (o OptNilAssertResultArray) Or(d []AssertResult) []AssertResult {
 	if v, ok := o.Get(); ok {
 		return v
 	}
@@ -12401,6 +12972,9 @@ type SessionView struct {
 	ClosedAt  OptDateTime `json:"closed_at"`
 	CreatedAt time.Time   `json:"created_at"`
 	EnvID     string      `json:"env_id"`
+	// Set on an episode (a session opened with a task): its task as kept, with the terminal tools as they
+	// were at open. Grade it with sessions.assert and these expectations.
+	Episode OptEpisodeView `json:"episode"`
 	// When the session expires if unused from now on.
 	ExpiresAt time.Time `json:"expires_at"`
 	// The session's fault plan, when it has one.
@@ -12448,6 +13022,11 @@ func (s *SessionView) GetCreatedAt() time.Time {
 // GetEnvID returns the value of EnvID.
 func (s *SessionView) GetEnvID() string {
 	return s.EnvID
+}
+
+// GetEpisode returns the value of Episode.
+func (s *SessionView) GetEpisode() OptEpisodeView {
+	return s.Episode
 }
 
 // GetExpiresAt returns the value of ExpiresAt.
@@ -12538,6 +13117,11 @@ func (s *SessionView) SetCreatedAt(val time.Time) {
 // SetEnvID sets the value of EnvID.
 func (s *SessionView) SetEnvID(val string) {
 	s.EnvID = val
+}
+
+// SetEpisode sets the value of Episode.
+func (s *SessionView) SetEpisode(val OptEpisodeView) {
+	s.Episode = val
 }
 
 // SetExpiresAt sets the value of ExpiresAt.
@@ -12800,6 +13384,76 @@ type SessionsForkConflict Envelope
 
 func (*SessionsForkConflict) sessionsForkRes() {}
 
+// The fork's answer; with `n`, an array of n such answers (one per fork, in order).
+// SessionsForkCreated represents sum type.
+type SessionsForkCreated struct {
+	// Type selects the active sum variant, switch on this field.
+	Type             SessionsForkCreatedType
+	ForkBodyOut      ForkBodyOut
+	ForkBodyOutArray []ForkBodyOut
+}
+
+// SessionsForkCreatedType is oneOf type of SessionsForkCreated.
+type SessionsForkCreatedType string
+
+// Possible values for SessionsForkCreatedType.
+const (
+	ForkBodyOutSessionsForkCreated      SessionsForkCreatedType = "ForkBodyOut"
+	ForkBodyOutArraySessionsForkCreated SessionsForkCreatedType = "[]ForkBodyOut"
+)
+
+// IsForkBodyOut reports whether SessionsForkCreated is ForkBodyOut.
+func (s SessionsForkCreated) IsForkBodyOut() bool { return s.Type == ForkBodyOutSessionsForkCreated }
+
+// IsForkBodyOutArray reports whether SessionsForkCreated is []ForkBodyOut.
+func (s SessionsForkCreated) IsForkBodyOutArray() bool {
+	return s.Type == ForkBodyOutArraySessionsForkCreated
+}
+
+// SetForkBodyOut sets SessionsForkCreated to ForkBodyOut.
+func (s *SessionsForkCreated) SetForkBodyOut(v ForkBodyOut) {
+	s.Type = ForkBodyOutSessionsForkCreated
+	s.ForkBodyOut = v
+}
+
+// GetForkBodyOut returns ForkBodyOut and true boolean if SessionsForkCreated is ForkBodyOut.
+func (s SessionsForkCreated) GetForkBodyOut() (v ForkBodyOut, ok bool) {
+	if !s.IsForkBodyOut() {
+		return v, false
+	}
+	return s.ForkBodyOut, true
+}
+
+// NewForkBodyOutSessionsForkCreated returns new SessionsForkCreated from ForkBodyOut.
+func NewForkBodyOutSessionsForkCreated(v ForkBodyOut) SessionsForkCreated {
+	var s SessionsForkCreated
+	s.SetForkBodyOut(v)
+	return s
+}
+
+// SetForkBodyOutArray sets SessionsForkCreated to []ForkBodyOut.
+func (s *SessionsForkCreated) SetForkBodyOutArray(v []ForkBodyOut) {
+	s.Type = ForkBodyOutArraySessionsForkCreated
+	s.ForkBodyOutArray = v
+}
+
+// GetForkBodyOutArray returns []ForkBodyOut and true boolean if SessionsForkCreated is []ForkBodyOut.
+func (s SessionsForkCreated) GetForkBodyOutArray() (v []ForkBodyOut, ok bool) {
+	if !s.IsForkBodyOutArray() {
+		return v, false
+	}
+	return s.ForkBodyOutArray, true
+}
+
+// NewForkBodyOutArraySessionsForkCreated returns new SessionsForkCreated from []ForkBodyOut.
+func NewForkBodyOutArraySessionsForkCreated(v []ForkBodyOut) SessionsForkCreated {
+	var s SessionsForkCreated
+	s.SetForkBodyOutArray(v)
+	return s
+}
+
+func (*SessionsForkCreated) sessionsForkRes() {}
+
 type SessionsForkForbidden Envelope
 
 func (*SessionsForkForbidden) sessionsForkRes() {}
@@ -12935,6 +13589,78 @@ func (*SessionsListUnprocessableEntity) sessionsListRes() {}
 type SessionsOpenConflict Envelope
 
 func (*SessionsOpenConflict) sessionsOpenRes() {}
+
+// The open's answer; with `n`, an array of n such answers (one per session, in order).
+// SessionsOpenCreated represents sum type.
+type SessionsOpenCreated struct {
+	// Type selects the active sum variant, switch on this field.
+	Type                    SessionsOpenCreatedType
+	OpenSessionBodyOut      OpenSessionBodyOut
+	OpenSessionBodyOutArray []OpenSessionBodyOut
+}
+
+// SessionsOpenCreatedType is oneOf type of SessionsOpenCreated.
+type SessionsOpenCreatedType string
+
+// Possible values for SessionsOpenCreatedType.
+const (
+	OpenSessionBodyOutSessionsOpenCreated      SessionsOpenCreatedType = "OpenSessionBodyOut"
+	OpenSessionBodyOutArraySessionsOpenCreated SessionsOpenCreatedType = "[]OpenSessionBodyOut"
+)
+
+// IsOpenSessionBodyOut reports whether SessionsOpenCreated is OpenSessionBodyOut.
+func (s SessionsOpenCreated) IsOpenSessionBodyOut() bool {
+	return s.Type == OpenSessionBodyOutSessionsOpenCreated
+}
+
+// IsOpenSessionBodyOutArray reports whether SessionsOpenCreated is []OpenSessionBodyOut.
+func (s SessionsOpenCreated) IsOpenSessionBodyOutArray() bool {
+	return s.Type == OpenSessionBodyOutArraySessionsOpenCreated
+}
+
+// SetOpenSessionBodyOut sets SessionsOpenCreated to OpenSessionBodyOut.
+func (s *SessionsOpenCreated) SetOpenSessionBodyOut(v OpenSessionBodyOut) {
+	s.Type = OpenSessionBodyOutSessionsOpenCreated
+	s.OpenSessionBodyOut = v
+}
+
+// GetOpenSessionBodyOut returns OpenSessionBodyOut and true boolean if SessionsOpenCreated is OpenSessionBodyOut.
+func (s SessionsOpenCreated) GetOpenSessionBodyOut() (v OpenSessionBodyOut, ok bool) {
+	if !s.IsOpenSessionBodyOut() {
+		return v, false
+	}
+	return s.OpenSessionBodyOut, true
+}
+
+// NewOpenSessionBodyOutSessionsOpenCreated returns new SessionsOpenCreated from OpenSessionBodyOut.
+func NewOpenSessionBodyOutSessionsOpenCreated(v OpenSessionBodyOut) SessionsOpenCreated {
+	var s SessionsOpenCreated
+	s.SetOpenSessionBodyOut(v)
+	return s
+}
+
+// SetOpenSessionBodyOutArray sets SessionsOpenCreated to []OpenSessionBodyOut.
+func (s *SessionsOpenCreated) SetOpenSessionBodyOutArray(v []OpenSessionBodyOut) {
+	s.Type = OpenSessionBodyOutArraySessionsOpenCreated
+	s.OpenSessionBodyOutArray = v
+}
+
+// GetOpenSessionBodyOutArray returns []OpenSessionBodyOut and true boolean if SessionsOpenCreated is []OpenSessionBodyOut.
+func (s SessionsOpenCreated) GetOpenSessionBodyOutArray() (v []OpenSessionBodyOut, ok bool) {
+	if !s.IsOpenSessionBodyOutArray() {
+		return v, false
+	}
+	return s.OpenSessionBodyOutArray, true
+}
+
+// NewOpenSessionBodyOutArraySessionsOpenCreated returns new SessionsOpenCreated from []OpenSessionBodyOut.
+func NewOpenSessionBodyOutArraySessionsOpenCreated(v []OpenSessionBodyOut) SessionsOpenCreated {
+	var s SessionsOpenCreated
+	s.SetOpenSessionBodyOutArray(v)
+	return s
+}
+
+func (*SessionsOpenCreated) sessionsOpenRes() {}
 
 type SessionsOpenForbidden Envelope
 

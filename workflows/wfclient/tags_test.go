@@ -189,7 +189,8 @@ func TestSearchAttributesOnWorkflows(t *testing.T) {
 	if _, err := sessions.Open(ctx, toolplane.OpenWorld{SessionID: sid, EnvID: env, WorkspaceID: ws, BuildID: buildID}); err != nil {
 		t.Fatal(err)
 	}
-	wantTags(t, c, workflows.SessionOpenWorkflowID(sid), map[string]string{"DoppelWorkspace": ws, "DoppelEnv": env, "DoppelBuild": buildID})
+	// The environment's opener that opened it: a workspace's and an environment's, of no one build.
+	wantTags(t, c, sessions.OpenerID(env, sid), map[string]string{"DoppelWorkspace": ws, "DoppelEnv": env})
 
 	// A webhook delivery, its workspace looked up; and one by an untagged connection.
 	did := schema.NewID("whd")
