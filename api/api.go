@@ -139,6 +139,7 @@ func New(opts Options) (http.Handler, huma.API) {
 	// The adapter serves through srv, so humatest and every other caller of
 	// humaAPI.Adapter() get the request id, recovery and envelope 404/405s too.
 	humaAPI := huma.NewAPI(config(opts.Title, opts.Version), &adapter{Adapter: humago.NewAdapter(mux, ""), srv: srv})
+	serveDocuments(mux, humaAPI.OpenAPI())
 	web := &WebSessions{DB: opts.DB, Secret: opts.WebSecret, TTL: opts.WebSessionTTL}
 	auth := &Authenticator{DB: opts.DB, FailedPerMinute: opts.FailedCredentialsPerMinute, FailedBurst: opts.FailedCredentialBurst}
 	srv.auth, srv.web = auth, web
@@ -197,7 +198,8 @@ func config(title, version string) huma.Config {
 	c := huma.DefaultConfig(title, version)
 	c.CreateHooks = nil // no $schema links in bodies
 	c.SchemasPath = ""
-	c.DocsPath = "" // our own, self-contained /docs
+	c.OpenAPIPath = "" // the documents are served by serveDocuments, the 3.0 one translated (openapi_compat.go)
+	c.DocsPath = ""    // our own, self-contained /docs
 	c.RejectUnknownQueryParameters = true
 	c.Formats = map[string]huma.Format{
 		"application/json": huma.DefaultJSONFormat,

@@ -44,9 +44,9 @@ type BuildRoutes struct {
 
 // BuildForm is the multipart body of POST /v1/envs/{slug}/builds. Every part is optional.
 type BuildForm struct {
-	Tools  huma.FormFile   `form:"tools" required:"false" contentType:"application/json,application/octet-stream" doc:"Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description, inputSchema}, OpenAI {type: function, function: {...}} or Anthropic {name, description, input_schema} shape. Uploaded definitions win over what the traces show."`
-	Code   []huma.FormFile `form:"code" required:"false" contentType:"text/plain,text/x-python,application/octet-stream" doc:"Provided tool code in Starlark, one file per tool named <tool>.star (or .py); it runs first for that tool, labelled A_executed."`
-	Config huma.FormFile   `form:"config" required:"false" contentType:"application/json,application/octet-stream" doc:"Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339), world (open|closed: the policy for ids the world does not hold; default open), terminal_tools [tool names that end an episode when called, e.g. transfer_to_human_agents]. May also be sent as a plain form value."`
+	Tools  huma.FormFile   `form:"tools" required:"false" contentType:"application/json,application/octet-stream" doc:"Tool definitions as JSON: an array (or {tools: [...]}) in the native {name, description, inputSchema}, OpenAI {type: function, function: {...}} or Anthropic {name, description, input_schema} shape. Uploaded definitions win over what the traces show. Its content type may be application/json or application/octet-stream (a file part's default)."`
+	Code   []huma.FormFile `form:"code" required:"false" contentType:"text/plain,text/x-python,application/octet-stream" doc:"Provided tool code in Starlark, one file per tool named <tool>.star (or .py); it runs first for that tool, labelled A_executed. Its content type may be text/plain, text/x-python or application/octet-stream (a file part's default)."`
+	Config huma.FormFile   `form:"config" required:"false" contentType:"application/json,application/octet-stream" doc:"Build config JSON: name, framework, language, scenarios {name: seed instructions}, bindings {tool: provided|synthesized|simulated}, clock (RFC 3339), world (open|closed: the policy for ids the world does not hold; default open), terminal_tools [tool names that end an episode when called, e.g. transfer_to_human_agents]. May also be sent as a plain form value. Its content type may be application/json or application/octet-stream (a file part's default)."`
 }
 
 // StartBuildInput is POST /v1/envs/{slug}/builds.
@@ -205,6 +205,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			Poll: "/v1/envs/" + env.Slug + "/builds/" + b.ID,
 		}}, nil
 	})
+	defaultEncodings(a.OpenAPI().Paths["/v1/envs/{slug}/builds"].Post)
 
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.list",

@@ -145,4 +145,5 @@ func registerEnvs(a huma.API, d *Deps) {
 			return out, nil
 		},
 	})
+	nullableRef(a.OpenAPI(), "EnvDetail", "active_build")
 }

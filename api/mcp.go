@@ -34,9 +34,10 @@ import (
 
 // Keys of doppel's entries in MCP _meta objects.
 const (
-	MetaSession = "doppel.dev/session" // initialize result: the doppel session and its receipts
-	MetaCall    = "doppel.dev/call"    // tools/call result: fidelity, rung, downgraded, callId, ms
-	MetaError   = "doppel.dev/error"   // a failed tool call: the envelope and its HTTP status
+	MetaSession  = "doppel.dev/session" // initialize result: the doppel session and its receipts
+	MetaCall     = "doppel.dev/call"    // tools/call result: fidelity, rung, downgraded, callId, ms
+	MetaError    = "doppel.dev/error"   // a failed tool call: the envelope and its HTTP status
+	MetaToolVerb = "doppel.dev/verb"    // a workspace-face tool: the registry verb it serves (envs.list)
 )
 
 // ReceiptsURI is the environment face's resource holding the session's receipts.
@@ -137,12 +138,16 @@ func (f *workspaceFace) handler() http.Handler {
 			Logger:       f.logger,
 		})
 		s.AddReceivingMiddleware(envelopeErrors)
+		byVerb := map[string]string{}
 		for _, v := range f.verbs.all() {
 			if slices.Contains(v.Tags, "admin") {
 				continue // admin verbs take the admin key, which the MCP server never holds
 			}
-			s.AddTool(verbTool(v), f.call(v))
+			t := verbTool(v)
+			s.AddTool(t, f.call(v))
+			byVerb[v.Name] = t.Name
 		}
+		s.AddReceivingMiddleware(dottedToolNames(byVerb))
 		return s
 	}
 	// The verbs are known once every route is registered, after Register: the server is built on first use.
@@ -154,17 +159,41 @@ func (f *workspaceFace) handler() http.Handler {
 	})
 }
 
-// verbTool is the MCP tool of a verb: its name, docs and input schema from the verb table.
+// VerbToolName is the workspace-face tool name of a registry verb: the verb's name with its dots as underscores
+// (envs.list → envs_list), in the alphabet MCP hosts and model APIs accept for tool and function names
+// (^[a-zA-Z0-9_-]{1,64}$). Verb names are lower-case words joined by dots, so the mapping never gives two verbs
+// one name (TestMCPToolNames checks the whole registry).
+func VerbToolName(verb string) string { return strings.ReplaceAll(verb, ".", "_") }
+
+// verbTool is the MCP tool of a verb: its name, docs and input schema from the verb table; the verb's own name is
+// in _meta (MetaToolVerb).
 func verbTool(v RegistryVerb) *mcp.Tool {
 	desc := v.Summary
 	if v.Description != "" {
 		desc += "\n\n" + v.Description
 	}
-	t := &mcp.Tool{Name: v.Name, Title: v.Summary, Description: desc, InputSchema: v.Input}
+	t := &mcp.Tool{Name: VerbToolName(v.Name), Title: v.Summary, Description: desc, InputSchema: v.Input,
+		Meta: mcp.Meta{MetaToolVerb: v.Name}}
 	if v.Kind == string(Query) {
 		t.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
 	}
 	return t
+}
+
+// dottedToolNames accepts a verb's former tool name (its dotted verb name, envs.list) on tools/call, for the
+// deprecation period docs/surfaces.md states: the call is served by the tool now named for the verb. tools/list
+// names only the new names.
+func dottedToolNames(byVerb map[string]string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+				if name, ok := byVerb[r.Params.Name]; ok {
+					r.Params.Name = name
+				}
+			}
+			return next(ctx, method, req)
+		}
+	}
 }
 
 // call serves a verb's tool calls on the verb's REST route, in process, with the caller's credential.

@@ -42,7 +42,7 @@ func TestMCPWorkspaceFace(t *testing.T) {
 	sort.Slice(tools.Tools, func(i, j int) bool { return tools.Tools[i].Name < tools.Tools[j].Name })
 	for i, v := range reg.Verbs {
 		tl := tools.Tools[i]
-		if tl.Name != v.Name || !jsonEqual(t, tl.InputSchema, v.Input) || !strings.HasPrefix(tl.Description, v.Summary) {
+		if tl.Name != api.VerbToolName(v.Name) || !jsonEqual(t, tl.InputSchema, v.Input) || !strings.HasPrefix(tl.Description, v.Summary) {
 			t.Errorf("tool %s is not verb %s", tl.Name, v.Name)
 		}
 		if ro := tl.Annotations != nil && tl.Annotations.ReadOnlyHint; ro != (v.Kind == "query") {
@@ -51,7 +51,7 @@ func TestMCPWorkspaceFace(t *testing.T) {
 	}
 
 	// A verb answers what its REST route answers.
-	got, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "envs.get", Arguments: map[string]any{"slug": p.env.Slug}})
+	got, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "envs_get", Arguments: map[string]any{"slug": p.env.Slug}})
 	if err != nil || got.IsError {
 		t.Fatalf("envs.get: %+v %v", got, err)
 	}
@@ -61,7 +61,7 @@ func TestMCPWorkspaceFace(t *testing.T) {
 		t.Fatalf("envs.get over MCP = %s, REST = %v", textOf(t, got), want)
 	}
 	// A session opened and called through the verbs.
-	open, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions.open", Arguments: map[string]any{"slug": p.env.Slug, "seed": 42, "seedInstructions": pending2}})
+	open, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions_open", Arguments: map[string]any{"slug": p.env.Slug, "seed": 42, "seedInstructions": pending2}})
 	if err != nil || open.IsError {
 		t.Fatalf("sessions.open: %+v %v", open, err)
 	}
@@ -79,11 +79,11 @@ func TestMCPWorkspaceFace(t *testing.T) {
 		status int
 		field  string
 	}{
-		{"envs.get", map[string]any{"slug": "nope"}, 404, ""},
-		{"envs.get", map[string]any{"slug": p.otherEnv.Slug}, 404, ""},
-		{"sessions.call", map[string]any{"session_id": opened["sessionId"], "arguments": map[string]any{}}, 422, "name"},
-		{"sessions.open", map[string]any{"slug": p.env.Slug, "seed": "x"}, 422, "body.seed"},
-		{"envs.tools", map[string]any{"slug": p.env.Slug, "colour": "red"}, 422, "input.colour"},
+		{"envs_get", map[string]any{"slug": "nope"}, 404, ""},
+		{"envs_get", map[string]any{"slug": p.otherEnv.Slug}, 404, ""},
+		{"sessions_call", map[string]any{"session_id": opened["sessionId"], "arguments": map[string]any{}}, 422, "name"},
+		{"sessions_open", map[string]any{"slug": p.env.Slug, "seed": "x"}, 422, "body.seed"},
+		{"envs_tools", map[string]any{"slug": p.env.Slug, "colour": "red"}, 422, "input.colour"},
 	} {
 		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: c.name, Arguments: c.args})
 		if err != nil || !r.IsError {
@@ -184,7 +184,7 @@ func TestMCPOAuthFlow(t *testing.T) {
 		t.Fatalf("connect with OAuth: %v", err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "envs.list", Arguments: map[string]any{}})
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "envs_list", Arguments: map[string]any{}})
 	if err != nil || r.IsError || !strings.Contains(textOf(t, r), p.env.Slug) {
 		t.Fatalf("envs.list with the OAuth token: %+v %v", r, err)
 	}
@@ -356,7 +356,7 @@ func TestMCPCrossTenant(t *testing.T) {
 
 	// The workspace face.
 	cs := p.connect(t, "/mcp", token)
-	list, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "envs.list", Arguments: map[string]any{}})
+	list, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "envs_list", Arguments: map[string]any{}})
 	if err != nil || list.IsError || !strings.Contains(textOf(t, list), p.env.Slug) || strings.Contains(textOf(t, list), p.otherEnv.Slug) {
 		t.Fatalf("envs.list: %+v %v", list, err)
 	}
@@ -364,13 +364,13 @@ func TestMCPCrossTenant(t *testing.T) {
 		name string
 		args map[string]any
 	}{
-		{"envs.get", map[string]any{"slug": p.otherEnv.Slug}},
-		{"envs.tools", map[string]any{"slug": p.otherEnv.Slug}},
-		{"sessions.open", map[string]any{"slug": p.otherEnv.Slug}},
-		{"sessions.get", map[string]any{"session_id": theirSession}},
-		{"sessions.transcript", map[string]any{"session_id": theirSession}},
-		{"sessions.call", map[string]any{"session_id": theirSession, "name": "get_order_details", "arguments": map[string]any{"order_id": "#W0000001"}}},
-		{"sessions.close", map[string]any{"session_id": theirSession}},
+		{"envs_get", map[string]any{"slug": p.otherEnv.Slug}},
+		{"envs_tools", map[string]any{"slug": p.otherEnv.Slug}},
+		{"sessions_open", map[string]any{"slug": p.otherEnv.Slug}},
+		{"sessions_get", map[string]any{"session_id": theirSession}},
+		{"sessions_transcript", map[string]any{"session_id": theirSession}},
+		{"sessions_call", map[string]any{"session_id": theirSession, "name": "get_order_details", "arguments": map[string]any{"order_id": "#W0000001"}}},
+		{"sessions_close", map[string]any{"session_id": theirSession}},
 	} {
 		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: c.name, Arguments: c.args})
 		if err != nil || !r.IsError || metaOf(t, r.Meta, api.MetaError)["httpStatus"] != float64(404) {
@@ -378,7 +378,7 @@ func TestMCPCrossTenant(t *testing.T) {
 		}
 	}
 	// A short-lived token cannot mint keys.
-	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "keys.create", Arguments: map[string]any{"name": "forever"}})
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "keys_create", Arguments: map[string]any{"name": "forever"}})
 	if err != nil || !r.IsError || metaOf(t, r.Meta, api.MetaError)["httpStatus"] != float64(401) {
 		t.Fatalf("keys.create with an MCP token: %+v %v", r, err)
 	}

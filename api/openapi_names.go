@@ -13,16 +13,21 @@ import (
 // sessionId, seed_instructions and seedInstructions, build_id and buildId, …). On the wire that is fine, but a
 // generator derives one identifier from both (oapi-codegen: SessionId), and its output does not compile. So every
 // property whose name folds (case, `_` and `-` ignored) onto another property of the same object gets an
-// `x-go-name` (honoured by oapi-codegen and go-swagger): the variant without separators (camelCase, variant B) keeps
-// its plain name, the others get it with an `A` (variant A) suffix: session_id is SessionIdA. Nothing changes on the
-// wire: the extension only names the field in generated code.
+// `x-go-name` (honoured by oapi-codegen and go-swagger) and its object an `x-ogen-properties` entry (ogen's way to
+// name a field): the variant without separators (camelCase, variant B) keeps its plain name, the others get it with
+// an `A` (variant A) suffix: session_id is SessionIdA. Nothing changes on the wire: the extensions only name the
+// field in generated code.
 //
 // Schema names have the same problem the other way round: oapi-codegen names the wrapper of an operation's answer
 // <OperationId>Response (envs.get: EnvsGetResponse), its parameters <OperationId>Params and its body
 // <OperationId>JSONRequestBody, so no schema may be called so; GeneratedNameClashes lists those that are.
 
-// goNameExt is the extension naming a property's field in generated Go.
-const goNameExt = "x-go-name"
+// goNameExt is the extension naming a property's field in generated Go (oapi-codegen, go-swagger); ogenPropsExt is
+// ogen's, set on the object: {"session_id": {"name": "SessionIdA"}}.
+const (
+	goNameExt    = "x-go-name"
+	ogenPropsExt = "x-ogen-properties"
+)
 
 // nameGenerated is an OnAddOperation hook: after each operation's schemas are registered it gives every
 // colliding property of every registered schema an x-go-name. It is idempotent, so running it per operation
@@ -87,6 +92,16 @@ func nameProperties(s *huma.Schema, seen map[*huma.Schema]bool) {
 				p.Extensions = map[string]any{}
 			}
 			p.Extensions[goNameExt] = goName
+			// ogen reads its field names from the object, not the property.
+			if s.Extensions == nil {
+				s.Extensions = map[string]any{}
+			}
+			named, _ := s.Extensions[ogenPropsExt].(map[string]any)
+			if named == nil {
+				named = map[string]any{}
+				s.Extensions[ogenPropsExt] = named
+			}
+			named[name] = map[string]any{"name": goName}
 		}
 	}
 	for _, p := range s.Properties {

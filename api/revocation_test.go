@@ -74,7 +74,7 @@ func probe(t *testing.T, in instance, c derived) int {
 func (p *mcpPlane) mcpOpen(t *testing.T, token string) (id, tok string) {
 	t.Helper()
 	cs := p.connect(t, "/mcp", token)
-	r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sessions.open", Arguments: map[string]any{"slug": p.env.Slug}})
+	r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sessions_open", Arguments: map[string]any{"slug": p.env.Slug}})
 	if err != nil || r.IsError {
 		t.Fatalf("sessions.open over MCP: %+v %v", r, err)
 	}
@@ -89,7 +89,7 @@ func (p *mcpPlane) mcpOpen(t *testing.T, token string) (id, tok string) {
 func (p *mcpPlane) mcpFork(t *testing.T, token, sessionID string) (id, tok string) {
 	t.Helper()
 	cs := p.connect(t, "/mcp", token)
-	r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sessions.fork", Arguments: map[string]any{"session_id": sessionID}})
+	r, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sessions_fork", Arguments: map[string]any{"session_id": sessionID}})
 	if err != nil || r.IsError {
 		t.Fatalf("sessions.fork over MCP: %+v %v", r, err)
 	}

@@ -1111,7 +1111,7 @@ func TestToolListingFormats(t *testing.T) {
 		if len(nat) != 2 || nat[0]["name"] != "cancel_pending_order" || nat[1]["name"] != "get_order_details" {
 			t.Fatalf("native%s = %v", q, nat)
 		}
-		if k := keys(nat[1]); k != "answerable,attention,binding,description,inputSchema,name,rung,scores,twin" {
+		if k := keys(nat[1]); k != "answerable,attention,binding,description,descriptionFrom,inputSchema,name,rung,scores,twin" {
 			t.Fatalf("native entry keys = %s", k)
 		}
 		if b, _ := json.Marshal(nat[1]["inputSchema"]); string(b) != schemaOf || nat[1]["binding"] != "provided" || nat[1]["rung"] != "provided" {

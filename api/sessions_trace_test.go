@@ -128,7 +128,7 @@ func TestSessionOpenFromTrace(t *testing.T) {
 	}
 	ctx := context.Background()
 	cs := p.connect(t, "/mcp", p.key)
-	opened, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions.open", Arguments: map[string]any{"slug": p.env.Slug, "seed": 1, "trace": tr}})
+	opened, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "sessions_open", Arguments: map[string]any{"slug": p.env.Slug, "seed": 1, "trace": tr}})
 	if err != nil || opened.IsError {
 		t.Fatalf("MCP sessions.open: %+v %v", opened, err)
 	}

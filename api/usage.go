@@ -23,11 +23,11 @@ type UsageRoutes struct {
 
 // MeterOut is one meter of a usage reading.
 type MeterOut struct {
-	Name  string   `json:"name" enum:"task_minutes,tool_calls,queries,open_sessions,sessions,collected_bytes" doc:"The meter."`
+	Name  string   `json:"name" enum:"task_minutes,tool_calls,queries,model_tokens,open_sessions,sessions,collected_bytes" doc:"The meter. model_tokens counts the prompt and completion tokens of one-shot queries' model calls."`
 	Env   string   `json:"env,omitempty" doc:"For per-environment meters (collected_bytes): the environment's slug."`
 	Used  float64  `json:"used" doc:"Used this period (open_sessions and collected_bytes: now)."`
 	Limit *float64 `json:"limit" nullable:"true" doc:"The plan's hard limit; null when there is none."`
-	Unit  string   `json:"unit" enum:"minutes,calls,queries,sessions,bytes"`
+	Unit  string   `json:"unit" enum:"minutes,calls,queries,tokens,sessions,bytes" doc:"The meter's unit."`
 }
 
 // TaskMinutesOut is task-minutes used against the plan allowance.
@@ -45,7 +45,7 @@ type UsageBody struct {
 	Plan        string         `json:"plan" doc:"The workspace's plan (\"\" for none: no limits)."`
 	CardOnFile  bool           `json:"cardOnFile" doc:"Whether a card is on file."`
 	TaskMinutes TaskMinutesOut `json:"taskMinutes"`
-	Meters      []MeterOut     `json:"meters" doc:"Every meter of the period. queries stays 0 until one-shot queries exist; model tokens are not metered."`
+	Meters      []MeterOut     `json:"meters" doc:"Every meter of the period. queries counts one-shot queries (envs.query) and model_tokens their model calls' tokens."`
 }
 
 // UsageOutput is GET /v1/usage.

@@ -31,7 +31,9 @@ type VerbOptions struct {
 	// URL and Key are the defaults of --url and --key (from DOPPEL_URL and DOPPEL_KEY).
 	URL, Key string
 	// HTTP is the client; nil: one with a 60 s timeout.
-	HTTP           *http.Client
+	HTTP *http.Client
+	// Width is the terminal's width in columns, which tables fit (0: DefaultWidth).
+	Width          int
 	Stdout, Stderr io.Writer
 }
 
@@ -48,10 +50,36 @@ type APIError struct {
 	Detail     string
 	Code       string
 	RequestID  string
+	// Hint says what to do about it, when the CLI knows (a missing or refused key).
+	Hint string
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("%s: %s (code %s, HTTP %d %s, requestId %s)", e.Verb, e.Detail, e.Code, e.HTTPStatus, e.TRPCCode, e.RequestID)
+	s := fmt.Sprintf("%s: %s (code %s, HTTP %d %s, requestId %s)", e.Verb, e.Detail, e.Code, e.HTTPStatus, e.TRPCCode, e.RequestID)
+	if e.Hint != "" {
+		s += "\n" + e.Hint
+	}
+	return s
+}
+
+// UnreachableError: no doppel API answered at URL.
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach a doppel server at %s (%v).\nStart one (`doppel dev`), or point the CLI at yours with --url URL or DOPPEL_URL=URL.", e.URL, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// keyHint is what to do when a call answered 401: send a key, or another one.
+func keyHint(key string) string {
+	if key == "" {
+		return "No workspace key was sent: pass --key mk_live_… or set DOPPEL_KEY (`doppel keys create` mints one; `doppel dev` prints its first)."
+	}
+	return "The key was refused (unknown, revoked or expired): pass another with --key or DOPPEL_KEY."
 }
 
 // ExitCode maps RunVerb's error to the process exit code: 0 ok, 2 usage, 1 anything else.
@@ -97,12 +125,15 @@ func FetchRegistry(ctx context.Context, hc *http.Client, base, key string) ([]Ve
 	req.Header.Set("User-Agent", cliUserAgent)
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("read the verb registry: %w", err)
+		return nil, &UnreachableError{URL: base, Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("read the verb registry: %w", err)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return nil, fmt.Errorf("read the verb registry of %s: GET /api/registry answered 401.\n%s", base, keyHint(key))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("read the verb registry: GET /api/registry answered %d: %s", resp.StatusCode, bytes.TrimSpace(data))
@@ -138,7 +169,7 @@ func addGlobals(fs *pflag.FlagSet, o *VerbOptions, taken map[string]bool) global
 	// The key's default is not shown in help: it is applied after parsing when --key is not given.
 	g.key = str("key", "", "workspace key mk_live_… (default $DOPPEL_KEY)")
 	g.token = str("token", "", "session token ms_…, sent instead of the key (session verbs)")
-	g.output = str("output", "", "json or table (default: table for a list of objects, json otherwise)")
+	g.output = str("output", "", "json, table (fitted to the terminal) or wide (every column) (default: table for a list of objects, json otherwise)")
 	return g
 }
 
@@ -162,7 +193,8 @@ func RunVerb(ctx context.Context, o VerbOptions, args []string) error {
 	base, key := prescan(&o, args)
 	verbs, err := FetchRegistry(ctx, o.client(), base, key)
 	if err != nil {
-		return fmt.Errorf("%q is no local command and %w", args[0], err)
+		// The verbs come from the server: without it, no command but the local ones is known.
+		return fmt.Errorf("doppel %s: %w", args[0], err)
 	}
 	v, rest := match(verbs, args)
 	if v == nil {
@@ -566,9 +598,9 @@ func runOne(ctx context.Context, o *VerbOptions, v *Verb, args []string) error {
 		}
 	}
 	switch *g.output {
-	case "", "json", "table":
+	case "", "json", "table", "wide":
 	default:
-		return &UsageError{fmt.Sprintf("--output %q: json or table", *g.output)}
+		return &UsageError{fmt.Sprintf("--output %q: json, table or wide", *g.output)}
 	}
 	auth := cmp.Or(*g.key, o.Key)
 	if *g.token != "" {
@@ -580,7 +612,7 @@ func runOne(ctx context.Context, o *VerbOptions, v *Verb, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := render(o.Stdout, data, *g.output); err != nil {
+		if err := render(o.Stdout, data, *g.output, o.Width); err != nil {
 			return err
 		}
 		if status, _, _ := progressOf(data); failedStatus[status] {
@@ -589,10 +621,13 @@ func runOne(ctx context.Context, o *VerbOptions, v *Verb, args []string) error {
 		return nil
 	}
 	data, err := poll()
+	if ae := (*APIError)(nil); errors.As(err, &ae) && ae.HTTPStatus == http.StatusUnauthorized {
+		ae.Hint = keyHint(auth)
+	}
 	if err != nil {
 		return err
 	}
-	return render(o.Stdout, data, *g.output)
+	return render(o.Stdout, data, *g.output, o.Width)
 }
 
 // value turns flag text into the property's JSON value: strings stay strings, numbers and JSON are parsed.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/doppel-dev/doppel/jsonvalue"
 	"github.com/doppel-dev/doppel/trace"
@@ -184,8 +183,11 @@ func (m *model) bundle() *twin.Bundle {
 			t.Defined = true
 		}
 		t.Args = m.argRules(ti, &t)
+		// A definition's description is the tool's; without one, a plain sentence from the name. How many calls
+		// the tool was inferred from is in its figures (scores.calls), not its text.
+		t.DescriptionFrom = twin.DescribedByDefinition
 		if t.Description == "" {
-			t.Description = fmt.Sprintf("%s (described from %d recorded calls)", strings.ReplaceAll(name, "_", " "), len(ti.calls))
+			t.Description, t.DescriptionFrom = twin.PlainDescription(name), twin.DescribedByName
 		}
 		t.Attention = append(t.Attention, ti.notes...)
 		b.Tools = append(b.Tools, t)

@@ -8,6 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FormatVersion is the bundle format this package writes and reads.
@@ -196,6 +200,9 @@ type Tool struct {
 	// Defined: the tool has an uploaded definition (a tool the traces never called is then answered, without a
 	// model, from the recorded tool most like it: similar.go).
 	Defined bool `json:"defined,omitempty"`
+	// DescriptionFrom says where Description came from: DescribedByDefinition (an uploaded or traced tool
+	// definition) or DescribedByName (none carried one: PlainDescription); "" in bundles built before it.
+	DescriptionFrom string `json:"description_from,omitempty"`
 	// State says which variables the tool's answers show (nil: none; state.go).
 	State *ToolState `json:"state,omitempty"`
 	// Args are the argument rules calls are refused by before any rung answers (nil: only the input schema's
@@ -411,3 +418,37 @@ func (b *Bundle) ToolByName(name string) (*Tool, bool) {
 	}
 	return nil, false
 }
+
+// oldGenerated matches the generated descriptions bundles built before PlainDescription carried
+// ("get user details (described from 121 recorded calls)"): provenance that belongs in a tool's figures, not its text.
+var oldGenerated = regexp.MustCompile(`^[^()]* \(described from \d+ recorded calls?\)$`)
+
+// PlainDescription is the description of a tool no definition describes: its name as a sentence
+// (get_user_details: "Get user details.").
+func PlainDescription(name string) string {
+	words := strings.Fields(strings.NewReplacer("_", " ", "-", " ", ".", " ").Replace(name))
+	if len(words) == 0 {
+		return "A tool."
+	}
+	s := strings.Join(words, " ")
+	r, n := utf8.DecodeRuneInString(s)
+	return string(unicode.ToUpper(r)) + s[n:] + "."
+}
+
+// ToolDescription is the description a listing shows for t: its definition's, else a plain one. A bundle built
+// before PlainDescription existed holds a generated text with its provenance; that is shown as the plain one.
+func ToolDescription(t Tool) (desc, from string) {
+	switch {
+	case t.DescriptionFrom != "":
+		return t.Description, t.DescriptionFrom
+	case t.Description == "" || oldGenerated.MatchString(t.Description):
+		return PlainDescription(t.Name), DescribedByName
+	}
+	return t.Description, DescribedByDefinition
+}
+
+// Where a tool's description came from (Tool.DescriptionFrom).
+const (
+	DescribedByDefinition = "definition"
+	DescribedByName       = "name"
+)

@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/doppel-dev/doppel/cli"
 	"github.com/doppel-dev/doppel/config"
@@ -99,13 +102,27 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 
 // verbOptions are the defaults of a registry verb's --url and --key: DOPPEL_URL, DOPPEL_KEY (or DOPPEL_BOOTSTRAP_KEY).
 func verbOptions(e env) cli.VerbOptions {
-	o := cli.VerbOptions{URL: config.Lookup(e.environ, "DOPPEL_URL"), Stdout: e.stdout, Stderr: e.stderr}
+	o := cli.VerbOptions{URL: config.Lookup(e.environ, "DOPPEL_URL"), Stdout: e.stdout, Stderr: e.stderr,
+		Width: terminalWidth(e)}
 	for _, n := range []string{"DOPPEL_KEY", "DOPPEL_BOOTSTRAP_KEY"} {
 		if o.Key = config.Lookup(e.environ, n); o.Key != "" {
 			break
 		}
 	}
 	return o
+}
+
+// terminalWidth is the width tables fit: the terminal's when stdout is one, else COLUMNS, else 0 (the default).
+func terminalWidth(e env) int {
+	if f, ok := e.stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+			return w
+		}
+	}
+	if n, err := strconv.Atoi(config.Lookup(e.environ, "COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	return 0
 }
 
 func usage(w io.Writer, cmds map[string]command) {
