@@ -101,19 +101,19 @@ func (e CallBodyRequestor) Valid() bool {
 
 // Defines values for CallFaultKind.
 const (
-	Error   CallFaultKind = "error"
-	Latency CallFaultKind = "latency"
-	Timeout CallFaultKind = "timeout"
+	CallFaultKindError   CallFaultKind = "error"
+	CallFaultKindLatency CallFaultKind = "latency"
+	CallFaultKindTimeout CallFaultKind = "timeout"
 )
 
 // Valid indicates whether the value is a known member of the CallFaultKind enum.
 func (e CallFaultKind) Valid() bool {
 	switch e {
-	case Error:
+	case CallFaultKindError:
 		return true
-	case Latency:
+	case CallFaultKindLatency:
 		return true
-	case Timeout:
+	case CallFaultKindTimeout:
 		return true
 	default:
 		return false
@@ -479,46 +479,49 @@ func (e EnvelopeAccess) Valid() bool {
 
 // Defines values for EnvelopeCode.
 const (
-	Conflict         EnvelopeCode = "conflict"
-	Forbidden        EnvelopeCode = "forbidden"
-	Internal         EnvelopeCode = "internal"
-	Invalid          EnvelopeCode = "invalid"
-	MethodNotAllowed EnvelopeCode = "methodNotAllowed"
-	NotFound         EnvelopeCode = "notFound"
-	NotReady         EnvelopeCode = "notReady"
-	PaymentRequired  EnvelopeCode = "paymentRequired"
-	RateLimited      EnvelopeCode = "rateLimited"
-	TooLarge         EnvelopeCode = "tooLarge"
-	Unauthorized     EnvelopeCode = "unauthorized"
-	Unavailable      EnvelopeCode = "unavailable"
+	EnvelopeCodeConflict         EnvelopeCode = "conflict"
+	EnvelopeCodeForbidden        EnvelopeCode = "forbidden"
+	EnvelopeCodeInternal         EnvelopeCode = "internal"
+	EnvelopeCodeInvalid          EnvelopeCode = "invalid"
+	EnvelopeCodeMethodNotAllowed EnvelopeCode = "methodNotAllowed"
+	EnvelopeCodeNotFound         EnvelopeCode = "notFound"
+	EnvelopeCodeNotReady         EnvelopeCode = "notReady"
+	EnvelopeCodePaymentRequired  EnvelopeCode = "paymentRequired"
+	EnvelopeCodeRateLimited      EnvelopeCode = "rateLimited"
+	EnvelopeCodeTimeout          EnvelopeCode = "timeout"
+	EnvelopeCodeTooLarge         EnvelopeCode = "tooLarge"
+	EnvelopeCodeUnauthorized     EnvelopeCode = "unauthorized"
+	EnvelopeCodeUnavailable      EnvelopeCode = "unavailable"
 )
 
 // Valid indicates whether the value is a known member of the EnvelopeCode enum.
 func (e EnvelopeCode) Valid() bool {
 	switch e {
-	case Conflict:
+	case EnvelopeCodeConflict:
 		return true
-	case Forbidden:
+	case EnvelopeCodeForbidden:
 		return true
-	case Internal:
+	case EnvelopeCodeInternal:
 		return true
-	case Invalid:
+	case EnvelopeCodeInvalid:
 		return true
-	case MethodNotAllowed:
+	case EnvelopeCodeMethodNotAllowed:
 		return true
-	case NotFound:
+	case EnvelopeCodeNotFound:
 		return true
-	case NotReady:
+	case EnvelopeCodeNotReady:
 		return true
-	case PaymentRequired:
+	case EnvelopeCodePaymentRequired:
 		return true
-	case RateLimited:
+	case EnvelopeCodeRateLimited:
 		return true
-	case TooLarge:
+	case EnvelopeCodeTimeout:
 		return true
-	case Unauthorized:
+	case EnvelopeCodeTooLarge:
 		return true
-	case Unavailable:
+	case EnvelopeCodeUnauthorized:
+		return true
+	case EnvelopeCodeUnavailable:
 		return true
 	default:
 		return false

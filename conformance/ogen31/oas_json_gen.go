@@ -9569,6 +9569,8 @@ func (s *EnvelopeCode) Decode(d *jx.Decoder) error {
 		*s = EnvelopeCodeConflict
 	case EnvelopeCodeNotReady:
 		*s = EnvelopeCodeNotReady
+	case EnvelopeCodeTimeout:
+		*s = EnvelopeCodeTimeout
 	case EnvelopeCodeTooLarge:
 		*s = EnvelopeCodeTooLarge
 	case EnvelopeCodeInvalid:

@@ -3969,6 +3969,7 @@ const (
 	EnvelopeCodeMethodNotAllowed EnvelopeCode = "methodNotAllowed"
 	EnvelopeCodeConflict         EnvelopeCode = "conflict"
 	EnvelopeCodeNotReady         EnvelopeCode = "notReady"
+	EnvelopeCodeTimeout          EnvelopeCode = "timeout"
 	EnvelopeCodeTooLarge         EnvelopeCode = "tooLarge"
 	EnvelopeCodeInvalid          EnvelopeCode = "invalid"
 	EnvelopeCodeRateLimited      EnvelopeCode = "rateLimited"
@@ -3986,6 +3987,7 @@ func (EnvelopeCode) AllValues() []EnvelopeCode {
 		EnvelopeCodeMethodNotAllowed,
 		EnvelopeCodeConflict,
 		EnvelopeCodeNotReady,
+		EnvelopeCodeTimeout,
 		EnvelopeCodeTooLarge,
 		EnvelopeCodeInvalid,
 		EnvelopeCodeRateLimited,
@@ -4010,6 +4012,8 @@ func (s EnvelopeCode) MarshalText() ([]byte, error) {
 	case EnvelopeCodeConflict:
 		return []byte(s), nil
 	case EnvelopeCodeNotReady:
+		return []byte(s), nil
+	case EnvelopeCodeTimeout:
 		return []byte(s), nil
 	case EnvelopeCodeTooLarge:
 		return []byte(s), nil
@@ -4049,6 +4053,9 @@ func (s *EnvelopeCode) UnmarshalText(data []byte) error {
 		return nil
 	case EnvelopeCodeNotReady:
 		*s = EnvelopeCodeNotReady
+		return nil
+	case EnvelopeCodeTimeout:
+		*s = EnvelopeCodeTimeout
 		return nil
 	case EnvelopeCodeTooLarge:
 		*s = EnvelopeCodeTooLarge

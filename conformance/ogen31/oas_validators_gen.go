@@ -2528,6 +2528,8 @@ func (s EnvelopeCode) Validate() error {
 		return nil
 	case "notReady":
 		return nil
+	case "timeout":
+		return nil
 	case "tooLarge":
 		return nil
 	case "invalid":
