@@ -17,16 +17,16 @@ func renderFixtures() map[string]json.RawMessage {
 	for i := 0; i < 4; i++ {
 		envs = append(envs, map[string]any{"id": fmt.Sprintf("env_%016d", i), "slug": fmt.Sprintf("tau2-retail-%d", i), "name": "tau2-retail",
 			"status": "ready", "n_traces": 1200 + i, "n_tools": 15, "covered_pct": 93.5, "schema_source": "traces",
-			"headline": "15 tools twinned from 1,200 traces: 13 synthesized handlers, 2 replayed; 95 % of recorded calls reproduced exactly",
+			"headline":     "15 tools twinned from 1,200 traces: 13 synthesized handlers, 2 replayed; 95 % of recorded calls reproduced exactly",
 			"active_build": map[string]any{"id": "bld_0123456789abcdef", "status": "succeeded", "bundle_hash": "sha256:d849668136f633c4db6f66b3caf7dbd617a3e1c2daa68d4c897b09a67eab7abb"},
-			"created_at": "2026-11-28T07:28:59Z", "updated_at": "2026-11-28T07:29:59Z", "collected_bytes": 12345678, "world": "open"})
+			"created_at":   "2026-11-28T07:28:59Z", "updated_at": "2026-11-28T07:29:59Z", "collected_bytes": 12345678, "world": "open"})
 		sessions = append(sessions, map[string]any{"id": fmt.Sprintf("ses_%016d", i), "env": "tau2-retail", "status": "open", "seed": 42,
 			"seed_instructions": "3 orders for user liam_thomas_7882 with status pending, one of them with two items",
-			"world_hash": "sha256:be0a7e5eb6c87b18c5e1074f28b953a30cebed5d9d313079dd8211b12b26f3ac", "n_calls": 12, "n_errors": 0,
+			"world_hash":        "sha256:be0a7e5eb6c87b18c5e1074f28b953a30cebed5d9d313079dd8211b12b26f3ac", "n_calls": 12, "n_errors": 0,
 			"opened_at": "2026-11-28T07:28:59Z", "expires_at": "2026-11-28T07:58:59Z"})
 		tools = append(tools, map[string]any{"name": "get_order_details", "description": "Get the status and details of an order, with its items, payment and fulfilment history.",
 			"inputSchema": map[string]any{"type": "object", "properties": map[string]any{"order_id": map[string]any{"type": "string"}}},
-			"binding": "synthesized", "rung": "twin", "attention": []string{}, "scores": map[string]any{"calls": 121, "errors": 3, "fit": 0.98, "fitCalls": 118},
+			"binding":     "synthesized", "rung": "twin", "attention": []string{}, "scores": map[string]any{"calls": 121, "errors": 3, "fit": 0.98, "fitCalls": 118},
 			"twin": map[string]any{"kind": "read", "entity": "orders", "keyArg": "order_id", "handler": true}, "answerable": true})
 		keys = append(keys, map[string]any{"id": fmt.Sprintf("key_%d", i), "name": "ci", "kind": "workspace", "display": "mk_live_abcd…wxyz", "created_at": "2026-11-28T07:28:59Z", "last_used_at": nil})
 	}
