@@ -35,8 +35,8 @@ func serveDocuments(mux *http.ServeMux, oapi *huma.OpenAPI) {
 		err  error
 	}
 	render := map[string]func() ([]byte, error){
-		docPath31JSON: func() ([]byte, error) { return json.Marshal(oapi) },
-		docPath31YAML: func() ([]byte, error) { return oapi.YAML() },
+		docPath31JSON: func() ([]byte, error) { return json.Marshal(DocumentView(oapi)) },
+		docPath31YAML: func() ([]byte, error) { return DocumentView(oapi).YAML() },
 		docPath30JSON: func() ([]byte, error) { return Downgrade30(oapi) },
 		docPath30YAML: func() ([]byte, error) {
 			b, err := Downgrade30(oapi)
@@ -70,7 +70,7 @@ func serveDocuments(mux *http.ServeMux, oapi *huma.OpenAPI) {
 // keywords translated: a binary string (contentEncoding binary, or contentMediaType with format binary or no
 // format) is `type: string, format: binary`; base64 content is `format: byte`.
 func Downgrade30(oapi *huma.OpenAPI) ([]byte, error) {
-	b, err := oapi.Downgrade()
+	b, err := DocumentView(oapi).Downgrade()
 	if err != nil {
 		return nil, err
 	}
@@ -143,17 +143,84 @@ func translate30(v any) {
 	}
 }
 
-// defaultEncodings drops op's multipart encoding objects. huma writes one from each part's contentType tag, which
-// lists every type the server accepts ("application/json,application/octet-stream"): valid OpenAPI, but ogen takes
-// one media type per part and skips the operation otherwise, even with one listed. Every part of the forms it is
-// used on is a file (format: binary), whose default content type, application/octet-stream, the server accepts;
-// each part's description names the others. huma still checks parts against the tag.
+// omitEncodings is the operation metadata key that keeps an operation's multipart encoding objects out of the
+// documents (documentView).
+const omitEncodings = "doppel.omitEncodings"
+
+// defaultEncodings keeps op's multipart encoding objects out of the documents. huma writes one from each part's
+// contentType tag, which lists every type the server accepts ("application/json,application/octet-stream"): valid
+// OpenAPI, but ogen takes one media type per part and skips the operation otherwise, even with one listed. Every
+// part of the forms it is used on is a file (format: binary), whose default content type,
+// application/octet-stream, the server accepts; each part's description names the others. The live operation
+// keeps them: huma checks each part's content type against them when it reads a form.
 func defaultEncodings(op *huma.Operation) {
 	if op == nil || op.RequestBody == nil {
 		return
 	}
-	for _, mt := range op.RequestBody.Content {
-		mt.Encoding = nil
+	if op.Metadata == nil {
+		op.Metadata = map[string]any{}
+	}
+	op.Metadata[omitEncodings] = true
+}
+
+// DocumentView is oapi as the documents show it: a copy in which the operations defaultEncodings marked carry no
+// multipart encoding objects. oapi itself, which the routes read at request time, is left as it is.
+func DocumentView(oapi *huma.OpenAPI) *huma.OpenAPI {
+	view := *oapi
+	view.Paths = make(map[string]*huma.PathItem, len(oapi.Paths))
+	for path, item := range oapi.Paths {
+		view.Paths[path] = item
+		if item == nil {
+			continue
+		}
+		var copied *huma.PathItem
+		for _, op := range []**huma.Operation{&item.Get, &item.Put, &item.Post, &item.Delete, &item.Options, &item.Head, &item.Patch, &item.Trace} {
+			if *op == nil || (*op).RequestBody == nil || (*op).Metadata[omitEncodings] != true {
+				continue
+			}
+			if copied == nil {
+				c := *item
+				copied = &c
+				view.Paths[path] = copied
+			}
+			o := **op
+			rb := *o.RequestBody
+			rb.Content = make(map[string]*huma.MediaType, len(o.RequestBody.Content))
+			for ct, mt := range o.RequestBody.Content {
+				if mt != nil {
+					m := *mt
+					m.Encoding = nil
+					mt = &m
+				}
+				rb.Content[ct] = mt
+			}
+			o.RequestBody = &rb
+			// The same field of the copied path item: op points into item, so take its offset there.
+			setOp(copied, item, op, &o)
+		}
+	}
+	return &view
+}
+
+// setOp sets, on dst, the operation field that field points to on src.
+func setOp(dst, src *huma.PathItem, field **huma.Operation, op *huma.Operation) {
+	switch field {
+	case &src.Get:
+		dst.Get = op
+	case &src.Put:
+		dst.Put = op
+	case &src.Post:
+		dst.Post = op
+	case &src.Delete:
+		dst.Delete = op
+	case &src.Options:
+		dst.Options = op
+	case &src.Head:
+		dst.Head = op
+	case &src.Patch:
+		dst.Patch = op
+	case &src.Trace:
+		dst.Trace = op
 	}
 }
 

@@ -252,7 +252,7 @@ func runOpenAPI(_ context.Context, e env) error {
 		return err
 	}
 	_, h := api.New(opts)
-	data, err := json.MarshalIndent(h.OpenAPI(), "", "  ")
+	data, err := json.MarshalIndent(api.DocumentView(h.OpenAPI()), "", "  ")
 	if err != nil {
 		return err
 	}
