@@ -169,59 +169,36 @@ func DocumentView(oapi *huma.OpenAPI) *huma.OpenAPI {
 	view := *oapi
 	view.Paths = make(map[string]*huma.PathItem, len(oapi.Paths))
 	for path, item := range oapi.Paths {
-		view.Paths[path] = item
 		if item == nil {
+			view.Paths[path] = nil
 			continue
 		}
-		var copied *huma.PathItem
-		for _, op := range []**huma.Operation{&item.Get, &item.Put, &item.Post, &item.Delete, &item.Options, &item.Head, &item.Patch, &item.Trace} {
-			if *op == nil || (*op).RequestBody == nil || (*op).Metadata[omitEncodings] != true {
-				continue
+		c := *item
+		for _, op := range []**huma.Operation{&c.Get, &c.Put, &c.Post, &c.Delete, &c.Options, &c.Head, &c.Patch, &c.Trace} {
+			if *op != nil && (*op).RequestBody != nil && (*op).Metadata[omitEncodings] == true {
+				*op = withoutEncodings(*op)
 			}
-			if copied == nil {
-				c := *item
-				copied = &c
-				view.Paths[path] = copied
-			}
-			o := **op
-			rb := *o.RequestBody
-			rb.Content = make(map[string]*huma.MediaType, len(o.RequestBody.Content))
-			for ct, mt := range o.RequestBody.Content {
-				if mt != nil {
-					m := *mt
-					m.Encoding = nil
-					mt = &m
-				}
-				rb.Content[ct] = mt
-			}
-			o.RequestBody = &rb
-			// The same field of the copied path item: op points into item, so take its offset there.
-			setOp(copied, item, op, &o)
 		}
+		view.Paths[path] = &c
 	}
 	return &view
 }
 
-// setOp sets, on dst, the operation field that field points to on src.
-func setOp(dst, src *huma.PathItem, field **huma.Operation, op *huma.Operation) {
-	switch field {
-	case &src.Get:
-		dst.Get = op
-	case &src.Put:
-		dst.Put = op
-	case &src.Post:
-		dst.Post = op
-	case &src.Delete:
-		dst.Delete = op
-	case &src.Options:
-		dst.Options = op
-	case &src.Head:
-		dst.Head = op
-	case &src.Patch:
-		dst.Patch = op
-	case &src.Trace:
-		dst.Trace = op
+// withoutEncodings is a copy of op whose request body's media types carry no encoding objects.
+func withoutEncodings(op *huma.Operation) *huma.Operation {
+	o := *op
+	rb := *op.RequestBody
+	rb.Content = make(map[string]*huma.MediaType, len(op.RequestBody.Content))
+	for ct, mt := range op.RequestBody.Content {
+		if mt != nil {
+			m := *mt
+			m.Encoding = nil
+			mt = &m
+		}
+		rb.Content[ct] = mt
 	}
+	o.RequestBody = &rb
+	return &o
 }
 
 // nullableRef documents property prop of component schema name, a $ref to a struct the server answers as null
