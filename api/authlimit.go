@@ -30,17 +30,7 @@ func (a *Authenticator) failedCredentials() *keyedLimiter {
 		return nil
 	}
 	a.failOnce.Do(func() {
-		perMin, burst := a.FailedPerMinute, a.FailedBurst
-		if perMin < 0 {
-			return
-		}
-		if perMin == 0 {
-			perMin = DefaultFailedCredentialsPerMinute
-		}
-		if burst <= 0 {
-			burst = DefaultFailedCredentialBurst
-		}
-		a.failures = newKeyedLimiter(perMin/60, burst, nil)
+		a.failures = failureLimiter(a.FailedPerMinute, a.FailedBurst, DefaultFailedCredentialsPerMinute, DefaultFailedCredentialBurst, nil)
 	})
 	return a.failures
 }

@@ -25,6 +25,21 @@ type keyedLimiter struct {
 
 // newKeyedLimiter makes a limiter of perSecond tokens a second and bursts of burst per key; now is its clock
 // (nil: time.Now).
+// failureLimiter is the limiter of failed attempts per key at perMin a minute with bursts of burst: nil when perMin
+// is negative (off); zero values take the defaults given.
+func failureLimiter(perMin float64, burst int, defPerMin float64, defBurst int, now func() time.Time) *keyedLimiter {
+	if perMin < 0 {
+		return nil
+	}
+	if perMin == 0 {
+		perMin = defPerMin
+	}
+	if burst <= 0 {
+		burst = defBurst
+	}
+	return newKeyedLimiter(perMin/60, burst, now)
+}
+
 func newKeyedLimiter(perSecond float64, burst int, now func() time.Time) *keyedLimiter {
 	if now == nil {
 		now = time.Now

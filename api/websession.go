@@ -81,17 +81,7 @@ const (
 // signInFailures is the failed sign-in limiter, or nil when it is off.
 func (w *WebSessions) signInFailures() *keyedLimiter {
 	w.failOnce.Do(func() {
-		perMin, burst := w.FailedSignInsPerMinute, w.FailedSignInBurst
-		if perMin < 0 {
-			return
-		}
-		if perMin == 0 {
-			perMin = DefaultFailedSignInsPerMinute
-		}
-		if burst <= 0 {
-			burst = DefaultFailedSignInBurst
-		}
-		w.failures = newKeyedLimiter(perMin/60, burst, w.Now)
+		w.failures = failureLimiter(w.FailedSignInsPerMinute, w.FailedSignInBurst, DefaultFailedSignInsPerMinute, DefaultFailedSignInBurst, w.Now)
 	})
 	return w.failures
 }
