@@ -181,8 +181,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // secret. A client may register the authorization_code and refresh_token grants.
 func (o *oauthServer) registerClient(w http.ResponseWriter, r *http.Request) {
 	var meta oauthex.ClientRegistrationMetadata
-	if err := json.NewDecoder(io.LimitReader(r.Body, oauthMaxBody)).Decode(&meta); err != nil {
+	data, err := io.ReadAll(io.LimitReader(r.Body, oauthMaxBody))
+	if err == nil {
+		err = json.Unmarshal(data, &meta)
+	}
+	if err != nil {
 		o.fail(w, r, http.StatusBadRequest, "invalid_client_metadata", "body: expected the client metadata as JSON: "+err.Error())
+		return
+	}
+	if at := nulField(data); at != "" {
+		o.fail(w, r, http.StatusBadRequest, "invalid_client_metadata", at+": "+nulMessage)
 		return
 	}
 	if len(meta.RedirectURIs) == 0 {

@@ -142,9 +142,7 @@ func (o *oauthServer) authorizePage(w http.ResponseWriter, r *http.Request) {
 
 // authorize takes the consent form: a valid workspace key of a workspace with access grants a code for it.
 func (o *oauthServer) authorize(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, oauthMaxBody)
-	if err := r.ParseForm(); err != nil {
-		o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: expected a form: "+err.Error())
+	if !o.parseForm(w, r) {
 		return
 	}
 	ar, redirectable, code, detail := o.readAuthRequest(r, r.PostForm)

@@ -79,6 +79,12 @@ func FuzzOAuth(f *testing.F) {
 		{4, "token=mcp_at_x&client_id=" + client.ClientID},
 		{4, "token=mcp_rt_x&token_type_hint=refresh_token&client_id=" + client.ClientID},
 		{4, "token_type_hint=id_token&token=x&client_id=x"},
+		// A NUL or non-UTF-8 byte in a form value or a registration reached SQLite (a 500 in CI's fuzzing).
+		{3, "grant_type=refresh_token&refresh_token=mcp_rt_x&client_id=%00"},
+		{3, "grant_type=authorization_code&code=%00&client_id=" + client.ClientID},
+		{4, "token=mcp_at_x&client_id=%FF"},
+		{2, strings.Replace(consent.Encode(), "client_id=", "client_id=%00", 1)},
+		{0, `{"redirect_uris":["http://127.0.0.1:7777/callback"],"client_name":"a\u0000b"}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.route), []byte(s.body))

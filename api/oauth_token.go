@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 
 	"golang.org/x/oauth2"
@@ -13,6 +14,35 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 )
+
+// parseForm reads the form of an OAuth POST (at most oauthMaxBody bytes) and refuses, as invalid_request naming
+// the field, a form whose names or values hold a NUL or bytes that are not UTF-8: the form's values reach the
+// database, which refuses such text. ok false means the error is written.
+func (o *oauthServer) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, oauthMaxBody)
+	if err := r.ParseForm(); err != nil {
+		o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: expected a form: "+err.Error())
+		return false
+	}
+	names := make([]string, 0, len(r.PostForm))
+	for name := range r.PostForm {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if badText(name) {
+			o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: a field name holds a NUL byte or bytes that are not UTF-8")
+			return false
+		}
+		for _, v := range r.PostForm[name] {
+			if badText(v) {
+				o.fail(w, r, http.StatusBadRequest, "invalid_request", name+": must not hold a NUL byte or bytes that are not UTF-8")
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // tokenClient reads the client of a token or revocation request (client_id in the form, or HTTP Basic's user for
 // clients that send it so) and checks it is registered: missing is invalid_request and unknown invalid_client
@@ -24,6 +54,10 @@ func (o *oauthServer) tokenClient(w http.ResponseWriter, r *http.Request) (strin
 	}
 	if clientID == "" {
 		o.fail(w, r, http.StatusBadRequest, "invalid_request", "client_id is required (public clients name themselves)")
+		return "", false
+	}
+	if badText(clientID) {
+		o.fail(w, r, http.StatusBadRequest, "invalid_request", "client_id: must not hold a NUL byte or bytes that are not UTF-8")
 		return "", false
 	}
 	if _, err := store.GetOAuthClient(r.Context(), o.db, clientID); errors.Is(err, store.ErrNotFound) {
@@ -42,9 +76,7 @@ func (o *oauthServer) tokenClient(w http.ResponseWriter, r *http.Request) (strin
 // family). Each answers an mcp_at_ token bound to the grant's resource, or to a narrower one the request names,
 // and a new refresh token.
 func (o *oauthServer) token(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, oauthMaxBody)
-	if err := r.ParseForm(); err != nil {
-		o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: expected a form: "+err.Error())
+	if !o.parseForm(w, r) {
 		return
 	}
 	f := r.PostForm
@@ -202,9 +234,7 @@ func (o *oauthServer) refreshGrant(w http.ResponseWriter, r *http.Request, clien
 // revoke is token revocation (RFC 7009): the client that holds a token revokes it, an access token (and what
 // derives from it) or a refresh token (and every token of its authorization). Unknown tokens answer 200 too.
 func (o *oauthServer) revoke(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, oauthMaxBody)
-	if err := r.ParseForm(); err != nil {
-		o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: expected a form: "+err.Error())
+	if !o.parseForm(w, r) {
 		return
 	}
 	tok := r.PostForm.Get("token")
