@@ -35,7 +35,7 @@ import (
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/trace"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
@@ -166,7 +166,7 @@ type plane struct {
 	gate          *usage.Gate     // planeOptions.plans: the quota
 }
 
-// countingLocals is the inproc driver as the routes' twinrpc.Locals, counting the clients it made direct: a test
+// countingLocals is the inproc driver as the routes' rpc.Locals, counting the clients it made direct: a test
 // of the direct path checks it was taken.
 type countingLocals struct {
 	drv *driver.Inproc
@@ -174,7 +174,7 @@ type countingLocals struct {
 	n   int
 }
 
-func (l *countingLocals) Local(baseURL string) (*twinrpc.Server, bool) {
+func (l *countingLocals) Local(baseURL string) (*rpc.Server, bool) {
 	s, ok := l.drv.Local(baseURL)
 	if ok {
 		l.mu.Lock()
@@ -201,7 +201,7 @@ type planeOptions struct {
 	journal journal.CallOptions
 	idle    time.Duration
 	// local reaches the in-process twin directly (the routes and the open activity get the driver as their
-	// twinrpc.Locals), as `doppel dev --twin-driver inproc` does; false goes over its HTTP RPC, as to a process or
+	// rpc.Locals), as `doppel dev --twin-driver inproc` does; false goes over its HTTP RPC, as to a process or
 	// container twin.
 	local bool
 	// tracer and observer, when set, trace and count what the API and the tool plane serve.
@@ -267,8 +267,8 @@ func newPlane(t testing.TB, dbDriver string, bundle []byte, o planeOptions) *pla
 	p.otherEnv, _ = p.readyEnv(p.other, "their-shop", key, twin.HashBytes(bundle))
 
 	drv, err := driver.NewInproc(driver.InprocOptions{
-		Load: func(_ context.Context, data []byte) (twinrpc.Runtime, error) {
-			return twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
+		Load: func(_ context.Context, data []byte) (rpc.Runtime, error) {
+			return rpc.NewTwinRuntime(data, twin.RuntimeOptions{})
 		},
 		Blobs: p.blobs,
 	})

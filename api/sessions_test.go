@@ -14,7 +14,7 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 func TestSessionOpenAnswersBothVariants(t *testing.T) {
@@ -373,7 +373,7 @@ func TestSessionSecurity(t *testing.T) {
 func TestSessionCloseDropsWorld(t *testing.T) {
 	p := newPlane(t, schema.DriverSQLite, shopBundle(t), planeOptions{})
 	s := p.open(map[string]any{"seed": 1})
-	tc := twinrpc.NewClient(p.twinAddr(), nil)
+	tc := rpc.NewClient(p.twinAddr(), nil)
 	if _, err := tc.Session(context.Background(), s.ID); err != nil {
 		t.Fatalf("twin does not hold the open session: %v", err)
 	}
@@ -430,7 +430,7 @@ func TestTwinRestartRebuildsSessionFromJournal(t *testing.T) {
 			if code != 200 || r["content"] != "Error: non-pending order cannot be cancelled" {
 				t.Fatalf("call after restart: %d %v", code, r)
 			}
-			st, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID)
+			st, err := rpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID)
 			if err != nil {
 				t.Fatalf("rebuilt session not on the new twin: %v", err)
 			}
@@ -485,7 +485,7 @@ func TestIdleSessionExpires(t *testing.T) {
 		if code, _ := p.call(s, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusNotFound {
 			t.Fatalf("expired session's token: %d, want 404", code)
 		}
-		if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID); err == nil {
+		if _, err := rpc.NewClient(p.twinAddr(), nil).Session(context.Background(), s.ID); err == nil {
 			t.Fatal("the twin still holds an expired session's world")
 		}
 	})
@@ -525,7 +525,7 @@ func TestIdleSessionExpires(t *testing.T) {
 			t.Errorf("listed %d sessions, want 3 (%s among them)", len(rows), listed.ID)
 		}
 		for _, id := range []string{s.ID, listed.ID, byToken.ID} {
-			if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(context.Background(), id); err == nil {
+			if _, err := rpc.NewClient(p.twinAddr(), nil).Session(context.Background(), id); err == nil {
 				t.Errorf("the twin still holds expired session %s's world", id)
 			}
 		}
@@ -552,7 +552,7 @@ func TestIdleSessionExpires(t *testing.T) {
 		if code, _ := p.call(idle, "get_order_details", map[string]any{"order_id": "#W0000001"}); code != http.StatusNotFound {
 			t.Fatalf("reaped session: %d, want 404", code)
 		}
-		if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(ctx, idle.ID); err == nil {
+		if _, err := rpc.NewClient(p.twinAddr(), nil).Session(ctx, idle.ID); err == nil {
 			t.Fatal("the twin still holds a reaped session's world")
 		}
 		// Reaping again at the same time changes nothing.
