@@ -79,6 +79,21 @@ func (p *mcpPlane) rpc(t testing.TB, path, token, version, method string, params
 	return resp.StatusCode, out
 }
 
+// readReceipts reads the session's receipts resource.
+func readReceipts(t testing.TB, cs *mcp.ClientSession) api.MCPReceipts {
+	t.Helper()
+	rr, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: api.ReceiptsURI})
+	if err != nil || len(rr.Contents) != 1 {
+		t.Fatalf("receipts: %+v %v", rr, err)
+	}
+	var rc api.MCPReceipts
+	if err := json.Unmarshal([]byte(rr.Contents[0].Text), &rc); err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// strings2 is a JSON array of strings as a slice.
 func strings2(v any) []string {
 	var out []string
 	for _, x := range v.([]any) {
@@ -138,14 +153,7 @@ func TestMCPSessionAddress(t *testing.T) {
 		if after["state_hash"] == before["state_hash"] || after["n_calls"] != float64(2) {
 			t.Fatalf("after a write: state hash %v → %v, n_calls %v", before["state_hash"], after["state_hash"], after["n_calls"])
 		}
-		rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: api.ReceiptsURI})
-		if err != nil || len(rr.Contents) != 1 {
-			t.Fatalf("receipts: %+v %v", rr, err)
-		}
-		var rc api.MCPReceipts
-		if err := json.Unmarshal([]byte(rr.Contents[0].Text), &rc); err != nil {
-			t.Fatal(err)
-		}
+		rc := readReceipts(t, cs)
 		if rc.SessionID != rest.ID || rc.Env != p.env.Slug || rc.Seed != 42 || rc.WorldHash != str(rest.Open["world_hash"]) ||
 			rc.StateHash != after["state_hash"] || rc.NCalls != 2 || rc.SeedInstructions != pending2 {
 			t.Fatalf("receipts = %+v", rc)

@@ -206,14 +206,7 @@ func TestMCPEnvironmentFace(t *testing.T) {
 		if after["state_hash"] == before["state_hash"] || after["n_calls"] != float64(3) {
 			t.Fatalf("state hash %v → %v after a write", before["state_hash"], after["state_hash"])
 		}
-		rr, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: api.ReceiptsURI})
-		if err != nil || len(rr.Contents) != 1 {
-			t.Fatalf("receipts: %+v %v", rr, err)
-		}
-		var rc api.MCPReceipts
-		if err := json.Unmarshal([]byte(rr.Contents[0].Text), &rc); err != nil {
-			t.Fatal(err)
-		}
+		rc := readReceipts(t, cs)
 		if rc.SessionID != id || rc.Seed != 42 || rc.WorldHash != str(rest.Open["world_hash"]) || rc.StateHash != after["state_hash"] || rc.NCalls != 3 {
 			t.Fatalf("receipts = %+v", rc)
 		}
