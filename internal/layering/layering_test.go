@@ -127,3 +127,17 @@ func TestNoTemporalBelowTheTransports(t *testing.T) {
 		}
 	}
 }
+
+// TestToolPlaneWithoutTemporal: the tool plane reaches Temporal only through the interfaces it declares
+// (SessionOpener and the like), which the server wires to workflows/wfclient; it imports no Temporal package.
+func TestToolPlaneWithoutTemporal(t *testing.T) {
+	p, err := build.ImportDir(filepath.Join(root, "toolplane"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range p.Imports {
+		if strings.HasPrefix(imp, "go.temporal.io/") {
+			t.Errorf("toolplane imports %s", imp)
+		}
+	}
+}
