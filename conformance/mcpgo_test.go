@@ -311,4 +311,3 @@ func (d *doppel) sessionStatus(t *testing.T, id string) string {
 	}
 	return s.Status
 }
-

@@ -142,4 +142,6 @@ func (x *xoauth2) refreshWith(ctx context.Context, refresh string) (string, erro
 
 func (x *xoauth2) clientID() string { return x.cfg.ClientID }
 
-func (x *xoauth2) revocationEndpoint(context.Context) (string, error) { return x.meta.RevocationEndpoint, nil }
+func (x *xoauth2) revocationEndpoint(context.Context) (string, error) {
+	return x.meta.RevocationEndpoint, nil
+}
