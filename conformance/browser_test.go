@@ -39,6 +39,11 @@ func newBrowser(t *testing.T, bin string) *browser {
 	t.Cleanup(cancel)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
+	// The first action on a context starts the browser and ties it to that context: start it on this one, which
+	// lives as long as the test, not on a consent's shorter one.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start Chromium %s: %v", bin, err)
+	}
 	return &browser{ctx: ctx}
 }
 

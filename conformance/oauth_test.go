@@ -143,11 +143,13 @@ type authServer struct {
 }
 
 // connectAndList connects an mcp-go client and lists the tools: the MCP call the OAuth clients' tokens authorize.
+// It asks for the newest protocol version with an initialize handshake, so that the OAuth flows do not depend on
+// the stateless protocol core (TestMCPGo covers the protocol versions).
 func connectAndList(ctx context.Context, c *client.Client) error {
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{
+	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
 		ClientInfo: mcp.Implementation{Name: "doppel conformance (oauth)", Version: "1"}}}); err != nil {
 		return err
 	}
