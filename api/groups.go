@@ -72,21 +72,21 @@ func groupSchema(r huma.Registry, t reflect.Type, doc string) *huma.Schema {
 	return &huma.Schema{Description: doc, OneOf: []*huma.Schema{one, {Type: huma.TypeArray, Items: one}}}
 }
 
-// openedOut is one opened session as the open's answer.
-func openedOut(o *toolplane.Opened) OpenSessionBodyOut {
+// openedOut is one opened session as the open's answer, with its MCP address mcpURL ("" for none).
+func openedOut(o *toolplane.Opened, mcpURL string) OpenSessionBodyOut {
 	s, rc := o.Session, o.Receipts
 	return OpenSessionBodyOut{
 		SessionToken: o.Token, SessionIDA: s.ID, Seed: s.Seed, WorldHash: rc.WorldHash,
-		SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned,
+		SessionID: s.ID, Token: o.Token, ExpiresAt: s.ExpiresAt, Pinned: rc.Pinned, MCPURLA: mcpURL, MCPURL: mcpURL,
 		Receipts: SessionReceipts{Seeded: rc.Seeded, Seed: rc.Seed, Scenario: rc.Scenario, WorldHash: rc.WorldHash, Note: rc.Note,
 			Clock: rc.Clock, World: rc.World, Trace: traceReceipt(rc.Trace)},
 	}
 }
 
-// forkedOut is one fork as the fork's answer.
-func forkedOut(o *toolplane.Opened) ForkBodyOut {
+// forkedOut is one fork as the fork's answer, with its MCP address mcpURL ("" for none).
+func forkedOut(o *toolplane.Opened, mcpURL string) ForkBodyOut {
 	s := o.Session
-	out := ForkBodyOut{OpenSessionBodyOut: openedOut(o), ForkedFrom: ForkedFrom{SessionID: s.ForkedFrom, AtCall: s.ForkedAt},
+	out := ForkBodyOut{OpenSessionBodyOut: openedOut(o, mcpURL), ForkedFrom: ForkedFrom{SessionID: s.ForkedFrom, AtCall: s.ForkedAt},
 		StateHash: s.StateHash}
 	out.WorldHash, out.Receipts.WorldHash = s.WorldHash, s.WorldHash
 	return out

@@ -20,14 +20,18 @@ import (
 	"github.com/doppel-dev/doppel/webhook"
 )
 
-// The MCP server (spec §1), on the official Go SDK's Streamable HTTP transport, with MCP sessions (Mcp-Session-Id),
-// ping and DELETE to end a session. It has two faces:
+// The MCP server (spec §1), on the official Go SDK's Streamable HTTP transport: the session-based versions
+// (2024-11-05 … 2025-11-25, MCP sessions with Mcp-Session-Id, ping and DELETE to end one) and the stateless revision
+// (2026-07-28: server/discover, no initialize, no MCP session; mcp_version.go). It has two faces:
 //
 //   - /mcp, the workspace face: every registry verb is a tool, its input schema the verb's from the verb table. A
 //     tool call is served in process by the verb's REST route, as tRPC serves it, so credentials, validation and
 //     errors are the REST route's; a verb's error is a tool result with isError and the envelope.
 //   - /mcp/envs/{slug}, an environment's own address: its production tools are the tools, and one MCP session is
-//     one seeded doppel session, opened at initialize and closed when the MCP session ends (mcp_env.go).
+//     one seeded doppel session, opened at initialize and closed when the MCP session ends (mcp_env.go); the
+//     session-based versions only, as an MCP session is what opens the doppel session there.
+//   - /mcp/envs/{slug}/sessions/{session_id}, one open doppel session's address (sessions.open answers it as
+//     mcp_url): the same tools, every version, stateless (mcp_session.go).
 //
 // Both take a workspace key (mk_live_…) or an MCP access token (mcp_at_…), which the OAuth 2.1 authorization server
 // in oauth.go issues; without one they answer 401 with WWW-Authenticate naming the protected resource metadata.
@@ -101,6 +105,7 @@ func (m *MCPRoutes) Register(a huma.API, d *Deps) {
 	d.Mux.Handle("/mcp", deps.guard(ws.handler()))
 	env := &envFace{mcpDeps: deps}
 	d.Mux.Handle("/mcp/envs/{slug}", deps.guard(env.handler()))
+	d.Mux.Handle(SessionMCPPath("{slug}", "{session_id}"), (&sessionFace{mcpDeps: deps}).handler())
 	(&oauthServer{mcpDeps: deps}).register(d.Mux)
 }
 
@@ -153,10 +158,13 @@ func (f *workspaceFace) handler() http.Handler {
 	// The verbs are known once every route is registered, after Register: the server is built on first use.
 	var once sync.Once
 	var srv *mcp.Server
-	return f.streamable(func(*http.Request) *mcp.Server {
+	get := func(*http.Request) *mcp.Server {
 		once.Do(func() { srv = build() })
 		return srv
-	})
+	}
+	// Every verb takes its credential and its session (if any) in the request, so the stateless revision needs no
+	// state here: its requests go to a stateless handler over the same server.
+	return versionSwitch(f.streamable(get), mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Stateless: true, Logger: f.logger}))
 }
 
 // VerbToolName is the workspace-face tool name of a registry verb: the verb's name with its dots as underscores

@@ -19,6 +19,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
+	"github.com/doppel-dev/doppel/twinrpc"
 )
 
 // mcpSessionHeader names an MCP session on the Streamable HTTP transport.
@@ -51,6 +52,10 @@ type envStartKey struct{}
 func (f *envFace) handler() http.Handler {
 	f.h = f.streamable(f.server)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c := mcpVersion(r, r.Header.Get(mcpVersionHeader) >= MCPStatelessVersion); c.stateless && c.method != mcpMethodDiscover {
+			f.refuseStateless(w, r, c)
+			return
+		}
 		id := r.Header.Get(mcpSessionHeader)
 		switch {
 		case id == "" && r.Method == http.MethodPost:
@@ -78,6 +83,21 @@ func (f *envFace) handler() http.Handler {
 			}
 		}
 	})
+}
+
+// refuseStateless answers a request of the stateless revision at an environment's own address, which opens a
+// doppel session per MCP session and so speaks only the session-based versions (its server/discover lists them):
+// the stateless revision reaches a session at the session's own address, which sessions.open answers.
+func (f *envFace) refuseStateless(w http.ResponseWriter, r *http.Request, c mcpRequest) {
+	slug := r.PathValue("slug")
+	detail := fmt.Sprintf("MCP %s is served per session: open a session (POST /v1/envs/%s/sessions, or the "+
+		"sessions_open tool of /mcp) and send requests to its mcp_url (%s/mcp/envs/%s/sessions/{session_id}) with its "+
+		"session token as the bearer; this address opens a session per MCP session at initialize, with protocol "+
+		"versions %s", c.version, slug, f.base(), slug, strings.Join(MCPSessionVersions(), ", "))
+	e := NewError(http.StatusBadRequest, detail)
+	e.RequestID = RequestID(r.Context())
+	writeRPCError(w, http.StatusBadRequest, c.id, mcp.CodeUnsupportedProtocolVersion, detail, map[string]any{
+		"supported": MCPSessionVersions(), "requested": c.version, "httpStatus": http.StatusBadRequest, "envelope": e})
 }
 
 // prepare reads the environment, its tools and the session's seeding from the address of a new MCP session.
@@ -120,15 +140,24 @@ func (f *envFace) server(r *http.Request) *mcp.Server {
 			"of its own, seeded at initialize. Read " + ReceiptsURI + " for the seed, world hash and clock.",
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{}},
 		Logger:       f.logger,
+		// This address opens a doppel session per MCP session; the stateless revision is served at each session's
+		// own address (sessionFace), so server/discover and version errors here name the session-based versions.
+		SupportedProtocolVersions: MCPSessionVersions(),
 	})
 	s.AddReceivingMiddleware(envelopeErrors, es.initialize)
-	for _, e := range start.tools {
+	addEnvTools(s, start.tools, es.call, es.receipts)
+	return s
+}
+
+// addEnvTools adds an environment's tools (AnthropicTool entries) to s, each served by call, and the receipts
+// resource served by receipts.
+func addEnvTools(s *mcp.Server, tools ToolList, call mcp.ToolHandler, receipts mcp.ResourceHandler) {
+	for _, e := range tools {
 		t := e.(AnthropicTool)
-		s.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: objectSchema(t.InputSchema)}, es.call)
+		s.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: objectSchema(t.InputSchema)}, call)
 	}
 	s.AddResource(&mcp.Resource{URI: ReceiptsURI, Name: "receipts", MIMEType: "application/json",
-		Description: "The session's receipts: seed, seed instructions or scenario, world hash, clock, and its state now."}, es.receipts)
-	return s
+		Description: "The session's receipts: seed, seed instructions or scenario, world hash, clock, and its state now."}, receipts)
 }
 
 // objectSchema is a tool's input schema as MCP needs it: an object schema (a schema of another type is wrapped
@@ -243,18 +272,24 @@ func (s *envSession) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return errorResult(ctx, err), nil
 	}
+	return s.face.callTool(ctx, sess, req), nil
+}
+
+// callTool is a tools/call of an environment's tool: a call in session sess through the tool plane, journaled,
+// with its fidelity and rung in the result's _meta and a tool's own error as isError.
+func (m *mcpDeps) callTool(ctx context.Context, sess *schema.Session, req *mcp.CallToolRequest) *mcp.CallToolResult {
 	args := req.Params.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
 	begun := time.Now()
-	res, err := s.face.Plane.Call(ctx, sess, toolplane.CallRequest{Tool: req.Params.Name, Arguments: args, Requestor: "assistant"})
+	res, err := m.Plane.Call(ctx, sess, toolplane.CallRequest{Tool: req.Params.Name, Arguments: args, Requestor: "assistant"})
 	if err != nil {
-		return errorResult(ctx, err), nil
+		return errorResult(ctx, err)
 	}
-	if s.face.obs != nil {
+	if m.obs != nil {
 		// Auth happened once for the MCP request that carries this call, outside it.
-		s.face.obs.Call("mcp", res.Fidelity, res.Rung, 0, res.Twin, res.Journal, time.Since(begun))
+		m.obs.Call("mcp", res.Fidelity, res.Rung, 0, res.Twin, res.Journal, time.Since(begun))
 	}
 	meta := map[string]any{"sessionId": sess.ID, "callId": res.CallID, "fidelity": res.Fidelity,
 		"rung": res.Rung, "downgraded": res.Downgraded, "ms": res.Ms}
@@ -265,7 +300,7 @@ func (s *envSession) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.C
 		Content: []mcp.Content{&mcp.TextContent{Text: res.Content}},
 		IsError: res.Error,
 		Meta:    mcp.Meta{MetaCall: meta},
-	}, nil
+	}
 }
 
 // MCPReceipts are an environment MCP session's receipts: the doppel session, what seeded its world, and its state.
@@ -291,10 +326,15 @@ func (s *envSession) view(st *toolplane.State) MCPReceipts {
 	s.mu.Lock()
 	o := s.opened
 	s.mu.Unlock()
-	rc := o.Receipts
-	v := MCPReceipts{SessionID: o.Session.ID, Env: s.start.env.Slug, Seeded: rc.Seeded, Seed: rc.Seed,
+	return newMCPReceipts(s.start.env.Slug, o.Session, o.Receipts, st)
+}
+
+// newMCPReceipts are the receipts of session sess of environment env, from the receipts rc its world was opened
+// with, and its state now when st is given.
+func newMCPReceipts(env string, sess *schema.Session, rc twinrpc.Receipts, st *toolplane.State) MCPReceipts {
+	v := MCPReceipts{SessionID: sess.ID, Env: env, Seeded: rc.Seeded, Seed: rc.Seed,
 		SeedInstructions: rc.SeedInstructions, Scenario: rc.Scenario, Note: rc.Note, WorldHash: rc.WorldHash,
-		Clock: rc.Clock, Pinned: rc.Pinned, StateHash: o.Session.StateHash, ExpiresAt: &o.Session.ExpiresAt,
+		Clock: rc.Clock, Pinned: rc.Pinned, StateHash: sess.StateHash, ExpiresAt: &sess.ExpiresAt,
 		Trace: traceReceipt(rc.Trace)}
 	if st != nil {
 		v.StateHash, v.NCalls, v.ExpiresAt = st.StateHash, st.NCalls, &st.ExpiresAt

@@ -40,26 +40,39 @@ func (m *mcpDeps) allowedOrigin(origin string) bool {
 	return slices.ContainsFunc(m.AllowedOrigins, func(a string) bool { return strings.ToLower(strings.TrimRight(a, "/")) == o })
 }
 
-// guard admits a request to an MCP address, and answers every refusal — its own and the SDK's — as the envelope
+// guard admits a request to an MCP address whose credential is a workspace key or an MCP token (the workspace
+// face and the environment addresses); guardWith says how every guard admits and answers.
+func (m *mcpDeps) guard(next http.Handler) http.Handler {
+	return m.guardWith(func(r *http.Request) (*Principal, error) {
+		return m.auth.Key(r.Context(), r.Header.Get("Authorization"), cred.KindWorkspace, cred.KindMCP)
+	}, next)
+}
+
+// tokenPrincipal is the TokenInfo.Extra entry that carries the request's Principal to the MCP handlers (the SDK gives
+// them the request's token information, not its context).
+const tokenPrincipal = "doppel.principal"
+
+// guardWith admits a request to an MCP address, and answers every refusal — its own and the SDK's — as the envelope
 // with the refusal's HTTP status (spec §7):
 //
 //   - a present Origin that is not the public URL's or an allowed one is 403 (the Streamable HTTP transport's
 //     defence against DNS rebinding); requests without Origin (non-browser clients) pass;
-//   - a workspace key or an MCP token is required, as REST requires it (revoked, expired and unknown credentials
-//     are 401, a workspace without access or without the mcp entitlement 403); a 401 names the protected resource
-//     metadata so an MCP client can start OAuth;
-//   - an OAuth token works only on the MCP address it was issued for (RFC 8707), else 401 invalid_token.
+//   - authenticate must name the caller, as REST requires it (revoked, expired and unknown credentials are 401, a
+//     workspace without access or without the mcp entitlement 403); a 401 names the protected resource metadata so
+//     an MCP client can start OAuth;
+//   - an OAuth token works only on the MCP address it was issued for and on the addresses under it (RFC 8707: a
+//     token for /mcp/envs/x serves x's session addresses), else 401 invalid_token.
 //
 // The SDK's RequireBearerToken then records the token's holder, so the SDK refuses an MCP session to another
-// workspace.
-func (m *mcpDeps) guard(next http.Handler) http.Handler {
+// workspace, and hands the Principal to the handlers in TokenInfo.Extra (tokenPrincipal).
+func (m *mcpDeps) guardWith(authenticate func(*http.Request) (*Principal, error), next http.Handler) http.Handler {
 	verified := auth.RequireBearerToken(func(ctx context.Context, _ string, _ *http.Request) (*auth.TokenInfo, error) {
 		p := PrincipalFrom(ctx)
 		if p == nil {
 			return nil, auth.ErrInvalidToken
 		}
-		info := &auth.TokenInfo{UserID: p.Workspace.ID}
-		if p.Key.ExpiresAt != nil {
+		info := &auth.TokenInfo{UserID: p.Workspace.ID, Extra: map[string]any{tokenPrincipal: p}}
+		if p.Key != nil && p.Key.ExpiresAt != nil {
 			info.Expiration = *p.Key.ExpiresAt
 		}
 		return info, nil
@@ -70,7 +83,7 @@ func (m *mcpDeps) guard(next http.Handler) http.Handler {
 				"browser must come from "+m.origin()+" or an origin in mcp.allowed_origins"))
 			return
 		}
-		p, err := m.auth.Key(r.Context(), r.Header.Get("Authorization"), cred.KindWorkspace, cred.KindMCP)
+		p, err := authenticate(r)
 		if err != nil {
 			if _, status := EnvelopeOf(r.Context(), err); status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+m.resourceMetadataURL(r)+`"`)
@@ -82,10 +95,11 @@ func (m *mcpDeps) guard(next http.Handler) http.Handler {
 			WriteError(w, r, Forbidden(AccessDenied, "this workspace is not entitled to the MCP server (entitlement mcp)"))
 			return
 		}
-		if res := p.Key.Resource; res != "" && res != m.base()+r.URL.Path {
+		here := m.base() + r.URL.Path
+		if res := resourceOf(p); res != "" && res != here && !strings.HasPrefix(here, res+"/sessions/") {
 			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="the token is for another resource", resource_metadata="`+
 				m.resourceMetadataURL(r)+`"`)
-			WriteError(w, r, Unauthorized("this token was issued for "+res+", not "+m.base()+r.URL.Path+
+			WriteError(w, r, Unauthorized("this token was issued for "+res+", not "+here+
 				": a token works only on the MCP address it was authorized for (RFC 8707); authorize this address"))
 			return
 		}
@@ -94,6 +108,23 @@ func (m *mcpDeps) guard(next http.Handler) http.Handler {
 		verified.ServeHTTP(ew, r.WithContext(ctx))
 		ew.finish()
 	})
+}
+
+// resourceOf is the resource the principal's key is bound to ("" for none, or for a session token).
+func resourceOf(p *Principal) string {
+	if p.Key == nil {
+		return ""
+	}
+	return p.Key.Resource
+}
+
+// principalOf is the Principal guardWith admitted the MCP request of extra with.
+func principalOf(extra *mcp.RequestExtra) *Principal {
+	if extra == nil || extra.TokenInfo == nil {
+		return nil
+	}
+	p, _ := extra.TokenInfo.Extra[tokenPrincipal].(*Principal)
+	return p
 }
 
 // refusal is a refusal of an MCP request itself (auth, quota, access, size) found while the SDK serves it (an

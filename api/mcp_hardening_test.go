@@ -218,7 +218,7 @@ func TestMCPErrorsAreEnvelopes(t *testing.T) {
 	plans := &usage.Plans{Default: "small", ByName: map[string]usage.Plan{"small": {OpenSessions: 1}}}
 	p := newMCPPlaneWith(t, schema.DriverSQLite, shopBundle(t), planeOptions{plans: plans}, 0, nil)
 	auth := map[string]string{"Authorization": "Bearer " + p.key}
-	cs := p.connect(t, "/mcp", p.key)
+	cs := connectAt(t, p.srv.URL+"/mcp", p.key, api.MCPSessionVersions()[0]) // MCP sessions' own refusals
 	big := `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", 5<<20) + `"}}`
 	batch := `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`
 	with := func(extra map[string]string) map[string]string {
@@ -286,5 +286,13 @@ func TestMCPErrorsAreEnvelopes(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rpc); err != nil || st != 200 || rpc.Error.Code == 0 || rpc.Error.Data.HTTPStatus == 0 ||
 		rpc.Error.Data.Envelope.Code == "" || !strings.HasPrefix(rpc.Error.Data.Envelope.RequestID, "req_") {
 		t.Errorf("an unknown tool: %d %s, want a JSON-RPC error with the envelope in error.data", st, b)
+	}
+	// So does one at the stateless revision (whose Streamable HTTP answers a request's error with 400).
+	st, out := p.rpc(t, "/mcp", p.key, api.MCPStatelessVersion, "tools/call", map[string]any{"name": "no.such.tool", "arguments": map[string]any{}})
+	e, _ := out["error"].(map[string]any)
+	data, _ := e["data"].(map[string]any)
+	if envelope, _ := data["envelope"].(map[string]any); st != http.StatusBadRequest || data["httpStatus"] == nil || envelope["code"] == nil ||
+		!strings.HasPrefix(str(envelope["requestId"]), "req_") {
+		t.Errorf("an unknown tool at %s: %d %v, want a JSON-RPC error with the envelope in error.data", api.MCPStatelessVersion, st, out)
 	}
 }

@@ -44,6 +44,7 @@ func newMCPPlaneWith(t testing.TB, driver string, bundle []byte, o planeOptions,
 	p := newPlane(t, driver, bundle, o)
 	srv := httptest.NewUnstartedServer(nil)
 	routes := &api.MCPRoutes{Plane: p.tp, PublicURL: "http://" + srv.Listener.Addr().String()}
+	p.routes.MCPBase = routes.PublicURL
 	if mcp != nil {
 		mcp(routes)
 	}

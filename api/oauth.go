@@ -72,7 +72,7 @@ func (o *oauthServer) resourceMetadata(w http.ResponseWriter, r *http.Request) {
 	resource := base
 	if p := r.PathValue("path"); p != "" {
 		if _, ok := o.resourcePath("/" + p); !ok {
-			WriteError(w, r, NotFound("no protected resource /%s: the MCP addresses are /mcp and /mcp/envs/{slug}", p))
+			WriteError(w, r, NotFound("no protected resource /%s: the MCP addresses are /mcp, /mcp/envs/{slug} and /mcp/envs/{slug}/sessions/{session_id}", p))
 			return
 		}
 		resource = base + "/" + p
@@ -121,7 +121,11 @@ func (o *oauthServer) resourcePath(p string) (string, bool) {
 	if p == "/mcp" {
 		return p, true
 	}
-	slug, ok := strings.CutPrefix(p, "/mcp/envs/")
+	rest, ok := strings.CutPrefix(p, "/mcp/envs/")
+	slug, session, hasSession := strings.Cut(rest, "/sessions/")
+	if hasSession && (session == "" || strings.ContainsAny(session, "/?#")) {
+		return p, false
+	}
 	return p, ok && slug != "" && !strings.ContainsAny(slug, "/?#")
 }
 
@@ -147,14 +151,16 @@ func (o *oauthServer) resource(raw string) (string, error) {
 		return "", nil
 	}
 	if _, ok := o.resourcePath(p); !ok {
-		return "", fmt.Errorf("resource %s is not an MCP address of this server: use %s/mcp or %s/mcp/envs/{slug}", raw, base, base)
+		return "", fmt.Errorf("resource %s is not an MCP address of this server: use %s/mcp, %s/mcp/envs/{slug} or a session's %s/mcp/envs/{slug}/sessions/{session_id}", raw, base, base, base)
 	}
 	return base + p, nil
 }
 
-// narrower says whether a token bound to want may be issued on a grant bound to have: the same resource, or any
-// when the grant is for the whole server ("").
-func narrower(want, have string) bool { return have == "" || want == have }
+// narrower says whether a token bound to want may be issued on a grant bound to have: the same resource, one of
+// the sessions of the environment address have names, or any when the grant is for the whole server ("").
+func narrower(want, have string) bool {
+	return have == "" || want == have || strings.HasPrefix(want, have+"/sessions/")
+}
 
 // oauthError is an OAuth error answer (RFC 6749 §5.2) that is also the spec's envelope.
 type oauthError struct {

@@ -22,6 +22,9 @@ type SessionRoutes struct {
 	// Model says a model is configured, so the simulate rung answers (the tools listing leaves out tools nothing
 	// else can answer when it is not).
 	Model bool
+	// MCPBase is the MCP server's public base URL (api.public_url): open and fork answers carry each session's own
+	// MCP address on it (mcp_url). Empty: they carry none.
+	MCPBase string
 
 	obs Observer
 }
@@ -199,6 +202,8 @@ type OpenSessionBodyOut struct {
 	ExpiresAt time.Time       `json:"expiresAt" doc:"When the session expires if unused (it moves with every call)."`
 	// Both.
 	Pinned map[string][]string `json:"pinned" doc:"Entity name → ids the seed instructions created or fixed."`
+	MCPURLA string             `json:"mcp_url,omitempty" doc:"The session's own MCP address (variant A name): the environment's tools in this session, over every MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the bearer." example:"https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef"`
+	MCPURL  string             `json:"mcpUrl,omitempty" doc:"The session's own MCP address (variant B name)." example:"https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef"`
 }
 
 // OpenSessionOutput is the 201 answer of a session open.
@@ -242,7 +247,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 		}
 		out := &OpenSessionOutput{Body: OpenAnswer{Many: make([]OpenSessionBodyOut, len(os))}}
 		for i, o := range os {
-			out.Body.Many[i] = openedOut(o)
+			out.Body.Many[i] = openedOut(o, sessionMCPURL(sr.MCPBase, in.Slug, o.Session.ID))
 		}
 		return out, nil
 	}
@@ -250,7 +255,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	if err != nil {
 		return nil, err
 	}
-	one := openedOut(o)
+	one := openedOut(o, sessionMCPURL(sr.MCPBase, in.Slug, o.Session.ID))
 	return &OpenSessionOutput{Body: OpenAnswer{One: &one}}, nil
 }
 

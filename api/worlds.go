@@ -121,6 +121,15 @@ func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkO
 			return nil, err
 		}
 		req := toolplaneForkRequest(p, at)
+		slug := ""
+		if sr.MCPBase != "" {
+			env, err := store.GetEnvByID(ctx, d.DB, p.Session.EnvID)
+			if err != nil {
+				return nil, StoreError(err, "environment of session "+p.Session.ID)
+			}
+			slug = env.Slug
+		}
+		mcpURL := func(o *toolplane.Opened) string { return sessionMCPURL(sr.MCPBase, slug, o.Session.ID) }
 		if body.N != nil {
 			os, err := sr.Plane.ForkGroup(ctx, p.Session, req, *body.N)
 			if err != nil {
@@ -128,7 +137,7 @@ func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkO
 			}
 			out := &ForkOutput{Body: ForkAnswer{Many: make([]ForkBodyOut, len(os))}}
 			for i, o := range os {
-				out.Body.Many[i] = forkedOut(o)
+				out.Body.Many[i] = forkedOut(o, mcpURL(o))
 			}
 			return out, nil
 		}
@@ -136,7 +145,7 @@ func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkO
 		if err != nil {
 			return nil, err
 		}
-		one := forkedOut(o)
+		one := forkedOut(o, mcpURL(o))
 		return &ForkOutput{Body: ForkAnswer{One: &one}}, nil
 	}
 }

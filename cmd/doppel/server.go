@@ -456,7 +456,7 @@ func apiOptions(st *stack, public string) (api.Options, error) {
 	c := st.cfg.Collect
 	builds := &api.BuildRoutes{Blobs: st.blobs, Starter: starter, MaxUploadBytes: c.MaxRequestBytes, Bundles: plane.Bundles(),
 		Traces: api.CollectOptions{MaxRequestBytes: c.MaxRequestBytes, MaxEnvBytes: c.MaxEnvBytes}}
-	sessions := &api.SessionRoutes{Plane: plane, Model: st.cfg.Model.BaseURL != ""}
+	sessions := &api.SessionRoutes{Plane: plane, Model: st.cfg.Model.BaseURL != "", MCPBase: strings.TrimRight(public, "/")}
 	collect := api.CollectOptions{Blobs: st.blobs, Scheduler: starter, MaxRequestBytes: c.MaxRequestBytes,
 		MaxEnvBytes: c.MaxEnvBytes, RatePerSecond: c.RatePerSecond, RateBurst: c.RateBurst}
 	wake := &api.WakeRoutes{Plane: plane}

@@ -2159,6 +2159,16 @@ type ForkBodyOut struct {
 	ExpiresAt  time.Time  `json:"expiresAt"`
 	ForkedFrom ForkedFrom `json:"forkedFrom"`
 
+	// McpUrl The session's own MCP address (variant B name).
+	//
+	// Example: https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef
+	McpUrl *string `json:"mcpUrl,omitempty"`
+
+	// McpUrlA The session's own MCP address (variant A name): the environment's tools in this session, over every MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the bearer.
+	//
+	// Example: https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef
+	McpUrlA *string `json:"mcp_url,omitempty"`
+
 	// Pinned Entity name → ids the seed instructions created or fixed.
 	Pinned   map[string]*[]string `json:"pinned"`
 	Receipts SessionReceipts      `json:"receipts"`
@@ -2415,6 +2425,16 @@ type OpenSessionBodyWorld string
 type OpenSessionBodyOut struct {
 	// ExpiresAt When the session expires if unused (it moves with every call).
 	ExpiresAt time.Time `json:"expiresAt"`
+
+	// McpUrl The session's own MCP address (variant B name).
+	//
+	// Example: https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef
+	McpUrl *string `json:"mcpUrl,omitempty"`
+
+	// McpUrlA The session's own MCP address (variant A name): the environment's tools in this session, over every MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the bearer.
+	//
+	// Example: https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef
+	McpUrlA *string `json:"mcp_url,omitempty"`
 
 	// Pinned Entity name → ids the seed instructions created or fixed.
 	Pinned   map[string]*[]string `json:"pinned"`

@@ -13341,6 +13341,18 @@ func (s *ForkBodyOut) encodeFields(e *jx.Encoder) {
 		s.ForkedFrom.Encode(e)
 	}
 	{
+		if s.McpUrl.Set {
+			e.FieldStart("mcpUrl")
+			s.McpUrl.Encode(e)
+		}
+	}
+	{
+		if s.McpUrlA.Set {
+			e.FieldStart("mcp_url")
+			s.McpUrlA.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("pinned")
 		s.Pinned.Encode(e)
 	}
@@ -13378,18 +13390,20 @@ func (s *ForkBodyOut) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfForkBodyOut = [11]string{
+var jsonFieldsNameOfForkBodyOut = [13]string{
 	0:  "expiresAt",
 	1:  "forkedFrom",
-	2:  "pinned",
-	3:  "receipts",
-	4:  "seed",
-	5:  "sessionId",
-	6:  "session_id",
-	7:  "session_token",
-	8:  "state_hash",
-	9:  "token",
-	10: "world_hash",
+	2:  "mcpUrl",
+	3:  "mcp_url",
+	4:  "pinned",
+	5:  "receipts",
+	6:  "seed",
+	7:  "sessionId",
+	8:  "session_id",
+	9:  "session_token",
+	10: "state_hash",
+	11: "token",
+	12: "world_hash",
 }
 
 // Decode decodes ForkBodyOut from json.
@@ -13423,8 +13437,28 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"forkedFrom\"")
 			}
+		case "mcpUrl":
+			if err := func() error {
+				s.McpUrl.Reset()
+				if err := s.McpUrl.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"mcpUrl\"")
+			}
+		case "mcp_url":
+			if err := func() error {
+				s.McpUrlA.Reset()
+				if err := s.McpUrlA.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"mcp_url\"")
+			}
 		case "pinned":
-			requiredBitSet[0] |= 1 << 2
+			requiredBitSet[0] |= 1 << 4
 			if err := func() error {
 				if err := s.Pinned.Decode(d); err != nil {
 					return err
@@ -13434,7 +13468,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"pinned\"")
 			}
 		case "receipts":
-			requiredBitSet[0] |= 1 << 3
+			requiredBitSet[0] |= 1 << 5
 			if err := func() error {
 				if err := s.Receipts.Decode(d); err != nil {
 					return err
@@ -13444,7 +13478,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"receipts\"")
 			}
 		case "seed":
-			requiredBitSet[0] |= 1 << 4
+			requiredBitSet[0] |= 1 << 6
 			if err := func() error {
 				v, err := d.Int64()
 				s.Seed = int64(v)
@@ -13456,7 +13490,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"seed\"")
 			}
 		case "sessionId":
-			requiredBitSet[0] |= 1 << 5
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				v, err := d.Str()
 				s.SessionId = string(v)
@@ -13468,7 +13502,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"sessionId\"")
 			}
 		case "session_id":
-			requiredBitSet[0] |= 1 << 6
+			requiredBitSet[1] |= 1 << 0
 			if err := func() error {
 				v, err := d.Str()
 				s.SessionIdA = string(v)
@@ -13480,7 +13514,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"session_id\"")
 			}
 		case "session_token":
-			requiredBitSet[0] |= 1 << 7
+			requiredBitSet[1] |= 1 << 1
 			if err := func() error {
 				v, err := d.Str()
 				s.SessionToken = string(v)
@@ -13492,7 +13526,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"session_token\"")
 			}
 		case "state_hash":
-			requiredBitSet[1] |= 1 << 0
+			requiredBitSet[1] |= 1 << 2
 			if err := func() error {
 				v, err := d.Str()
 				s.StateHash = string(v)
@@ -13504,7 +13538,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"state_hash\"")
 			}
 		case "token":
-			requiredBitSet[1] |= 1 << 1
+			requiredBitSet[1] |= 1 << 3
 			if err := func() error {
 				v, err := d.Str()
 				s.Token = string(v)
@@ -13516,7 +13550,7 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"token\"")
 			}
 		case "world_hash":
-			requiredBitSet[1] |= 1 << 2
+			requiredBitSet[1] |= 1 << 4
 			if err := func() error {
 				v, err := d.Str()
 				s.WorldHash = string(v)
@@ -13537,8 +13571,8 @@ func (s *ForkBodyOut) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [2]uint8{
-		0b11111111,
-		0b00000111,
+		0b11110011,
+		0b00011111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.
@@ -16856,6 +16890,18 @@ func (s *OpenSessionBodyOut) encodeFields(e *jx.Encoder) {
 		json.EncodeDateTime(e, s.ExpiresAt)
 	}
 	{
+		if s.McpUrl.Set {
+			e.FieldStart("mcpUrl")
+			s.McpUrl.Encode(e)
+		}
+	}
+	{
+		if s.McpUrlA.Set {
+			e.FieldStart("mcp_url")
+			s.McpUrlA.Encode(e)
+		}
+	}
+	{
 		e.FieldStart("pinned")
 		s.Pinned.Encode(e)
 	}
@@ -16889,16 +16935,18 @@ func (s *OpenSessionBodyOut) encodeFields(e *jx.Encoder) {
 	}
 }
 
-var jsonFieldsNameOfOpenSessionBodyOut = [9]string{
-	0: "expiresAt",
-	1: "pinned",
-	2: "receipts",
-	3: "seed",
-	4: "sessionId",
-	5: "session_id",
-	6: "session_token",
-	7: "token",
-	8: "world_hash",
+var jsonFieldsNameOfOpenSessionBodyOut = [11]string{
+	0:  "expiresAt",
+	1:  "mcpUrl",
+	2:  "mcp_url",
+	3:  "pinned",
+	4:  "receipts",
+	5:  "seed",
+	6:  "sessionId",
+	7:  "session_id",
+	8:  "session_token",
+	9:  "token",
+	10: "world_hash",
 }
 
 // Decode decodes OpenSessionBodyOut from json.
@@ -16922,8 +16970,28 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 			}(); err != nil {
 				return errors.Wrap(err, "decode field \"expiresAt\"")
 			}
+		case "mcpUrl":
+			if err := func() error {
+				s.McpUrl.Reset()
+				if err := s.McpUrl.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"mcpUrl\"")
+			}
+		case "mcp_url":
+			if err := func() error {
+				s.McpUrlA.Reset()
+				if err := s.McpUrlA.Decode(d); err != nil {
+					return err
+				}
+				return nil
+			}(); err != nil {
+				return errors.Wrap(err, "decode field \"mcp_url\"")
+			}
 		case "pinned":
-			requiredBitSet[0] |= 1 << 1
+			requiredBitSet[0] |= 1 << 3
 			if err := func() error {
 				if err := s.Pinned.Decode(d); err != nil {
 					return err
@@ -16933,7 +17001,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"pinned\"")
 			}
 		case "receipts":
-			requiredBitSet[0] |= 1 << 2
+			requiredBitSet[0] |= 1 << 4
 			if err := func() error {
 				if err := s.Receipts.Decode(d); err != nil {
 					return err
@@ -16943,7 +17011,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"receipts\"")
 			}
 		case "seed":
-			requiredBitSet[0] |= 1 << 3
+			requiredBitSet[0] |= 1 << 5
 			if err := func() error {
 				v, err := d.Int64()
 				s.Seed = int64(v)
@@ -16955,7 +17023,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"seed\"")
 			}
 		case "sessionId":
-			requiredBitSet[0] |= 1 << 4
+			requiredBitSet[0] |= 1 << 6
 			if err := func() error {
 				v, err := d.Str()
 				s.SessionId = string(v)
@@ -16967,7 +17035,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"sessionId\"")
 			}
 		case "session_id":
-			requiredBitSet[0] |= 1 << 5
+			requiredBitSet[0] |= 1 << 7
 			if err := func() error {
 				v, err := d.Str()
 				s.SessionIdA = string(v)
@@ -16979,7 +17047,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"session_id\"")
 			}
 		case "session_token":
-			requiredBitSet[0] |= 1 << 6
+			requiredBitSet[1] |= 1 << 0
 			if err := func() error {
 				v, err := d.Str()
 				s.SessionToken = string(v)
@@ -16991,7 +17059,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"session_token\"")
 			}
 		case "token":
-			requiredBitSet[0] |= 1 << 7
+			requiredBitSet[1] |= 1 << 1
 			if err := func() error {
 				v, err := d.Str()
 				s.Token = string(v)
@@ -17003,7 +17071,7 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 				return errors.Wrap(err, "decode field \"token\"")
 			}
 		case "world_hash":
-			requiredBitSet[1] |= 1 << 0
+			requiredBitSet[1] |= 1 << 2
 			if err := func() error {
 				v, err := d.Str()
 				s.WorldHash = string(v)
@@ -17024,8 +17092,8 @@ func (s *OpenSessionBodyOut) Decode(d *jx.Decoder) error {
 	// Validate required fields.
 	var failures []validate.FieldError
 	for i, mask := range [2]uint8{
-		0b11111111,
-		0b00000001,
+		0b11111001,
+		0b00000111,
 	} {
 		if result := (requiredBitSet[i] & mask) ^ mask; result != 0 {
 			// Mask only required fields and check equality to mask using XOR.

@@ -5253,6 +5253,12 @@ type ForkBodyOut struct {
 	// When the session expires if unused (it moves with every call).
 	ExpiresAt  time.Time  `json:"expiresAt"`
 	ForkedFrom ForkedFrom `json:"forkedFrom"`
+	// The session's own MCP address (variant B name).
+	McpUrl OptString `json:"mcpUrl"`
+	// The session's own MCP address (variant A name): the environment's tools in this session, over every
+	// MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the
+	// bearer.
+	McpUrlA OptString `json:"mcp_url"`
 	// Entity name → ids the seed instructions created or fixed.
 	Pinned   ForkBodyOutPinned `json:"pinned"`
 	Receipts SessionReceipts   `json:"receipts"`
@@ -5280,6 +5286,16 @@ func (s *ForkBodyOut) GetExpiresAt() time.Time {
 // GetForkedFrom returns the value of ForkedFrom.
 func (s *ForkBodyOut) GetForkedFrom() ForkedFrom {
 	return s.ForkedFrom
+}
+
+// GetMcpUrl returns the value of McpUrl.
+func (s *ForkBodyOut) GetMcpUrl() OptString {
+	return s.McpUrl
+}
+
+// GetMcpUrlA returns the value of McpUrlA.
+func (s *ForkBodyOut) GetMcpUrlA() OptString {
+	return s.McpUrlA
 }
 
 // GetPinned returns the value of Pinned.
@@ -5335,6 +5351,16 @@ func (s *ForkBodyOut) SetExpiresAt(val time.Time) {
 // SetForkedFrom sets the value of ForkedFrom.
 func (s *ForkBodyOut) SetForkedFrom(val ForkedFrom) {
 	s.ForkedFrom = val
+}
+
+// SetMcpUrl sets the value of McpUrl.
+func (s *ForkBodyOut) SetMcpUrl(val OptString) {
+	s.McpUrl = val
+}
+
+// SetMcpUrlA sets the value of McpUrlA.
+func (s *ForkBodyOut) SetMcpUrlA(val OptString) {
+	s.McpUrlA = val
 }
 
 // SetPinned sets the value of Pinned.
@@ -6664,6 +6690,12 @@ func (s *OpenSessionBodyFaults) init() OpenSessionBodyFaults {
 type OpenSessionBodyOut struct {
 	// When the session expires if unused (it moves with every call).
 	ExpiresAt time.Time `json:"expiresAt"`
+	// The session's own MCP address (variant B name).
+	McpUrl OptString `json:"mcpUrl"`
+	// The session's own MCP address (variant A name): the environment's tools in this session, over every
+	// MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the
+	// bearer.
+	McpUrlA OptString `json:"mcp_url"`
 	// Entity name → ids the seed instructions created or fixed.
 	Pinned   OpenSessionBodyOutPinned `json:"pinned"`
 	Receipts SessionReceipts          `json:"receipts"`
@@ -6684,6 +6716,16 @@ type OpenSessionBodyOut struct {
 // GetExpiresAt returns the value of ExpiresAt.
 func (s *OpenSessionBodyOut) GetExpiresAt() time.Time {
 	return s.ExpiresAt
+}
+
+// GetMcpUrl returns the value of McpUrl.
+func (s *OpenSessionBodyOut) GetMcpUrl() OptString {
+	return s.McpUrl
+}
+
+// GetMcpUrlA returns the value of McpUrlA.
+func (s *OpenSessionBodyOut) GetMcpUrlA() OptString {
+	return s.McpUrlA
 }
 
 // GetPinned returns the value of Pinned.
@@ -6729,6 +6771,16 @@ func (s *OpenSessionBodyOut) GetWorldHash() string {
 // SetExpiresAt sets the value of ExpiresAt.
 func (s *OpenSessionBodyOut) SetExpiresAt(val time.Time) {
 	s.ExpiresAt = val
+}
+
+// SetMcpUrl sets the value of McpUrl.
+func (s *OpenSessionBodyOut) SetMcpUrl(val OptString) {
+	s.McpUrl = val
+}
+
+// SetMcpUrlA sets the value of McpUrlA.
+func (s *OpenSessionBodyOut) SetMcpUrlA(val OptString) {
+	s.McpUrlA = val
 }
 
 // SetPinned sets the value of Pinned.
