@@ -131,10 +131,13 @@ func workspaceFlow(t *testing.T, d *doppel, slug, version string) {
 	var open struct {
 		SessionID string `json:"session_id"`
 		Seed      int64
+		MCPURL    string `json:"mcp_url"`
+		MCPURLB   string `json:"mcpUrl"`
 	}
 	callJSON(t, c, "sessions_open", map[string]any{"slug": slug, "seed": 7}, &open)
-	if !strings.HasPrefix(open.SessionID, "ses_") || open.Seed != 7 {
-		t.Fatalf("sessions_open: %+v", open)
+	want := d.url + "/mcp/envs/" + slug + "/sessions/" + open.SessionID
+	if !strings.HasPrefix(open.SessionID, "ses_") || open.Seed != 7 || open.MCPURL != want || open.MCPURLB != want {
+		t.Fatalf("sessions_open: %+v, want seed 7 and mcp_url and mcpUrl %s", open, want)
 	}
 	var called struct {
 		Content  string

@@ -142,14 +142,13 @@ type authServer struct {
 	RevocationEndpoint    string `json:"revocation_endpoint"`
 }
 
-// connectAndList connects an mcp-go client and lists the tools: the MCP call the OAuth clients' tokens authorize.
-// It asks for the newest protocol version with an initialize handshake, so that the OAuth flows do not depend on
-// the stateless protocol core (TestMCPGo covers the protocol versions).
+// connectAndList connects an mcp-go client with its default settings and lists the tools: the MCP call the OAuth
+// clients' tokens authorize.
 func connectAndList(ctx context.Context, c *client.Client) error {
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: mcp.LATEST_LEGACY_PROTOCOL_VERSION,
+	if _, err := c.Initialize(ctx, mcp.InitializeRequest{Params: mcp.InitializeParams{
 		ClientInfo: mcp.Implementation{Name: "doppel conformance (oauth)", Version: "1"}}}); err != nil {
 		return err
 	}
