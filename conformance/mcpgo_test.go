@@ -28,11 +28,17 @@ func TestMCPGo(t *testing.T) {
 	}
 	d := startDoppel(t)
 	slug := d.buildShop(t, http.DefaultClient)
+	versions := advertisedVersions(t, d)
 	t.Run("default", func(t *testing.T) {
-		t.Run("workspace", func(t *testing.T) { workspaceFlow(t, d, slug, "") })
+		t.Run("workspace", func(t *testing.T) {
+			// Left to itself, the client settles on the newest version both sides speak.
+			if got, want := workspaceFlow(t, d, slug, ""), mcp.NegotiateMutuallySupportedVersion(versions); got != want {
+				t.Errorf("mcp-go's default client used protocol version %s on /mcp, want %s", got, want)
+			}
+		})
 		t.Run("env", func(t *testing.T) { envFaceFlow(t, d, slug, "") })
 	})
-	for _, v := range advertisedVersions(t, d) {
+	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
 			t.Run("workspace", func(t *testing.T) { workspaceFlow(t, d, slug, v) })
 			t.Run("env", func(t *testing.T) { envFaceFlow(t, d, slug, v) })
@@ -119,8 +125,9 @@ func mcpgo(t *testing.T, url, bearer, version string) (*client.Client, *mcp.Init
 	return c, init
 }
 
-// workspaceFlow is /mcp through mcp-go: tools/list, envs_list, sessions_open, sessions_call, sessions_close.
-func workspaceFlow(t *testing.T, d *doppel, slug, version string) {
+// workspaceFlow is /mcp through mcp-go: tools/list, envs_list, sessions_open, sessions_call, sessions_close. It
+// answers the protocol version the client used.
+func workspaceFlow(t *testing.T, d *doppel, slug, version string) string {
 	c, _ := mcpgo(t, d.url+"/mcp", d.key, version)
 	requireTools(t, c, "envs_list", "sessions_open", "sessions_call", "sessions_close")
 	var envs []struct{ Slug string }
@@ -157,6 +164,7 @@ func workspaceFlow(t *testing.T, d *doppel, slug, version string) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return c.ProtocolVersion()
 }
 
 // envFaceFlow is an environment's MCP face through mcp-go, seeded with seed 7. At the legacy versions (and with
