@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -49,10 +49,10 @@ type Sessions struct {
 	DB *bun.DB
 	// Twins finds, wakes and waits for twins.
 	Twins TwinDirectory
-	// HTTP is the twin RPC client; nil means twinrpc.NewHTTPClient().
+	// HTTP is the twin RPC client; nil means rpc.NewHTTPClient().
 	HTTP *http.Client
 	// Locals finds twins served in this process (the inproc driver), reached without HTTP; nil: none.
-	Locals twinrpc.Locals
+	Locals rpc.Locals
 	// Reaper expires idle sessions (the tool plane).
 	Reaper Reaper
 	Log    *slog.Logger
@@ -65,14 +65,14 @@ type Sessions struct {
 	warm map[string]TwinEndpoint // env id → the active build's ready twin, as last found
 }
 
-func (a *Sessions) rpc(addr string) *twinrpc.Client {
+func (a *Sessions) rpc(addr string) *rpc.Client {
 	a.once.Do(func() {
 		a.hc = a.HTTP
 		if a.hc == nil {
-			a.hc = twinrpc.NewHTTPClient()
+			a.hc = rpc.NewHTTPClient()
 		}
 	})
-	return twinrpc.Dial(addr, a.hc, a.Locals)
+	return rpc.Dial(addr, a.hc, a.Locals)
 }
 
 func (a *Sessions) log() *slog.Logger {
@@ -140,12 +140,12 @@ func (a *Sessions) FindTwin(ctx context.Context, in FindTwinInput) (TwinEndpoint
 type OpenOnTwinInput struct {
 	Addr      string
 	SessionID string
-	Spec      twinrpc.SessionSpec
+	Spec      rpc.SessionSpec
 }
 
 // OpenOnTwinResult is the opened session's receipts.
 type OpenOnTwinResult struct {
-	Receipts  twinrpc.Receipts
+	Receipts  rpc.Receipts
 	StateHash string
 }
 
@@ -160,7 +160,7 @@ func (a *Sessions) OpenOnTwin(ctx context.Context, in OpenOnTwinInput) (OpenOnTw
 			trace.WithAttributes(attribute.String("doppel.session_id", in.SessionID)))
 		defer span.End()
 	}
-	res, err := c.Open(ctx, twinrpc.OpenRequest{ID: in.SessionID, Spec: in.Spec})
+	res, err := c.Open(ctx, rpc.OpenRequest{ID: in.SessionID, Spec: in.Spec})
 	if err != nil && span != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -168,15 +168,15 @@ func (a *Sessions) OpenOnTwin(ctx context.Context, in OpenOnTwinInput) (OpenOnTw
 	switch {
 	case err == nil:
 		return OpenOnTwinResult{Receipts: res.Receipts, StateHash: res.StateHash}, nil
-	case errors.Is(err, twinrpc.ErrSessionExists):
+	case errors.Is(err, rpc.ErrSessionExists):
 		st, err := c.Session(ctx, in.SessionID)
 		if err != nil {
 			return OpenOnTwinResult{}, fmt.Errorf("read back session %s: %w", in.SessionID, err)
 		}
 		return OpenOnTwinResult{Receipts: st.Receipts, StateHash: st.StateHash}, nil
-	case errors.Is(err, twinrpc.ErrBadSpec):
+	case errors.Is(err, rpc.ErrBadSpec):
 		return OpenOnTwinResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeSessionSpec, err)
-	case twinrpc.IsRetryable(err):
+	case rpc.IsRetryable(err):
 		return OpenOnTwinResult{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeTwinUnavailable, err)
 	}
 	return OpenOnTwinResult{}, fmt.Errorf("open session %s on %s: %w", in.SessionID, in.Addr, err)
@@ -191,7 +191,7 @@ type CloseOnTwinInput struct {
 // CloseOnTwin drops the session's world on the twin; a twin that is gone or no longer holds it is fine.
 func (a *Sessions) CloseOnTwin(ctx context.Context, in CloseOnTwinInput) error {
 	_, err := a.rpc(in.Addr).Close(ctx, in.SessionID)
-	if err == nil || errors.Is(err, twinrpc.ErrUnknownSession) || errors.Is(err, twinrpc.ErrUnreachable) {
+	if err == nil || errors.Is(err, rpc.ErrUnknownSession) || errors.Is(err, rpc.ErrUnreachable) {
 		return nil
 	}
 	return fmt.Errorf("close session %s on %s: %w", in.SessionID, in.Addr, err)

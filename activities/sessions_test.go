@@ -14,8 +14,8 @@ import (
 	"github.com/doppel-dev/doppel/schema/schematest"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -47,15 +47,15 @@ func (d *oneTwin) RunningTwins(context.Context, string) (map[string]twinstate.St
 
 func bankTwin(t *testing.T) string {
 	t.Helper()
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
+	rt, err := rpc.NewTwinRuntime(data, twin.RuntimeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := twinrpc.NewServer(twinrpc.ServerOptions{})
+	srv := rpc.NewServer(rpc.ServerOptions{})
 	srv.SetRuntime(rt)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
@@ -145,7 +145,7 @@ func TestFindTwin(t *testing.T) {
 func TestOpenAndCloseOnTwin(t *testing.T) {
 	ctx := context.Background()
 	a, dir, _ := sessionsEnv(t)
-	spec := twinrpc.SessionSpec{Seed: 3}
+	spec := rpc.SessionSpec{Seed: 3}
 	res, err := a.OpenOnTwin(ctx, OpenOnTwinInput{Addr: dir.addr, SessionID: "ses_a", Spec: spec})
 	if err != nil || res.Receipts.WorldHash == "" || res.StateHash != res.Receipts.WorldHash {
 		t.Fatalf("open = %+v, %v", res, err)
@@ -155,7 +155,7 @@ func TestOpenAndCloseOnTwin(t *testing.T) {
 	if err != nil || again.Receipts.WorldHash != res.Receipts.WorldHash {
 		t.Fatalf("retried open = %+v, %v", again, err)
 	}
-	if _, err := a.OpenOnTwin(ctx, OpenOnTwinInput{Addr: dir.addr, SessionID: "ses_b", Spec: twinrpc.SessionSpec{Scenario: "nope"}}); appType(err) != ErrTypeSessionSpec {
+	if _, err := a.OpenOnTwin(ctx, OpenOnTwinInput{Addr: dir.addr, SessionID: "ses_b", Spec: rpc.SessionSpec{Scenario: "nope"}}); appType(err) != ErrTypeSessionSpec {
 		t.Fatalf("unknown scenario: %v, want %s", err, ErrTypeSessionSpec)
 	}
 	if _, err := a.OpenOnTwin(ctx, OpenOnTwinInput{Addr: "http://127.0.0.1:1", SessionID: "ses_c", Spec: spec}); appType(err) != ErrTypeTwinUnavailable {
@@ -169,7 +169,7 @@ func TestOpenAndCloseOnTwin(t *testing.T) {
 	if err := a.CloseOnTwin(ctx, CloseOnTwinInput{Addr: "http://127.0.0.1:1", SessionID: "ses_a"}); err != nil {
 		t.Fatalf("close on a gone twin: %v", err)
 	}
-	if _, err := twinrpc.NewClient(dir.addr, nil).Session(ctx, "ses_a"); !errors.Is(err, twinrpc.ErrUnknownSession) {
+	if _, err := rpc.NewClient(dir.addr, nil).Session(ctx, "ses_a"); !errors.Is(err, rpc.ErrUnknownSession) {
 		t.Fatalf("closed session still on the twin: %v", err)
 	}
 }

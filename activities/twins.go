@@ -14,7 +14,7 @@ import (
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -67,7 +67,7 @@ type ReapTwinsInput struct {
 // Twins runs twins for the TwinWorkflow through a driver.
 type Twins struct {
 	Driver driver.Driver
-	// HTTP is the client of twin RPC probes; nil means twinrpc.NewHTTPClient().
+	// HTTP is the client of twin RPC probes; nil means rpc.NewHTTPClient().
 	HTTP *http.Client
 	// Events records twin.ready and twin.stopped (nil: none).
 	Events *EventLog
@@ -76,14 +76,14 @@ type Twins struct {
 	hc   *http.Client
 }
 
-func (a *Twins) rpc(h driver.Handle) *twinrpc.Client {
+func (a *Twins) rpc(h driver.Handle) *rpc.Client {
 	a.once.Do(func() {
 		a.hc = a.HTTP
 		if a.hc == nil {
-			a.hc = twinrpc.NewHTTPClient()
+			a.hc = rpc.NewHTTPClient()
 		}
 	})
-	return twinrpc.NewClient(h.Addr, a.hc)
+	return rpc.NewClient(h.Addr, a.hc)
 }
 
 // StartTwin starts a twin for the build and returns its handle once it is ready.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -30,7 +30,7 @@ func (d fileBlobs) Get(_ context.Context, key string) (io.ReadCloser, error) {
 // bankBlobs stores the bank bundle under key "bundles/bank" and returns the store and the build naming it.
 func bankBlobs(t *testing.T) (fileBlobs, twinstate.Build) {
 	t.Helper()
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +53,8 @@ func newActivityEnv(a *Twins) *testsuite.TestActivityEnvironment {
 
 func TestTwinActivities(t *testing.T) {
 	blobs, build := bankBlobs(t)
-	d, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(_ context.Context, data []byte) (twinrpc.Runtime, error) {
-		return twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
+	d, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(_ context.Context, data []byte) (rpc.Runtime, error) {
+		return rpc.NewTwinRuntime(data, twin.RuntimeOptions{})
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +74,8 @@ func TestTwinActivities(t *testing.T) {
 		t.Fatalf("handle = %+v", h)
 	}
 
-	c := twinrpc.NewClient(h.Addr, nil)
-	if _, err := c.Open(context.Background(), twinrpc.OpenRequest{ID: "s1"}); err != nil {
+	c := rpc.NewClient(h.Addr, nil)
+	if _, err := c.Open(context.Background(), rpc.OpenRequest{ID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(30 * time.Millisecond)
@@ -126,8 +126,8 @@ func mustHandles(t *testing.T, get func(any) error) []driver.Handle {
 // Driver failures become application errors the workflow tells apart; those retrying cannot fix are not retryable.
 func TestStartTwinErrors(t *testing.T) {
 	blobs, build := bankBlobs(t)
-	d, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(_ context.Context, data []byte) (twinrpc.Runtime, error) {
-		return twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
+	d, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(_ context.Context, data []byte) (rpc.Runtime, error) {
+		return rpc.NewTwinRuntime(data, twin.RuntimeOptions{})
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestStartTwinErrors(t *testing.T) {
 		})
 	}
 
-	broken, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(context.Context, []byte) (twinrpc.Runtime, error) {
+	broken, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(context.Context, []byte) (rpc.Runtime, error) {
 		return nil, errors.New("out of memory")
 	}})
 	if err != nil {

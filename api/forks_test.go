@@ -13,7 +13,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/usage"
 )
 
@@ -140,7 +140,7 @@ func TestForksEndWithTheirParentsToken(t *testing.T) {
 			if code, _ := p.do(http.MethodPost, "/v1/sessions/"+s.ID+"/fork", s.Token, nil); code != want {
 				t.Errorf("fork of %s with its token: %d, want %d", s.ID, code, want)
 			}
-			if _, err := twinrpc.NewClient(p.twinAddr(), nil).Session(ctx, s.ID); err == nil {
+			if _, err := rpc.NewClient(p.twinAddr(), nil).Session(ctx, s.ID); err == nil {
 				t.Errorf("the twin still holds the world of %s", s.ID)
 			}
 		}

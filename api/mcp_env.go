@@ -19,7 +19,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // mcpSessionHeader names an MCP session on the Streamable HTTP transport.
@@ -331,7 +331,7 @@ func (s *envSession) view(st *toolplane.State) MCPReceipts {
 
 // newMCPReceipts are the receipts of session sess of environment env, from the receipts rc its world was opened
 // with, and its state now when st is given.
-func newMCPReceipts(env string, sess *schema.Session, rc twinrpc.Receipts, st *toolplane.State) MCPReceipts {
+func newMCPReceipts(env string, sess *schema.Session, rc rpc.Receipts, st *toolplane.State) MCPReceipts {
 	v := MCPReceipts{SessionID: sess.ID, Env: env, Seeded: rc.Seeded, Seed: rc.Seed,
 		SeedInstructions: rc.SeedInstructions, Scenario: rc.Scenario, Note: rc.Note, WorldHash: rc.WorldHash,
 		Clock: rc.Clock, Pinned: rc.Pinned, StateHash: sess.StateHash, ExpiresAt: &sess.ExpiresAt,

@@ -586,3 +586,28 @@ func TestTracesBodyBudgetRefusal(t *testing.T) {
 		t.Errorf("Content-Type %q", r.header.Get("Content-Type"))
 	}
 }
+
+// An export whose spans would take an environment past collect's per-environment byte cap is refused whole (413,
+// as google.rpc.Status naming the environment), nothing of it staged; under the cap the same export is staged.
+func TestTracesEnvByteCap(t *testing.T) {
+	for _, be := range collectBackends {
+		t.Run(be.name, func(t *testing.T) {
+			body := export("shop", toolSpan(1, 1, "c1"), toolSpan(1, 2, "c2"))
+			full, _ := newTracesFx(t, be.driver, api.CollectOptions{MaxEnvBytes: 10, RatePerSecond: -1})
+			_, meta := full.postTraces(t, body, "application/x-protobuf").rpcStatus(t, http.StatusRequestEntityTooLarge, api.CodeTooLarge)
+			if !strings.Contains(meta["detail"], "environment shop") || !strings.Contains(meta["detail"], "cap of 10") {
+				t.Errorf("detail %q", meta["detail"])
+			}
+			if rc := full.rows(t); rc.envs != 0 { // the refused export changed nothing, not even made the environment
+				t.Errorf("rows after the refused export: %+v", rc)
+			}
+			roomy, _ := newTracesFx(t, be.driver, api.CollectOptions{MaxEnvBytes: 1 << 20, RatePerSecond: -1})
+			if r := roomy.postTraces(t, body, "application/x-protobuf"); r.status != http.StatusOK {
+				t.Fatalf("under the cap: %d %s", r.status, r.body)
+			}
+			if all, _ := stagedCount(t, roomy, "shop"); all != 2 {
+				t.Errorf("%d spans staged under the cap, want 2", all)
+			}
+		})
+	}
+}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // reportLatencies reports p50/p99 of ds in milliseconds.
@@ -82,7 +82,7 @@ func BenchmarkSessionsMemory(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := twinrpc.NewClient(h.Addr, nil)
+		c := rpc.NewClient(h.Addr, nil)
 		base, err := c.Info(ctx, true)
 		if err != nil {
 			b.Fatal(err)
@@ -92,12 +92,12 @@ func BenchmarkSessionsMemory(b *testing.B) {
 		for i := range sessions {
 			start := time.Now()
 			id := "ses_" + strconv.Itoa(i)
-			if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: id, Spec: twinrpc.SessionSpec{Seed: int64(i)}}); err != nil {
+			if _, err := c.Open(ctx, rpc.OpenRequest{ID: id, Spec: rpc.SessionSpec{Seed: int64(i)}}); err != nil {
 				b.Fatal(err)
 			}
 			opened = append(opened, time.Since(start))
 			tool, args := benchWrite(i)
-			if _, err := c.Call(ctx, id, twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
+			if _, err := c.Call(ctx, id, rpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -127,8 +127,8 @@ func BenchmarkCallRPC(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = d.Stop(ctx, h) })
-	c := twinrpc.NewClient(h.Addr, nil)
-	if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s"}); err != nil {
+	c := rpc.NewClient(h.Addr, nil)
+	if _, err := c.Open(ctx, rpc.OpenRequest{ID: "s"}); err != nil {
 		b.Fatal(err)
 	}
 	tool, args := benchRead(0)
@@ -136,7 +136,7 @@ func BenchmarkCallRPC(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		if _, err := c.Call(ctx, "s", twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
+		if _, err := c.Call(ctx, "s", rpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
 			b.Fatal(err)
 		}
 		ds = append(ds, time.Since(start))
@@ -170,14 +170,14 @@ func BenchmarkCallRPCDockerRoute(b *testing.B) {
 	}
 	tool, args := benchRead(0)
 	for _, r := range []struct{ name, addr string }{{RoutePublished, published}, {RouteContainer, direct}} {
-		c := twinrpc.NewClient(r.addr, nil)
+		c := rpc.NewClient(r.addr, nil)
 		id := "s-" + r.name
-		if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: id}); err != nil {
+		if _, err := c.Open(ctx, rpc.OpenRequest{ID: id}); err != nil {
 			b.Fatal(err)
 		}
 		b.Run(r.name, func(b *testing.B) {
 			for range 50 { // warm the connection
-				if _, err := c.Call(ctx, id, twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
+				if _, err := c.Call(ctx, id, rpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -185,7 +185,7 @@ func BenchmarkCallRPCDockerRoute(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				if _, err := c.Call(ctx, id, twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
+				if _, err := c.Call(ctx, id, rpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)}); err != nil {
 					b.Fatal(err)
 				}
 				ds = append(ds, time.Since(start))

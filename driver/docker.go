@@ -23,7 +23,7 @@ import (
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // DockerDriverName is Handle.Driver of twins run as Docker containers.
@@ -383,7 +383,7 @@ func (d *Docker) answersDirect(ctx context.Context, direct string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, directProbeTimeout)
 	defer cancel()
-	ok := twinrpc.NewClient(direct, d.probe).Ready(ctx) == nil
+	ok := rpc.NewClient(direct, d.probe).Ready(ctx) == nil
 	verdict := int32(directNo)
 	if ok {
 		verdict = directYes

@@ -18,7 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/doppel-dev/doppel/internal/testenv"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // testImage is the twin image the Docker tests build from twinBinary and docker/twin.Dockerfile.
@@ -174,8 +174,8 @@ func TestDockerLifecycle(t *testing.T) {
 		t.Fatalf("List = %+v, %v", hs, err)
 	}
 
-	c := twinrpc.NewClient(h.Addr, nil)
-	if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s1"}); err != nil {
+	c := rpc.NewClient(h.Addr, nil)
+	if _, err := c.Open(ctx, rpc.OpenRequest{ID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
 	s := &session{id: "s1"}
@@ -208,9 +208,9 @@ func TestDockerKillRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := twinrpc.NewClient(h.Addr, nil)
-	s := &session{id: "ses_dk", spec: twinrpc.SessionSpec{Seed: 9}}
-	if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec}); err != nil {
+	c := rpc.NewClient(h.Addr, nil)
+	s := &session{id: "ses_dk", spec: rpc.SessionSpec{Seed: 9}}
+	if _, err := c.Open(ctx, rpc.OpenRequest{ID: s.id, Spec: s.spec}); err != nil {
 		t.Fatal(err)
 	}
 	s.call(t, c, "deposit", `{"id":"a2","amount":4}`)
@@ -221,14 +221,14 @@ func TestDockerKillRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitState(t, d, h, StateExited)
-	if _, err := c.Session(ctx, s.id); !errors.Is(err, twinrpc.ErrUnreachable) {
+	if _, err := c.Session(ctx, s.id); !errors.Is(err, rpc.ErrUnreachable) {
 		t.Fatalf("after the kill: %v, want ErrUnreachable", err)
 	}
 	h2, err := d.Start(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rebuilt, err := twinrpc.NewClient(h2.Addr, nil).Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
+	rebuilt, err := rpc.NewClient(h2.Addr, nil).Open(ctx, rpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
 	if err != nil {
 		t.Fatalf("rebuild: %v", err)
 	}
@@ -409,8 +409,8 @@ func TestDockerRoutes(t *testing.T) {
 			if want != "" && h.Addr != want || want == "" && !strings.HasPrefix(h.Addr, "http://127.0.0.1:") {
 				t.Fatalf("route %s: handle address %s (bridge address %s)", route, h.Addr, direct)
 			}
-			c := twinrpc.NewClient(h.Addr, nil)
-			if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s1"}); err != nil {
+			c := rpc.NewClient(h.Addr, nil)
+			if _, err := c.Open(ctx, rpc.OpenRequest{ID: "s1"}); err != nil {
 				t.Fatal(err)
 			}
 			s := &session{id: "s1"}

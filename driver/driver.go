@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -69,7 +69,7 @@ func (s Spec) Validate() error {
 }
 
 // Handle identifies a started twin (twinstate's, so the TwinWorkflow keeps handles without importing drivers).
-// Addr is the base URL of its RPC (twinrpc.NewClient(h.Addr, …)).
+// Addr is the base URL of its RPC (rpc.NewClient(h.Addr, …)).
 type Handle = twinstate.Handle
 
 // State is what Inspect found (twinstate.Health).
@@ -155,7 +155,7 @@ func waitReady(ctx context.Context, hc *http.Client, addr string, timeout time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c := twinrpc.NewClient(addr, hc)
+	c := rpc.NewClient(addr, hc)
 	delay := 2 * time.Millisecond
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
@@ -194,11 +194,11 @@ func newProbeClient() *http.Client {
 func inspectReady(ctx context.Context, hc *http.Client, addr string) Status {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	err := twinrpc.NewClient(addr, hc).Ready(pctx)
+	err := rpc.NewClient(addr, hc).Ready(pctx)
 	switch {
 	case err == nil:
 		return Status{State: StateReady}
-	case errors.Is(err, twinrpc.ErrNotReady):
+	case errors.Is(err, rpc.ErrNotReady):
 		return Status{State: StateStarting, Detail: "loading its bundle"}
 	default:
 		return Status{State: StateUnhealthy, Detail: err.Error()}
@@ -210,7 +210,7 @@ func checkBundle(ctx context.Context, hc *http.Client, addr, want string) error 
 	if want == "" {
 		return nil
 	}
-	in, err := twinrpc.NewClient(addr, hc).Info(ctx, false)
+	in, err := rpc.NewClient(addr, hc).Info(ctx, false)
 	if err != nil {
 		return fmt.Errorf("driver: check bundle hash: %w", err)
 	}

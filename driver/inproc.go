@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/internal/osmem"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // InprocDriverName is Handle.Driver of twins run inside this process.
@@ -19,8 +19,8 @@ const InprocDriverName = "inproc"
 
 // InprocOptions configures the in-process driver.
 type InprocOptions struct {
-	// Load builds the runtime of a bundle (e.g. twinrpc.BundleBytes). Required.
-	Load func(ctx context.Context, bundle []byte) (twinrpc.Runtime, error)
+	// Load builds the runtime of a bundle (e.g. rpc.BundleBytes). Required.
+	Load func(ctx context.Context, bundle []byte) (rpc.Runtime, error)
 	// Blobs resolves Spec.BundleKey.
 	Blobs BlobGetter
 	Owner string
@@ -32,9 +32,9 @@ type InprocOptions struct {
 	Memory *osmem.Returner
 }
 
-// Inproc runs each twin as a twinrpc server on a loopback port of this process: the same RPC as a real twin,
+// Inproc runs each twin as a twin/rpc server on a loopback port of this process: the same RPC as a real twin,
 // without a process per twin. Callers in this process reach its twins' sessions directly, without HTTP
-// (twinrpc.Dial with the driver as its Locals). Its twins end with the process; handles do not survive a
+// (rpc.Dial with the driver as its Locals). Its twins end with the process; handles do not survive a
 // restart. They share the process's memory: twin.memory_bytes does not bound them.
 type Inproc struct {
 	opts  InprocOptions
@@ -46,15 +46,15 @@ type Inproc struct {
 
 type inprocTwin struct {
 	h      Handle
-	srv    *twinrpc.Server
+	srv    *rpc.Server
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error
 }
 
 var (
-	_ Driver         = (*Inproc)(nil)
-	_ twinrpc.Locals = (*Inproc)(nil)
+	_ Driver     = (*Inproc)(nil)
+	_ rpc.Locals = (*Inproc)(nil)
 )
 
 // NewInproc returns an in-process driver.
@@ -79,13 +79,13 @@ func (d *Inproc) Start(ctx context.Context, spec Spec) (Handle, error) {
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t := &inprocTwin{cancel: cancel, done: make(chan struct{}),
-		srv: twinrpc.NewServer(twinrpc.ServerOptions{Logger: d.opts.Logger, Memory: d.opts.Memory})}
+		srv: rpc.NewServer(rpc.ServerOptions{Logger: d.opts.Logger, Memory: d.opts.Memory})}
 	listening := make(chan string, 1)
 	go func() {
-		t.err = twinrpc.Serve(sctx, twinrpc.ServeOptions{
+		t.err = rpc.Serve(sctx, rpc.ServeOptions{
 			Server:   t.srv,
 			Listen:   "127.0.0.1:0",
-			Load:     func(ctx context.Context) (twinrpc.Runtime, error) { return d.opts.Load(ctx, data) },
+			Load:     func(ctx context.Context) (rpc.Runtime, error) { return d.opts.Load(ctx, data) },
 			OnListen: func(addr string) { listening <- addr },
 			Logger:   d.opts.Logger,
 		})
@@ -144,7 +144,7 @@ func (d *Inproc) Inspect(ctx context.Context, h Handle) (Status, error) {
 }
 
 // Local returns the server of the running twin at baseURL (a Handle's Addr), for direct calls from this process.
-func (d *Inproc) Local(baseURL string) (*twinrpc.Server, bool) {
+func (d *Inproc) Local(baseURL string) (*rpc.Server, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, t := range d.twins {

@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
-func loadTwin(_ context.Context, data []byte) (twinrpc.Runtime, error) {
-	return twinrpc.NewTwinRuntime(data, twin.RuntimeOptions{})
+func loadTwin(_ context.Context, data []byte) (rpc.Runtime, error) {
+	return rpc.NewTwinRuntime(data, twin.RuntimeOptions{})
 }
 
 func TestInproc(t *testing.T) {
@@ -31,8 +31,8 @@ func TestInproc(t *testing.T) {
 	if st := mustInspect(t, d, h); st.State != StateReady {
 		t.Fatalf("Inspect = %+v", st)
 	}
-	c := twinrpc.NewClient(h.Addr, nil)
-	if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s"}); err != nil {
+	c := rpc.NewClient(h.Addr, nil)
+	if _, err := c.Open(ctx, rpc.OpenRequest{ID: "s"}); err != nil {
 		t.Fatal(err)
 	}
 	s := &session{id: "s"}
@@ -43,7 +43,7 @@ func TestInproc(t *testing.T) {
 		t.Fatalf("List = %+v", hs)
 	}
 	// This process reaches the twin's sessions directly through the driver: the same session, no HTTP.
-	direct := twinrpc.Dial(h.Addr, nil, d)
+	direct := rpc.Dial(h.Addr, nil, d)
 	if !direct.Local() {
 		t.Fatalf("Dial(%s) through the driver: not local", h.Addr)
 	}
@@ -59,13 +59,13 @@ func TestInproc(t *testing.T) {
 	if _, ok := d.Local(h.Addr); ok {
 		t.Fatal("Local after Stop: still found")
 	}
-	if _, err := direct.Call(ctx, "s", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, twinrpc.ErrUnreachable) {
+	if _, err := direct.Call(ctx, "s", rpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, rpc.ErrUnreachable) {
 		t.Fatalf("direct call after Stop: %v, want ErrUnreachable", err)
 	}
 	if st := mustInspect(t, d, h); st.State != StateGone {
 		t.Fatalf("Inspect after Stop = %+v", st)
 	}
-	if err := c.Ready(ctx); !errors.Is(err, twinrpc.ErrUnreachable) {
+	if err := c.Ready(ctx); !errors.Is(err, rpc.ErrUnreachable) {
 		t.Fatalf("Ready after Stop: %v", err)
 	}
 
@@ -73,7 +73,7 @@ func TestInproc(t *testing.T) {
 	if _, err := d.Start(ctx, garbage); !errors.Is(err, ErrBundle) {
 		t.Fatalf("Start with a wrong hash: %v, want ErrBundle", err)
 	}
-	bad, err := NewInproc(InprocOptions{Load: func(context.Context, []byte) (twinrpc.Runtime, error) {
+	bad, err := NewInproc(InprocOptions{Load: func(context.Context, []byte) (rpc.Runtime, error) {
 		return nil, errors.New("cannot load")
 	}})
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 )
 
 // Built once by TestMain.
@@ -52,7 +52,7 @@ func setup(m *testing.M) (int, error) {
 			return 0, fmt.Errorf("build twinmain: %v\n%s", err, out)
 		}
 	}
-	if bankData, err = twinrpctest.BankBundle(); err != nil {
+	if bankData, err = rpctest.BankBundle(); err != nil {
 		return 0, err
 	}
 	bankPath = filepath.Join(dir, "bank.bundle.json")
@@ -76,17 +76,17 @@ func (d dirBlobs) Get(_ context.Context, key string) (io.ReadCloser, error) {
 // session drives one session on a twin and keeps its journal, as the API does.
 type session struct {
 	id      string
-	spec    twinrpc.SessionSpec
-	journal []twinrpc.JournalEntry
+	spec    rpc.SessionSpec
+	journal []rpc.JournalEntry
 }
 
-func (s *session) call(t testing.TB, c *twinrpc.Client, tool, args string) twinrpc.CallResult {
+func (s *session) call(t testing.TB, c *rpc.Client, tool, args string) rpc.CallResult {
 	t.Helper()
-	res, err := c.Call(context.Background(), s.id, twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)})
+	res, err := c.Call(context.Background(), s.id, rpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)})
 	if err != nil {
 		t.Fatalf("call %s %s: %v", tool, args, err)
 	}
-	s.journal = append(s.journal, twinrpc.JournalEntry{Tool: tool, Arguments: json.RawMessage(args), Content: res.Content,
+	s.journal = append(s.journal, rpc.JournalEntry{Tool: tool, Arguments: json.RawMessage(args), Content: res.Content,
 		Error: res.Error, Fidelity: res.Fidelity, Rung: res.Rung, StateHash: res.StateHash})
 	return res
 }

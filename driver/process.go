@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/internal/atomicfile"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // ProcessDriverName is Handle.Driver of twins run as child processes.
@@ -244,7 +244,7 @@ func (p *Process) awaitAddr(ctx context.Context, id string, died func() error) (
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return "", fmt.Errorf("%w: no %q line in the twin's output within %v", ErrNotReady, twinrpc.ListenPrefix, timeout)
+			return "", fmt.Errorf("%w: no %q line in the twin's output within %v", ErrNotReady, rpc.ListenPrefix, timeout)
 		case <-t.C:
 		}
 		delay = min(delay*2, 20*time.Millisecond)
@@ -259,7 +259,7 @@ func scanAddr(logPath string) string {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), twinrpc.ListenPrefix); ok {
+		if a, ok := strings.CutPrefix(sc.Text(), rpc.ListenPrefix); ok {
 			return strings.TrimSpace(a)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 func newProcess(t testing.TB, stateDir string) *Process {
@@ -55,12 +55,12 @@ func TestProcessLifecycle(t *testing.T) {
 		t.Fatalf("List = %+v, want the one twin", hs)
 	}
 
-	c := twinrpc.NewClient(h.Addr, nil)
+	c := rpc.NewClient(h.Addr, nil)
 	in, err := c.Info(ctx, false)
 	if err != nil || in.BundleHash != twin.HashBytes(bankData) {
 		t.Fatalf("Info = %+v, %v", in, err)
 	}
-	if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s1"}); err != nil {
+	if _, err := c.Open(ctx, rpc.OpenRequest{ID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
 	s := &session{id: "s1"}
@@ -83,7 +83,7 @@ func TestProcessLifecycle(t *testing.T) {
 	if err := d.Stop(ctx, h); err != nil {
 		t.Fatalf("second Stop: %v, want nil", err)
 	}
-	if err := c.Ready(ctx); !errors.Is(err, twinrpc.ErrUnreachable) {
+	if err := c.Ready(ctx); !errors.Is(err, rpc.ErrUnreachable) {
 		t.Fatalf("Ready after Stop: %v, want ErrUnreachable", err)
 	}
 }
@@ -100,9 +100,9 @@ func TestProcessKillRebuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := twinrpc.NewClient(h.Addr, nil)
-	s := &session{id: "ses_k", spec: twinrpc.SessionSpec{Seed: 42, Clock: "2025-03-01T12:00:00Z"}}
-	if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec}); err != nil {
+	c := rpc.NewClient(h.Addr, nil)
+	s := &session{id: "ses_k", spec: rpc.SessionSpec{Seed: 42, Clock: "2025-03-01T12:00:00Z"}}
+	if _, err := c.Open(ctx, rpc.OpenRequest{ID: s.id, Spec: s.spec}); err != nil {
 		t.Fatal(err)
 	}
 	s.call(t, c, "deposit", `{"id":"a1","amount":5}`)
@@ -116,8 +116,8 @@ func TestProcessKillRebuild(t *testing.T) {
 	if err := syscall.Kill(h.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Call(ctx, s.id, twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)})
-	if !errors.Is(err, twinrpc.ErrUnreachable) {
+	_, err = c.Call(ctx, s.id, rpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)})
+	if !errors.Is(err, rpc.ErrUnreachable) {
 		t.Fatalf("call after kill -9: %v, want ErrUnreachable", err)
 	}
 	waitState(t, d, h, StateExited)
@@ -129,11 +129,11 @@ func TestProcessKillRebuild(t *testing.T) {
 	if err := d.Stop(ctx, h); err != nil { // clears the dead twin's record
 		t.Fatal(err)
 	}
-	c2 := twinrpc.NewClient(h2.Addr, nil)
-	if _, err := c2.Call(ctx, s.id, twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, twinrpc.ErrUnknownSession) {
+	c2 := rpc.NewClient(h2.Addr, nil)
+	if _, err := c2.Call(ctx, s.id, rpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, rpc.ErrUnknownSession) {
 		t.Fatalf("call on the restarted twin: %v, want ErrUnknownSession", err)
 	}
-	rebuilt, err := c2.Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
+	rebuilt, err := c2.Open(ctx, rpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
 	if err != nil {
 		t.Fatalf("rebuild: %v", err)
 	}
@@ -311,9 +311,9 @@ func TestProcessKillRebuildTauRetail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := twinrpc.NewClient(h.Addr, nil)
-	s := &session{id: "ses_tau", spec: twinrpc.SessionSpec{Seed: 1234}}
-	open, err := c.Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec})
+	c := rpc.NewClient(h.Addr, nil)
+	s := &session{id: "ses_tau", spec: rpc.SessionSpec{Seed: 1234}}
+	open, err := c.Open(ctx, rpc.OpenRequest{ID: s.id, Spec: s.spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestProcessKillRebuildTauRetail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rebuilt, err := twinrpc.NewClient(h2.Addr, nil).Open(ctx, twinrpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
+	rebuilt, err := rpc.NewClient(h2.Addr, nil).Open(ctx, rpc.OpenRequest{ID: s.id, Spec: s.spec, Journal: s.journal})
 	if err != nil {
 		t.Fatalf("rebuild of %d calls: %v", len(s.journal), err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/doppel-dev/doppel/internal/latency"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // rateLimits are issue 21's acceptance limits for Docker twins beside process twins at 1,000 calls/s: the Docker
@@ -42,7 +42,7 @@ func BenchmarkCallRateDockerVsProcess(b *testing.B) {
 	proc := newProcess(b, b.TempDir())
 	type target struct {
 		name string
-		c    *twinrpc.Client
+		c    *rpc.Client
 		mu   [sessions]sync.Mutex
 		lat  []time.Duration
 		fail int
@@ -58,9 +58,9 @@ func BenchmarkCallRateDockerVsProcess(b *testing.B) {
 		}
 		b.Cleanup(func() { _ = d.drv.Stop(ctx, h) })
 		b.Logf("%s twin at %s", d.name, h.Addr)
-		t := &target{name: d.name, c: twinrpc.NewClient(h.Addr, nil)}
+		t := &target{name: d.name, c: rpc.NewClient(h.Addr, nil)}
 		for i := range sessions {
-			if _, err := t.c.Open(ctx, twinrpc.OpenRequest{ID: "s" + strconv.Itoa(i), Spec: twinrpc.SessionSpec{Seed: int64(i)}}); err != nil {
+			if _, err := t.c.Open(ctx, rpc.OpenRequest{ID: "s" + strconv.Itoa(i), Spec: rpc.SessionSpec{Seed: int64(i)}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -74,7 +74,7 @@ func BenchmarkCallRateDockerVsProcess(b *testing.B) {
 		s := i % sessions
 		t.mu[s].Lock()
 		defer t.mu[s].Unlock()
-		_, err := t.c.Call(ctx, "s"+strconv.Itoa(s), twinrpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)})
+		_, err := t.c.Call(ctx, "s"+strconv.Itoa(s), rpc.CallRequest{Tool: tool, Arguments: json.RawMessage(args)})
 		return time.Since(due), err
 	}
 	for _, t := range targets { // warm each twin's connections and indexes, untimed

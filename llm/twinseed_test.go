@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 )
 
 // TestTwinSeeder: a twin whose parser cannot read the instructions asks the model (a local server speaking the
@@ -17,7 +17,7 @@ func TestTwinSeeder(t *testing.T) {
 	f := newFakeOpenAI(t, func(int, fakeRequest) (int, string) {
 		return 200, `{"rows":{"accounts":[{"id":"zed","balance":1000000}]},"note":""}`
 	})
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -28,7 +28,7 @@ type CallRequest struct {
 
 // CallResult is a journaled call's answer, with where its time went.
 type CallResult struct {
-	twinrpc.CallResult
+	rpc.CallResult
 	CallID string
 	// Ms is the latency of the tool answer in milliseconds.
 	Ms int64
@@ -97,7 +97,7 @@ func (p *Plane) Call(ctx context.Context, s *schema.Session, req CallRequest) (*
 		}
 	}
 
-	treq := twinrpc.CallRequest{Tool: req.Tool, Arguments: json.RawMessage(args), Requestor: req.Requestor}
+	treq := rpc.CallRequest{Tool: req.Tool, Arguments: json.RawMessage(args), Requestor: req.Requestor}
 	started := time.Now()
 	fault, inject, err := p.drawFault(s, l, bundle, req.Tool, l.calls+1)
 	if err != nil {
@@ -189,56 +189,56 @@ func (p *Plane) checkIdle(ctx context.Context, s *schema.Session, l *liveSession
 // session (restart) gets it rebuilt from the journal; a stale journal length is re-read; a twin that does not
 // answer is reported to the directory (which restarts it if dead). A twin that is stopped or booting is woken and
 // answered NotReady.
-func (p *Plane) callTwin(ctx context.Context, s *schema.Session, l *liveSession, req twinrpc.CallRequest) (twinrpc.CallResult, error) {
+func (p *Plane) callTwin(ctx context.Context, s *schema.Session, l *liveSession, req rpc.CallRequest) (rpc.CallResult, error) {
 	suspect := ""
 	for attempt := 0; ; attempt++ {
 		te, err := p.twin(ctx, s, l, suspect)
 		if err != nil {
-			return twinrpc.CallResult{}, err
+			return rpc.CallResult{}, err
 		}
 		expect := l.calls
 		req.ExpectCalls = &expect
 		res, err := te.c.Call(ctx, s.ID, req)
 		if err == nil {
 			if res.Calls != expect+1 {
-				return twinrpc.CallResult{}, fmt.Errorf("twin reports %d calls after call %d of session %s", res.Calls, expect+1, s.ID)
+				return rpc.CallResult{}, fmt.Errorf("twin reports %d calls after call %d of session %s", res.Calls, expect+1, s.ID)
 			}
 			return res, nil
 		}
 		last := attempt >= 2
 		switch {
-		case errors.Is(err, twinrpc.ErrUnknownTool):
-			return twinrpc.CallResult{}, errorf(NotFound, "tool %q not found: the twin cannot route it", req.Tool)
-		case errors.Is(err, twinrpc.ErrNoAnswer):
-			return twinrpc.CallResult{}, errorf(NotFound, "tool %q cannot be answered by this twin: %s", req.Tool, twinDetail(err))
-		case errors.Is(err, twinrpc.ErrBadArguments):
-			return twinrpc.CallResult{}, invalid("body.arguments", twinDetail(err))
-		case errors.Is(err, twinrpc.ErrUnknownSession) && !last:
+		case errors.Is(err, rpc.ErrUnknownTool):
+			return rpc.CallResult{}, errorf(NotFound, "tool %q not found: the twin cannot route it", req.Tool)
+		case errors.Is(err, rpc.ErrNoAnswer):
+			return rpc.CallResult{}, errorf(NotFound, "tool %q cannot be answered by this twin: %s", req.Tool, twinDetail(err))
+		case errors.Is(err, rpc.ErrBadArguments):
+			return rpc.CallResult{}, invalid("body.arguments", twinDetail(err))
+		case errors.Is(err, rpc.ErrUnknownSession) && !last:
 			if err := p.rebuild(ctx, te.c, s, l); err != nil {
-				return twinrpc.CallResult{}, err
+				return rpc.CallResult{}, err
 			}
-		case errors.Is(err, twinrpc.ErrCallsMismatch) && !last:
+		case errors.Is(err, rpc.ErrCallsMismatch) && !last:
 			if err := p.resync(ctx, te.c, s, l); err != nil {
-				return twinrpc.CallResult{}, err
+				return rpc.CallResult{}, err
 			}
-		case twinrpc.IsRetryable(err) && suspect == "" && !last:
+		case rpc.IsRetryable(err) && suspect == "" && !last:
 			// The twin did not answer: have the directory check it (and restart it if dead), then try again.
 			p.dropTwin(s.BuildID)
 			suspect = te.handleID
 			if suspect == "" {
 				suspect = "unreachable"
 			}
-		case twinrpc.IsRetryable(err):
+		case rpc.IsRetryable(err):
 			p.dropTwin(s.BuildID)
-			return twinrpc.CallResult{}, errorf(NotReady, "the session's twin is starting; retry in a moment")
+			return rpc.CallResult{}, errorf(NotReady, "the session's twin is starting; retry in a moment")
 		default:
-			return twinrpc.CallResult{}, fmt.Errorf("call %s in session %s: %w", req.Tool, s.ID, err)
+			return rpc.CallResult{}, fmt.Errorf("call %s in session %s: %w", req.Tool, s.ID, err)
 		}
 	}
 }
 
 func twinDetail(err error) string {
-	var te *twinrpc.Error
+	var te *rpc.Error
 	if errors.As(err, &te) {
 		return te.Detail
 	}
@@ -247,7 +247,7 @@ func twinDetail(err error) string {
 
 // rebuild reopens a session its twin no longer holds from its spec and journal. A rebuilt state that differs from
 // the journal's marks the session broken.
-func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Session, l *liveSession) error {
+func (p *Plane) rebuild(ctx context.Context, tc *rpc.Client, s *schema.Session, l *liveSession) error {
 	// The twin may have dropped the world because the session ended (closed through another API process, or
 	// reaped): never bring an ended session back.
 	cur, err := store.GetSessionByID(ctx, p.db, s.ID)
@@ -262,12 +262,12 @@ func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Sessi
 	if err != nil {
 		return err
 	}
-	_, err = tc.Open(context.WithoutCancel(ctx), twinrpc.OpenRequest{ID: s.ID, Spec: specOf(s), Journal: journal})
+	_, err = tc.Open(context.WithoutCancel(ctx), rpc.OpenRequest{ID: s.ID, Spec: specOf(s), Journal: journal})
 	switch {
-	case err == nil, errors.Is(err, twinrpc.ErrSessionExists):
+	case err == nil, errors.Is(err, rpc.ErrSessionExists):
 		l.calls = int64(len(journal))
 		return nil
-	case errors.Is(err, twinrpc.ErrDiverged):
+	case errors.Is(err, rpc.ErrDiverged):
 		if _, eerr := store.EndSession(ctx, p.db, s.ID, schema.SessionBroken); eerr != nil {
 			return eerr
 		}
@@ -280,13 +280,13 @@ func (p *Plane) rebuild(ctx context.Context, tc *twinrpc.Client, s *schema.Sessi
 
 // resync makes the journal length and the twin's agree after a calls mismatch: equal counts just refresh ours; a
 // twin ahead of the journal (a call applied but never journaled) loses its copy and is rebuilt.
-func (p *Plane) resync(ctx context.Context, tc *twinrpc.Client, s *schema.Session, l *liveSession) error {
+func (p *Plane) resync(ctx context.Context, tc *rpc.Client, s *schema.Session, l *liveSession) error {
 	n, err := p.lastSeq(ctx, s)
 	if err != nil {
 		return err
 	}
 	st, err := tc.Session(ctx, s.ID)
-	if err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) {
+	if err != nil && !errors.Is(err, rpc.ErrUnknownSession) {
 		return fmt.Errorf("read session %s on its twin: %w", s.ID, err)
 	}
 	if err == nil && st.Calls == n {
@@ -294,7 +294,7 @@ func (p *Plane) resync(ctx context.Context, tc *twinrpc.Client, s *schema.Sessio
 		return nil
 	}
 	if err == nil {
-		if _, err := tc.Close(ctx, s.ID); err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) {
+		if _, err := tc.Close(ctx, s.ID); err != nil && !errors.Is(err, rpc.ErrUnknownSession) {
 			return err
 		}
 	}
@@ -304,9 +304,9 @@ func (p *Plane) resync(ctx context.Context, tc *twinrpc.Client, s *schema.Sessio
 // specOf is the spec that rebuilds a session's world: its open's inputs, plus the rows a Seeder made then and the
 // calls of the trace it opened from (kept in its receipts), so the rebuild never asks the model again. Receipts that do not decode give no rows; a world that
 // needed them then diverges, and the session is marked broken rather than served a different world.
-func specOf(s *schema.Session) twinrpc.SessionSpec {
-	spec := twinrpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
-	var rc twinrpc.Receipts
+func specOf(s *schema.Session) rpc.SessionSpec {
+	spec := rpc.SessionSpec{Seed: s.Seed, SeedInstructions: s.SeedInstructions, Scenario: s.Scenario, Clock: s.Clock}
+	var rc rpc.Receipts
 	if len(s.Receipts) > 0 && json.Unmarshal(s.Receipts, &rc) == nil {
 		spec.SeedRows, spec.World = rc.SeedRows, rc.World
 		if rc.Trace != nil {
@@ -354,7 +354,7 @@ func (p *Plane) twin(ctx context.Context, s *schema.Session, l *liveSession, sus
 		if st.Addr == "" {
 			return nil, errorf(NotReady, "the session's twin is starting; retry in a moment")
 		}
-		te := &twinEntry{c: twinrpc.Dial(st.Addr, p.hc, p.locals), handleID: st.HandleID}
+		te := &twinEntry{c: rpc.Dial(st.Addr, p.hc, p.locals), handleID: st.HandleID}
 		p.mu.Lock()
 		p.clients[s.BuildID] = te
 		p.mu.Unlock()
@@ -388,7 +388,7 @@ func (p *Plane) DropWorld(ctx context.Context, s *schema.Session) {
 	p.mu.Lock()
 	te := p.clients[s.BuildID]
 	p.mu.Unlock()
-	var tc *twinrpc.Client
+	var tc *rpc.Client
 	switch {
 	case te != nil:
 		tc = te.c
@@ -402,11 +402,11 @@ func (p *Plane) DropWorld(ctx context.Context, s *schema.Session) {
 		if !ok || st.Addr == "" {
 			return // no twin runs that build: nothing holds the world
 		}
-		tc = twinrpc.Dial(st.Addr, p.hc, p.locals)
+		tc = rpc.Dial(st.Addr, p.hc, p.locals)
 	default:
 		return
 	}
-	if _, err := tc.Close(ctx, s.ID); err != nil && !errors.Is(err, twinrpc.ErrUnknownSession) && !errors.Is(err, twinrpc.ErrUnreachable) {
+	if _, err := tc.Close(ctx, s.ID); err != nil && !errors.Is(err, rpc.ErrUnknownSession) && !errors.Is(err, rpc.ErrUnreachable) {
 		p.log.Warn("drop session world on twin", "session", s.ID, "err", err)
 	}
 }

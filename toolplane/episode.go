@@ -11,7 +11,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // Reward modes of an episode.
@@ -169,7 +169,7 @@ func (p *Plane) grade(ctx context.Context, s *schema.Session, l *liveSession, ep
 	if err != nil {
 		return nil, err
 	}
-	res, err := te.c.Assert(ctx, s.ID, twinrpc.AssertRequest{Expect: ep.Expect})
+	res, err := te.c.Assert(ctx, s.ID, rpc.AssertRequest{Expect: ep.Expect})
 	if err != nil {
 		return nil, twinError(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // errorAnswers lists each tool's distinct recorded error answers, in recording order (every tool of the bundle is
@@ -69,7 +69,7 @@ type Fault struct {
 
 // drawFault answers the fault a call draws from the session's plan, and the twin's part of it (nil when the call
 // runs as usual): the same seed fails the same calls, in any process and after any restart.
-func (p *Plane) drawFault(s *schema.Session, l *liveSession, b *twin.Bundle, tool string, call int64) (*Fault, *twinrpc.Inject, error) {
+func (p *Plane) drawFault(s *schema.Session, l *liveSession, b *twin.Bundle, tool string, call int64) (*Fault, *rpc.Inject, error) {
 	if len(s.Faults) == 0 {
 		return nil, nil, nil
 	}
@@ -88,9 +88,9 @@ func (p *Plane) drawFault(s *schema.Session, l *liveSession, b *twin.Bundle, too
 	label := &Fault{Kind: f.Kind, LatencyMs: f.LatencyMs}
 	switch f.Kind {
 	case faults.KindError:
-		return label, &twinrpc.Inject{Content: answers[f.Answer], Fidelity: twin.FidelityReplayed, Rung: twin.RungReplay}, nil
+		return label, &rpc.Inject{Content: answers[f.Answer], Fidelity: twin.FidelityReplayed, Rung: twin.RungReplay}, nil
 	case faults.KindTimeout:
-		return label, &twinrpc.Inject{Content: fmt.Sprintf("Error: the request timed out after %d ms", f.LatencyMs),
+		return label, &rpc.Inject{Content: fmt.Sprintf("Error: the request timed out after %d ms", f.LatencyMs),
 			Fidelity: twin.FidelitySimulated, Rung: twin.RungSimulate}, nil
 	}
 	return label, nil, nil

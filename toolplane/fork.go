@@ -8,7 +8,7 @@ import (
 
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // ForkRequest forks a session.
@@ -109,15 +109,15 @@ func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkReque
 	}
 	// The first fork copies the parent's world as it is now (or is rebuilt from the journal at an earlier point);
 	// the others copy the parent's (or the first fork's) world, copy-on-write.
-	var res twinrpc.OpenResponse
+	var res rpc.OpenResponse
 	from, fromCalls := parent.ID, last
 	forked := false
 	if parent.Status == schema.SessionOpen && at == last {
-		res, err = te.c.Fork(ctx, parent.ID, twinrpc.ForkRequest{ID: ss[0].ID, ExpectCalls: &fromCalls})
+		res, err = te.c.Fork(ctx, parent.ID, rpc.ForkRequest{ID: ss[0].ID, ExpectCalls: &fromCalls})
 		switch {
 		case err == nil:
 			forked = true
-		case errors.Is(err, twinrpc.ErrUnknownSession), errors.Is(err, twinrpc.ErrCallsMismatch):
+		case errors.Is(err, rpc.ErrUnknownSession), errors.Is(err, rpc.ErrCallsMismatch):
 			// The twin lost the parent (restart) or is behind its journal: rebuild the fork from the journal.
 		default:
 			return nil, twinError(err)
@@ -128,8 +128,8 @@ func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkReque
 		if err != nil {
 			return nil, err
 		}
-		res, err = te.c.Open(ctx, twinrpc.OpenRequest{ID: ss[0].ID, Spec: specOf(parent), Journal: journal})
-		if errors.Is(err, twinrpc.ErrDiverged) {
+		res, err = te.c.Open(ctx, rpc.OpenRequest{ID: ss[0].ID, Spec: specOf(parent), Journal: journal})
+		if errors.Is(err, rpc.ErrDiverged) {
 			return nil, errorf(Conflict, "session %s cannot be forked at call %d: its journal rebuilds another world (%s)", parent.ID, at, twinDetail(err))
 		}
 		if err != nil {
@@ -139,7 +139,7 @@ func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkReque
 	}
 	ss[0].StateHash = res.StateHash
 	for i := 1; i < n; i++ {
-		r, err := te.c.Fork(ctx, from, twinrpc.ForkRequest{ID: ss[i].ID, ExpectCalls: &fromCalls})
+		r, err := te.c.Fork(ctx, from, rpc.ForkRequest{ID: ss[i].ID, ExpectCalls: &fromCalls})
 		if err == nil && r.StateHash != res.StateHash {
 			err = fmt.Errorf("fork %d of %s hashes %s, not %s", i, parent.ID, r.StateHash, res.StateHash)
 		}
@@ -176,7 +176,7 @@ func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkReque
 			return nil, errorf(NotFound, "session %s is %s", parent.ID, cur.Status)
 		}
 	}
-	var rc twinrpc.Receipts
+	var rc rpc.Receipts
 	if len(parent.Receipts) > 0 {
 		if err := json.Unmarshal(parent.Receipts, &rc); err != nil {
 			return nil, fmt.Errorf("receipts of session %s: %w", parent.ID, err)
@@ -194,7 +194,7 @@ func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkReque
 
 // twinError is a twin's refusal of a world operation as the answer.
 func twinError(err error) error {
-	if twinrpc.IsRetryable(err) {
+	if rpc.IsRetryable(err) {
 		return errorf(NotReady, "the session's twin is starting; retry in a moment")
 	}
 	return err
@@ -228,11 +228,11 @@ const allCalls = -1
 
 // lineage is the journal that rebuilds a session's world after its call upTo (allCalls: every call): for a fork,
 // its parent's first ForkedAt calls (read through the parent, recursively), then its own.
-func (p *Plane) lineage(ctx context.Context, s *schema.Session, upTo int64, depth int) ([]twinrpc.JournalEntry, error) {
+func (p *Plane) lineage(ctx context.Context, s *schema.Session, upTo int64, depth int) ([]rpc.JournalEntry, error) {
 	if depth > maxLineage {
 		return nil, fmt.Errorf("session %s: forks nest deeper than %d", s.ID, maxLineage)
 	}
-	var out []twinrpc.JournalEntry
+	var out []rpc.JournalEntry
 	if s.ForkedFrom != "" {
 		parent, err := store.GetSessionByID(ctx, p.db, s.ForkedFrom)
 		if err != nil {
@@ -266,7 +266,7 @@ func (p *Plane) lineage(ctx context.Context, s *schema.Session, upTo int64, dept
 }
 
 // entryOf is a journaled call as the twin replays it.
-func entryOf(c schema.Call) twinrpc.JournalEntry {
-	return twinrpc.JournalEntry{Tool: c.Tool, Arguments: c.Arguments, Content: c.Content, Error: c.Error,
+func entryOf(c schema.Call) rpc.JournalEntry {
+	return rpc.JournalEntry{Tool: c.Tool, Arguments: c.Arguments, Content: c.Content, Error: c.Error,
 		Fidelity: c.Fidelity, Rung: c.Rung, StateHash: c.StateHash, Injected: injected(c.Fault)}
 }

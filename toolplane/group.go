@@ -11,7 +11,7 @@ import (
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/usage"
 )
 
@@ -105,7 +105,7 @@ func (p *Plane) OpenGroup(ctx context.Context, req OpenRequest, n int) ([]*Opene
 	zero := int64(0)
 	for i := 1; i < n; i++ {
 		ss[i].ID = schema.NewID(schema.PrefixSession)
-		r, err := te.c.Fork(ctx, ss[0].ID, twinrpc.ForkRequest{ID: ss[i].ID, ExpectCalls: &zero})
+		r, err := te.c.Fork(ctx, ss[0].ID, rpc.ForkRequest{ID: ss[i].ID, ExpectCalls: &zero})
 		if err == nil && r.StateHash != res.StateHash {
 			err = fmt.Errorf("world copy %d of %s hashes %s, not %s", i, ss[0].ID, r.StateHash, res.StateHash)
 		}
@@ -131,7 +131,7 @@ func (p *Plane) OpenGroup(ctx context.Context, req OpenRequest, n int) ([]*Opene
 		out[i] = &Opened{Session: s, Token: tokens[i], Receipts: rc}
 	}
 	if te == nil && res.TwinAddr != "" && p.clients[buildID] == nil {
-		p.clients[buildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
+		p.clients[buildID] = &twinEntry{c: rpc.Dial(res.TwinAddr, p.hc, p.locals)}
 	}
 	p.mu.Unlock()
 	return out, nil
@@ -140,7 +140,7 @@ func (p *Plane) OpenGroup(ctx context.Context, req OpenRequest, n int) ([]*Opene
 // groupTwin is the twin that opened s's world: at addr when the open said where, else the build's as found.
 func (p *Plane) groupTwin(ctx context.Context, s *schema.Session, addr string) (*twinEntry, error) {
 	if addr != "" {
-		te := &twinEntry{c: twinrpc.Dial(addr, p.hc, p.locals)}
+		te := &twinEntry{c: rpc.Dial(addr, p.hc, p.locals)}
 		p.mu.Lock()
 		if p.clients[s.BuildID] == nil {
 			p.clients[s.BuildID] = te

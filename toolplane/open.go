@@ -17,7 +17,7 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/usage"
 )
 
@@ -50,7 +50,7 @@ type OpenRequest struct {
 type Opened struct {
 	Session  *schema.Session
 	Token    string
-	Receipts twinrpc.Receipts
+	Receipts rpc.Receipts
 }
 
 // DrawSeed draws a fresh world seed: a JSON-safe integer.
@@ -114,7 +114,7 @@ func (p *Plane) BeginOpen(ctx context.Context, req OpenRequest) (*PendingOpen, e
 // checkOpen checks an open's request against the environment and its active build, and draws its seed when none
 // is given.
 func (p *Plane) checkOpen(ctx context.Context, req OpenRequest) (*PendingOpen, error) {
-	spec := twinrpc.SessionSpec{SeedInstructions: req.SeedInstructions}
+	spec := rpc.SessionSpec{SeedInstructions: req.SeedInstructions}
 	switch req.World {
 	case "", twin.WorldOpen, twin.WorldClosed:
 		spec.World = req.World
@@ -226,7 +226,7 @@ func (p *Plane) FinishOpen(ctx context.Context, pend *PendingOpen, res OpenedWor
 	p.mu.Lock()
 	p.live[s.ID] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
 	if res.TwinAddr != "" && p.clients[s.BuildID] == nil {
-		p.clients[s.BuildID] = &twinEntry{c: twinrpc.Dial(res.TwinAddr, p.hc, p.locals)}
+		p.clients[s.BuildID] = &twinEntry{c: rpc.Dial(res.TwinAddr, p.hc, p.locals)}
 	}
 	p.mu.Unlock()
 	p.kick(kick)

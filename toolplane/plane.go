@@ -18,7 +18,7 @@ import (
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -34,7 +34,7 @@ type SessionOpener interface {
 type OpenWorld struct {
 	SessionID   string
 	EnvID       string
-	Spec        twinrpc.SessionSpec
+	Spec        rpc.SessionSpec
 	WorkspaceID string `json:",omitempty"`
 	BuildID     string `json:",omitempty"`
 }
@@ -43,7 +43,7 @@ type OpenWorld struct {
 type OpenedWorld struct {
 	TwinAddr  string
 	BuildID   string
-	Receipts  twinrpc.Receipts
+	Receipts  rpc.Receipts
 	StateHash string
 }
 
@@ -95,10 +95,10 @@ type Options struct {
 	Bundles *Bundles
 	// Idle is how long an unused session stays open (config session.idle; default store.DefaultSessionIdle).
 	Idle time.Duration
-	// HTTP is the twin RPC client (nil: twinrpc.NewHTTPClient()).
+	// HTTP is the twin RPC client (nil: rpc.NewHTTPClient()).
 	HTTP *http.Client
 	// Locals finds twins served in this process (the inproc driver): calls reach them directly, without HTTP.
-	Locals twinrpc.Locals
+	Locals rpc.Locals
 	// TokenTTL bounds how long a session-token resolution is trusted (default 5s).
 	TokenTTL time.Duration
 	Log      *slog.Logger
@@ -122,7 +122,7 @@ type Plane struct {
 	bundles *Bundles
 	idle    time.Duration
 	hc      *http.Client
-	locals  twinrpc.Locals
+	locals  rpc.Locals
 	log     *slog.Logger
 	tokens  *Tokens
 	tracer  trace.Tracer // nil: no spans
@@ -149,7 +149,7 @@ func New(o Options) *Plane {
 		p.idle = store.DefaultSessionIdle
 	}
 	if p.hc == nil {
-		p.hc = twinrpc.NewHTTPClient()
+		p.hc = rpc.NewHTTPClient()
 	}
 	if p.bundles == nil {
 		p.bundles = &Bundles{}
@@ -175,7 +175,7 @@ func (p *Plane) Bundles() *Bundles { return p.bundles }
 
 // twinEntry is a build's ready twin as last found.
 type twinEntry struct {
-	c        *twinrpc.Client
+	c        *rpc.Client
 	handleID string
 }
 

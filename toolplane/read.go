@@ -12,7 +12,7 @@ import (
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -27,7 +27,7 @@ type State struct {
 	StateHash   string
 	LastUsedAt  time.Time
 	ExpiresAt   time.Time
-	Receipts    twinrpc.Receipts
+	Receipts    rpc.Receipts
 }
 
 // Read reports a session: calls, errors, fidelity mix, state hash, last use, expiry and receipts.
@@ -369,6 +369,6 @@ func (p *Plane) answers(ctx context.Context, addr string) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, wakePingTimeout)
 	defer cancel()
-	err := twinrpc.NewClient(addr, p.hc).Ready(ctx)
-	return err == nil || errors.Is(err, twinrpc.ErrNotReady)
+	err := rpc.NewClient(addr, p.hc).Ready(ctx)
+	return err == nil || errors.Is(err, rpc.ErrNotReady)
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 )
 
 // tableSeeder stands in for the model behind twin.Seeder (the model side is tested in package llm against a
@@ -29,7 +29,7 @@ func (s *tableSeeder) SeedRows(_ context.Context, req twin.SeedRequest) ([]twin.
 
 func bankRuntime(t *testing.T, seeder twin.Seeder) *twin.Runtime {
 	t.Helper()
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}

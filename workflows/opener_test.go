@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // sendOpen sends an open update for session id at delay and records its answer in got.
@@ -40,7 +40,7 @@ func TestSessionOpenerOpensEachUpdateAndEndsIdle(t *testing.T) {
 	env.OnActivity(a.FindTwin, mock.Anything, activities.FindTwinInput{EnvID: "env_1"}).Return(ep, nil)
 	env.OnActivity(a.OpenOnTwin, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.OpenOnTwinInput) (activities.OpenOnTwinResult, error) {
-			return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seeded: true, Seed: in.Spec.Seed, WorldHash: fmt.Sprintf("sha256:%d", in.Spec.Seed)},
+			return activities.OpenOnTwinResult{Receipts: rpc.Receipts{Seeded: true, Seed: in.Spec.Seed, WorldHash: fmt.Sprintf("sha256:%d", in.Spec.Seed)},
 				StateHash: "sha256:s-" + in.SessionID}, nil
 		})
 	got, errs := map[string]SessionOpenResult{}, map[string]error{}
@@ -83,7 +83,7 @@ func TestSessionOpenerPassesRefusalsAndContinuesAsNew(t *testing.T) {
 			if in.SessionID == "ses_bad" {
 				return activities.OpenOnTwinResult{}, temporal.NewNonRetryableApplicationError("scenario: no scenario \"x\"", activities.ErrTypeSessionSpec, nil)
 			}
-			return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{WorldHash: "sha256:w"}}, nil
+			return activities.OpenOnTwinResult{Receipts: rpc.Receipts{WorldHash: "sha256:w"}}, nil
 		})
 	got, errs := map[string]SessionOpenResult{}, map[string]error{}
 	for i := range 9 {

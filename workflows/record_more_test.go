@@ -13,7 +13,7 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/internal/replaytest"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
@@ -40,7 +40,7 @@ func TestRecordSessionOpenHistory(t *testing.T) {
 		if in.Addr == "http://127.0.0.1:1" {
 			return activities.OpenOnTwinResult{}, temporal.NewApplicationError("connection refused", activities.ErrTypeTwinUnavailable)
 		}
-		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true},
+		return activities.OpenOnTwinResult{Receipts: rpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true},
 			StateHash: "sha256:s"}, nil
 	}, activity.RegisterOptions{Name: "OpenOnTwin"})
 	if err := w.Start(); err != nil {
@@ -49,7 +49,7 @@ func TestRecordSessionOpenHistory(t *testing.T) {
 	defer w.Stop()
 	id := workflows.SessionOpenWorkflowID("ses_record" + time.Now().Format("150405"))
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.SessionOpenWorkflowName,
-		workflows.SessionOpenInput{SessionID: "ses_record", EnvID: "env_record", Spec: twinrpc.SessionSpec{Seed: 7, SeedInstructions: "2 orders"},
+		workflows.SessionOpenInput{SessionID: "ses_record", EnvID: "env_record", Spec: rpc.SessionSpec{Seed: 7, SeedInstructions: "2 orders"},
 			TwinWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestRecordSessionOpenerHistory(t *testing.T) {
 		if in.SessionID == "ses_bad" {
 			return activities.OpenOnTwinResult{}, temporal.NewNonRetryableApplicationError("scenario: no scenario \"x\"", activities.ErrTypeSessionSpec, nil)
 		}
-		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true},
+		return activities.OpenOnTwinResult{Receipts: rpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true},
 			StateHash: "sha256:s"}, nil
 	}, activity.RegisterOptions{Name: "OpenOnTwin"})
 	if err := w.Start(); err != nil {
@@ -314,7 +314,7 @@ func TestRecordSessionOpenerHistory(t *testing.T) {
 		h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{StartWorkflowOperation: start,
 			UpdateOptions: client.UpdateWorkflowOptions{UpdateID: session, UpdateName: workflows.OpenSessionUpdate,
 				WaitForStage: client.WorkflowUpdateStageCompleted, Args: []any{workflows.SessionOpenInput{SessionID: session,
-					EnvID: "env_record", Spec: twinrpc.SessionSpec{Seed: seed, SeedInstructions: "2 orders"}, TwinWait: time.Minute}}}})
+					EnvID: "env_record", Spec: rpc.SessionSpec{Seed: seed, SeedInstructions: "2 orders"}, TwinWait: time.Minute}}}})
 		if err != nil {
 			return err
 		}

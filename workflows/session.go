@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // SessionOpenWorkflowName is the registered name of the session-open workflow; never change it.
@@ -22,7 +22,7 @@ func SessionOpenWorkflowID(sessionID string) string { return "session-open/" + s
 type SessionOpenInput struct {
 	SessionID string
 	EnvID     string
-	Spec      twinrpc.SessionSpec
+	Spec      rpc.SessionSpec
 	// TwinWait bounds the wait for a cold twin (default DefaultSessionTwinWait; the spec's cold start is about two
 	// minutes).
 	TwinWait time.Duration
@@ -35,7 +35,7 @@ const DefaultSessionTwinWait = 5 * time.Minute
 type SessionOpenResult struct {
 	TwinAddr  string
 	BuildID   string
-	Receipts  twinrpc.Receipts
+	Receipts  rpc.Receipts
 	StateHash string
 }
 

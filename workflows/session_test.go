@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/doppel-dev/doppel/activities"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 func newSessionEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
@@ -24,12 +24,12 @@ func newSessionEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	return env
 }
 
-var openIn = SessionOpenInput{SessionID: "ses_1", EnvID: "env_1", Spec: twinrpc.SessionSpec{Seed: 7, SeedInstructions: "1 pending order"}}
+var openIn = SessionOpenInput{SessionID: "ses_1", EnvID: "env_1", Spec: rpc.SessionSpec{Seed: 7, SeedInstructions: "1 pending order"}}
 
 func TestSessionOpenWarm(t *testing.T) {
 	env := newSessionEnv(t)
 	var a *activities.Sessions
-	rc := twinrpc.Receipts{Seeded: true, Seed: 7, WorldHash: "sha256:ab"}
+	rc := rpc.Receipts{Seeded: true, Seed: 7, WorldHash: "sha256:ab"}
 	env.OnActivity(a.FindTwin, mock.Anything, activities.FindTwinInput{EnvID: "env_1"}).
 		Return(activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: "bld_1"}, nil).Once()
 	env.OnActivity(a.OpenOnTwin, mock.Anything, activities.OpenOnTwinInput{Addr: "http://127.0.0.1:1", SessionID: "ses_1", Spec: openIn.Spec}).
@@ -58,7 +58,7 @@ func TestSessionOpenWakesATwinThatDoesNotAnswer(t *testing.T) {
 		Return(activities.OpenOnTwinResult{}, temporal.NewApplicationError("connection refused", activities.ErrTypeTwinUnavailable)).Once()
 	env.OnActivity(a.FindTwin, mock.Anything, activities.FindTwinInput{EnvID: "env_1", Suspect: "twin-a"}).Return(woken, nil).Once()
 	env.OnActivity(a.OpenOnTwin, mock.Anything, activities.OpenOnTwinInput{Addr: woken.Addr, SessionID: "ses_1", Spec: openIn.Spec}).
-		Return(activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{WorldHash: "sha256:cd"}}, nil).Once()
+		Return(activities.OpenOnTwinResult{Receipts: rpc.Receipts{WorldHash: "sha256:cd"}}, nil).Once()
 	env.ExecuteWorkflow(SessionOpenWorkflowName, openIn)
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)

@@ -26,8 +26,8 @@ import (
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/driver"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 	"github.com/doppel-dev/doppel/twinstate"
 )
 
@@ -445,7 +445,7 @@ func TestTwinContinuesAsNew(t *testing.T) {
 // The workflow with the real activities and an in-process driver: a wake boots a real twin that serves a session,
 // and the stop signal stops it.
 func TestTwinWithRealActivities(t *testing.T) {
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -455,8 +455,8 @@ func TestTwinWithRealActivities(t *testing.T) {
 	}
 	d, err := driver.NewInproc(driver.InprocOptions{
 		Blobs: dirBlobs(dir),
-		Load: func(_ context.Context, b []byte) (twinrpc.Runtime, error) {
-			return twinrpc.NewTwinRuntime(b, twin.RuntimeOptions{})
+		Load: func(_ context.Context, b []byte) (rpc.Runtime, error) {
+			return rpc.NewTwinRuntime(b, twin.RuntimeOptions{})
 		},
 	})
 	if err != nil {
@@ -474,13 +474,13 @@ func TestTwinWithRealActivities(t *testing.T) {
 	var content string
 	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Wait: true}, &ready, nil) }, time.Second)
 	env.RegisterDelayedCallback(func() {
-		c := twinrpc.NewClient(ready.Addr, nil)
+		c := rpc.NewClient(ready.Addr, nil)
 		ctx := context.Background()
-		if _, callErr = c.Open(ctx, twinrpc.OpenRequest{ID: "s1"}); callErr != nil {
+		if _, callErr = c.Open(ctx, rpc.OpenRequest{ID: "s1"}); callErr != nil {
 			return
 		}
-		var res twinrpc.CallResult
-		res, callErr = c.Call(ctx, "s1", twinrpc.CallRequest{Tool: "deposit", Arguments: []byte(`{"id":"a1","amount":5}`)})
+		var res rpc.CallResult
+		res, callErr = c.Call(ctx, "s1", rpc.CallRequest{Tool: "deposit", Arguments: []byte(`{"id":"a1","amount":5}`)})
 		content = res.Content
 		env.SignalWorkflow(StopTwinSignal, nil)
 	}, time.Minute)
@@ -515,7 +515,7 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the twin binary: %v\n%s", err, out)
 	}
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,25 +541,25 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 
 	ctx := context.Background()
 	build := twinstate.Build{BuildID: "bld_1", BundleKey: "bank", BundleHash: twin.HashBytes(data)}
-	spec := twinrpc.SessionSpec{Seed: 5}
+	spec := rpc.SessionSpec{Seed: 5}
 	var first, restarted TwinStatus
-	var journal []twinrpc.JournalEntry
+	var journal []rpc.JournalEntry
 	var beforeKill, rebuiltHash, afterContent string
 	var killErr, rebuildErr error
 	env.RegisterDelayedCallback(func() { wake(t, env, "w1", WakeRequest{Wait: true}, &first, nil) }, time.Second)
 	env.RegisterDelayedCallback(func() {
-		c := twinrpc.NewClient(first.Addr, nil)
-		if _, err := c.Open(ctx, twinrpc.OpenRequest{ID: "s1", Spec: spec}); err != nil {
+		c := rpc.NewClient(first.Addr, nil)
+		if _, err := c.Open(ctx, rpc.OpenRequest{ID: "s1", Spec: spec}); err != nil {
 			t.Errorf("open: %v", err)
 			return
 		}
 		for _, args := range []string{`{"id":"a1","amount":5}`, `{"id":"a2","amount":2}`} {
-			res, err := c.Call(ctx, "s1", twinrpc.CallRequest{Tool: "deposit", Arguments: []byte(args)})
+			res, err := c.Call(ctx, "s1", rpc.CallRequest{Tool: "deposit", Arguments: []byte(args)})
 			if err != nil {
 				t.Errorf("call: %v", err)
 				return
 			}
-			journal = append(journal, twinrpc.JournalEntry{Tool: "deposit", Arguments: []byte(args), Content: res.Content,
+			journal = append(journal, rpc.JournalEntry{Tool: "deposit", Arguments: []byte(args), Content: res.Content,
 				Rung: res.Rung, Fidelity: res.Fidelity, StateHash: res.StateHash})
 			beforeKill = res.StateHash
 		}
@@ -568,7 +568,7 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 			return
 		}
 		for i := 0; i < 200; i++ { // until the kernel has torn the listener down
-			if _, killErr = c.Call(ctx, "s1", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); killErr != nil {
+			if _, killErr = c.Call(ctx, "s1", rpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); killErr != nil {
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -581,14 +581,14 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 					return
 				}
 				restarted = v.(TwinStatus)
-				c2 := twinrpc.NewClient(restarted.Addr, nil)
-				if _, err := c2.Call(ctx, "s1", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, twinrpc.ErrUnknownSession) {
+				c2 := rpc.NewClient(restarted.Addr, nil)
+				if _, err := c2.Call(ctx, "s1", rpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); !errors.Is(err, rpc.ErrUnknownSession) {
 					t.Errorf("call on the restarted twin before the rebuild: %v, want ErrUnknownSession", err)
 				}
-				var open twinrpc.OpenResponse
-				open, rebuildErr = c2.Open(ctx, twinrpc.OpenRequest{ID: "s1", Spec: spec, Journal: journal})
+				var open rpc.OpenResponse
+				open, rebuildErr = c2.Open(ctx, rpc.OpenRequest{ID: "s1", Spec: spec, Journal: journal})
 				rebuiltHash = open.StateHash
-				if res, err := c2.Call(ctx, "s1", twinrpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); err == nil {
+				if res, err := c2.Call(ctx, "s1", rpc.CallRequest{Tool: "get_account", Arguments: []byte(`{"id":"a1"}`)}); err == nil {
 					afterContent = res.Content
 				}
 				env.SignalWorkflow(StopTwinSignal, nil)
@@ -600,7 +600,7 @@ func TestTwinKillRestartRebuild(t *testing.T) {
 	if env.GetWorkflowError() != nil {
 		t.Fatal(env.GetWorkflowError())
 	}
-	if !errors.Is(killErr, twinrpc.ErrUnreachable) {
+	if !errors.Is(killErr, rpc.ErrUnreachable) {
 		t.Fatalf("call after kill -9: %v, want ErrUnreachable", killErr)
 	}
 	if restarted.State != twinstate.Ready || restarted.Handle == nil || restarted.Handle.PID == first.Handle.PID || restarted.Twins[0].Restarts != 1 {

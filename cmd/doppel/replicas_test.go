@@ -123,6 +123,7 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 	t.Run("openenv", func(t *testing.T) { replicaOpenEnv(t, a, b, slug, corpus) })
+	t.Run("mcp", func(t *testing.T) { replicaMCP(t, a, b, slug, calls) })
 	for _, s := range r.serves {
 		s.api.term(t)
 		s.worker.term(t)

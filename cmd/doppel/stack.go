@@ -30,7 +30,7 @@ import (
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/telemetry"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	metering "github.com/doppel-dev/doppel/usage"
 	"github.com/doppel-dev/doppel/webhook"
 	"github.com/doppel-dev/doppel/workflows"
@@ -50,7 +50,7 @@ type stack struct {
 	temporal client.Client
 	// locals are the twins this process serves itself (twin.driver=inproc, once the worker has started): the API and
 	// the session activities call them directly.
-	locals  twinrpc.Locals
+	locals  rpc.Locals
 	closers []func() error
 	plane   *toolplane.Plane
 	// metrics is this process's registry (nil: metrics.enabled is off); tracing its tracer provider (off unless
@@ -419,8 +419,8 @@ func openDriver(ctx context.Context, st *stack) (driver.Driver, error) {
 		}
 		d, err := driver.NewInproc(driver.InprocOptions{Owner: cfg.Twin.Owner, Blobs: st.blobs, Logger: logger,
 			Memory: memoryReturner(cfg),
-			Load: func(_ context.Context, bundle []byte) (twinrpc.Runtime, error) {
-				return twinrpc.NewTwinRuntime(bundle, opts)
+			Load: func(_ context.Context, bundle []byte) (rpc.Runtime, error) {
+				return rpc.NewTwinRuntime(bundle, opts)
 			}})
 		if err != nil {
 			return nil, fmt.Errorf("twin.driver inproc: %w", err)

@@ -13,7 +13,7 @@ import (
 	"github.com/doppel-dev/doppel/internal/osmem"
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 // runTwin hosts one bundle's sessions over the twin RPC: the process inside a twin container or a child process.
@@ -41,15 +41,15 @@ func runTwin(ctx context.Context, e env) error {
 	if err != nil {
 		return err
 	}
-	load := twinrpc.BundleFile(*bundleFile, opts)
+	load := rpc.BundleFile(*bundleFile, opts)
 	if *bundleKey != "" {
 		blobs, err := openBlobs(ctx, cfg)
 		if err != nil {
 			return err
 		}
-		load = twinrpc.BundleBlob(blobs, *bundleKey, opts)
+		load = rpc.BundleBlob(blobs, *bundleKey, opts)
 	}
-	return twinrpc.Serve(ctx, twinrpc.ServeOptions{
+	return rpc.Serve(ctx, rpc.ServeOptions{
 		Listen: *listen, Load: load, AddrFile: *addrFile, Announce: e.stdout, Logger: logger, Memory: memoryReturner(cfg),
 	})
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/query/flow"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
@@ -84,7 +84,7 @@ func registerQueryStandIns(w interface {
 	// query-v1's steps, and the child session open's (whose twin refuses seed instructions naming widgets).
 	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.QueryOpen) (toolplane.PendingOpen, error) {
 		return toolplane.PendingOpen{World: toolplane.OpenWorld{SessionID: "ses_q" + time.Now().Format("150405.000"), EnvID: "env_record",
-			Spec: twinrpc.SessionSpec{Seed: in.Seed, SeedInstructions: in.SeedInstructions}}, WorkspaceID: in.WorkspaceID,
+			Spec: rpc.SessionSpec{Seed: in.Seed, SeedInstructions: in.SeedInstructions}}, WorkspaceID: in.WorkspaceID,
 			EnvSlug: in.EnvSlug, ActiveBuildID: "bld_record", KeyID: in.KeyID}, nil
 	}, activity.RegisterOptions{Name: "BeginQuerySession"})
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.FindTwinInput) (activities.TwinEndpoint, error) {
@@ -95,7 +95,7 @@ func registerQueryStandIns(w interface {
 			return activities.OpenOnTwinResult{}, temporal.NewNonRetryableApplicationError("seed_instructions: no table named widgets",
 				activities.ErrTypeSessionSpec, nil)
 		}
-		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true,
+		return activities.OpenOnTwinResult{Receipts: rpc.Receipts{Seed: in.Spec.Seed, WorldHash: "sha256:w", Seeded: true,
 			Pinned: map[string][]string{"orders": {"#W1"}}}}, nil
 	}, activity.RegisterOptions{Name: "OpenOnTwin"})
 	w.RegisterActivityWithOptions(func(ctx context.Context, in flow.RecordSessionInput) (flow.QueryOpened, error) {

@@ -13,7 +13,7 @@ import (
 	"github.com/doppel-dev/doppel/llm"
 	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -34,7 +34,7 @@ func newQueryEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 var queryIn = query.Input{QueryID: "qry_1", WorkspaceID: "ws_1", KeyID: "key_1", EnvID: "env_1", EnvSlug: "shop",
 	Input: "cancel order #W1", Seed: 42, MaxSteps: 4}
 
-var pending = toolplane.PendingOpen{World: toolplane.OpenWorld{SessionID: "ses_1", EnvID: "env_1", Spec: twinrpc.SessionSpec{Seed: 42}},
+var pending = toolplane.PendingOpen{World: toolplane.OpenWorld{SessionID: "ses_1", EnvID: "env_1", Spec: rpc.SessionSpec{Seed: 42}},
 	WorkspaceID: "ws_1", EnvSlug: "shop", ActiveBuildID: "bld_1", KeyID: "key_1"}
 
 // expectOpenClose scripts the prepare, the open (checked, opened by the child workflow, recorded) and the close
@@ -45,7 +45,7 @@ func expectOpenClose(env *testsuite.TestWorkflowEnvironment, prep PreparedQuery,
 		Return(prep, nil).Once()
 	env.OnActivity(a.BeginQuerySession, mock.Anything, QueryOpen{WorkspaceID: "ws_1", KeyID: "key_1", EnvSlug: "shop", Seed: 42,
 		SeedInstructions: prep.SeedInstructions}).Return(pending, nil).Once()
-	world := workflows.SessionOpenResult{TwinAddr: "http://twin", BuildID: "bld_1", Receipts: twinrpc.Receipts{WorldHash: "sha256:w"}}
+	world := workflows.SessionOpenResult{TwinAddr: "http://twin", BuildID: "bld_1", Receipts: rpc.Receipts{WorldHash: "sha256:w"}}
 	env.OnWorkflow(workflows.SessionOpenWorkflowName, mock.Anything, mock.MatchedBy(func(in workflows.SessionOpenInput) bool {
 		return in.SessionID == "ses_1" && in.EnvID == "env_1" && in.Spec.Seed == 42 && in.TwinWait == workflows.DefaultSessionTwinWait
 	})).Return(world, nil).Once()

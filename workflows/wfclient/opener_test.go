@@ -17,7 +17,7 @@ import (
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
 )
@@ -44,7 +44,7 @@ func TestOpensPastTheServersInFlightBound(t *testing.T) {
 	}, activity.RegisterOptions{Name: "FindTwin"})
 	w.RegisterActivityWithOptions(func(ctx context.Context, in activities.OpenOnTwinInput) (activities.OpenOnTwinResult, error) {
 		time.Sleep(30 * time.Millisecond)
-		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{Seed: in.Spec.Seed, Seeded: true,
+		return activities.OpenOnTwinResult{Receipts: rpc.Receipts{Seed: in.Spec.Seed, Seeded: true,
 			WorldHash: fmt.Sprintf("sha256:%d", in.Spec.Seed)}, StateHash: "sha256:s-" + in.SessionID}, nil
 	}, activity.RegisterOptions{Name: "OpenOnTwin"})
 	if err := w.Start(); err != nil {
@@ -60,7 +60,7 @@ func TestOpensPastTheServersInFlightBound(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			id := fmt.Sprintf("ses_%s_%d", env, i)
-			res, err := sessions.Open(ctx, toolplane.OpenWorld{SessionID: id, EnvID: env, Spec: twinrpc.SessionSpec{Seed: int64(i)}})
+			res, err := sessions.Open(ctx, toolplane.OpenWorld{SessionID: id, EnvID: env, Spec: rpc.SessionSpec{Seed: int64(i)}})
 			switch {
 			case err != nil:
 				errs[i] = err

@@ -19,7 +19,7 @@ import (
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
@@ -39,7 +39,7 @@ func TestReconcileTwins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}

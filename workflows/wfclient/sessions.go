@@ -16,7 +16,7 @@ import (
 
 	"github.com/doppel-dev/doppel/activities"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/workflows"
 )
 
@@ -190,11 +190,11 @@ func OpenError(err error) error {
 			return &toolplane.Error{Kind: toolplane.Unavailable, Detail: "the environment's twin is not available: " + msg}
 		}
 	}
-	var te *twinrpc.Error
-	if errors.As(err, &te) && errors.Is(err, twinrpc.ErrBadSpec) {
+	var te *rpc.Error
+	if errors.As(err, &te) && errors.Is(err, rpc.ErrBadSpec) {
 		return OpenError(temporal.NewApplicationError(te.Detail, activities.ErrTypeSessionSpec))
 	}
-	if twinrpc.IsRetryable(err) {
+	if rpc.IsRetryable(err) {
 		return &toolplane.Error{Kind: toolplane.Unavailable, Detail: fmt.Sprintf("the environment's twin is not available: %v", err)}
 	}
 	return err

@@ -20,8 +20,8 @@ import (
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 	"github.com/doppel-dev/doppel/worker"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
@@ -39,7 +39,7 @@ func TestSessionOpenOnRealTemporal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +64,8 @@ func TestSessionOpenOnRealTemporal(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	drv, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(_ context.Context, d []byte) (twinrpc.Runtime, error) {
-		return twinrpc.NewTwinRuntime(d, twin.RuntimeOptions{})
+	drv, err := driver.NewInproc(driver.InprocOptions{Blobs: blobs, Load: func(_ context.Context, d []byte) (rpc.Runtime, error) {
+		return rpc.NewTwinRuntime(d, twin.RuntimeOptions{})
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestSessionOpenOnRealTemporal(t *testing.T) {
 
 	open := func(id string) toolplane.OpenedWorld {
 		t.Helper()
-		res, err := sessions.Open(ctx, toolplane.OpenWorld{SessionID: id, EnvID: env.ID, Spec: twinrpc.SessionSpec{Seed: 1}})
+		res, err := sessions.Open(ctx, toolplane.OpenWorld{SessionID: id, EnvID: env.ID, Spec: rpc.SessionSpec{Seed: 1}})
 		if err != nil {
 			t.Fatalf("open %s: %v", id, err)
 		}
@@ -117,7 +117,7 @@ func TestSessionOpenOnRealTemporal(t *testing.T) {
 	if third.TwinAddr == first.TwinAddr {
 		t.Fatal("opened on the dead twin's address")
 	}
-	if _, err := twinrpc.NewClient(third.TwinAddr, nil).Session(ctx, "ses_after_crash"); err != nil {
+	if _, err := rpc.NewClient(third.TwinAddr, nil).Session(ctx, "ses_after_crash"); err != nil {
 		t.Fatalf("session not on the restarted twin: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/doppel-dev/doppel/internal/testenv"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/toolplane"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 	"github.com/doppel-dev/doppel/twinstate"
 	"github.com/doppel-dev/doppel/workflows"
 	"github.com/doppel-dev/doppel/workflows/wfclient"
@@ -143,7 +143,7 @@ func TestSearchAttributesOnWorkflows(t *testing.T) {
 		return activities.TwinEndpoint{Addr: "http://127.0.0.1:1", BuildID: buildID}, nil
 	})
 	reg("OpenOnTwin", func(context.Context, activities.OpenOnTwinInput) (activities.OpenOnTwinResult, error) {
-		return activities.OpenOnTwinResult{Receipts: twinrpc.Receipts{WorldHash: "sha256:w"}}, nil
+		return activities.OpenOnTwinResult{Receipts: rpc.Receipts{WorldHash: "sha256:w"}}, nil
 	})
 	reg("Deliver", func(context.Context, activities.DeliverInput) error { return nil })
 	if err := w.Start(); err != nil {

@@ -13,7 +13,7 @@ import (
 	"syscall"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc"
+	"github.com/doppel-dev/doppel/twin/rpc"
 )
 
 func main() {
@@ -39,9 +39,9 @@ func run(ctx context.Context, args []string) error {
 	if *bundle == "" {
 		return errors.New("--bundle: required")
 	}
-	return twinrpc.Serve(ctx, twinrpc.ServeOptions{
+	return rpc.Serve(ctx, rpc.ServeOptions{
 		Listen:   *listen,
-		Load:     twinrpc.BundleFile(*bundle, twin.RuntimeOptions{}),
+		Load:     rpc.BundleFile(*bundle, twin.RuntimeOptions{}),
 		Announce: os.Stdout,
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})

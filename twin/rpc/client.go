@@ -1,4 +1,4 @@
-package twinrpc
+package rpc
 
 import (
 	"bytes"
@@ -86,7 +86,7 @@ func (c *Client) Local() bool { return c.local != nil }
 // direct returns the local server while it serves, or the error a caller over HTTP would get from a stopped twin.
 func (c *Client) direct(ctx context.Context, op string) (*Server, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("twinrpc: %s %s: %w", op, c.base, err)
+		return nil, fmt.Errorf("twin/rpc: %s %s: %w", op, c.base, err)
 	}
 	if c.local.retired.Load() {
 		return nil, fmt.Errorf("%w: %s %s: the in-process twin has stopped", ErrUnreachable, op, c.base)
@@ -158,7 +158,7 @@ func (c *Client) Call(ctx context.Context, id string, req CallRequest) (CallResu
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return out, fmt.Errorf("twinrpc: encode POST %s: %w", path, err)
+		return out, fmt.Errorf("twin/rpc: encode POST %s: %w", path, err)
 	}
 	for attempt := 0; ; attempt++ {
 		cc, reused, err := c.pool.get(ctx)
@@ -219,13 +219,13 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("twinrpc: encode %s %s: %w", method, path, err)
+			return fmt.Errorf("twin/rpc: encode %s %s: %w", method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
-		return fmt.Errorf("twinrpc: %s %s: %w", method, path, err)
+		return fmt.Errorf("twin/rpc: %s %s: %w", method, path, err)
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -248,7 +248,7 @@ const maxAnswer = 256 << 20
 // transportError reports a request that got no answer: the caller's ctx ending, or else the twin unreachable.
 func (c *Client) transportError(ctx context.Context, method, path string, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("twinrpc: %s %s%s: %w", method, c.base, path, ctx.Err())
+		return fmt.Errorf("twin/rpc: %s %s%s: %w", method, c.base, path, ctx.Err())
 	}
 	return fmt.Errorf("%w: %s %s%s: %w", ErrUnreachable, method, c.base, path, err)
 }
@@ -270,7 +270,7 @@ func (c *Client) answer(method, path string, status int, data []byte, out any) e
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("twinrpc: decode answer of %s %s: %w", method, path, err)
+		return fmt.Errorf("twin/rpc: decode answer of %s %s: %w", method, path, err)
 	}
 	return nil
 }

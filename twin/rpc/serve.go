@@ -1,4 +1,4 @@
-package twinrpc
+package rpc
 
 import (
 	"context"
@@ -50,7 +50,7 @@ const ListenPrefix = "listening on "
 // load ends Serve with that error, so a supervising driver sees the process exit.
 func Serve(ctx context.Context, opts ServeOptions) error {
 	if opts.Load == nil {
-		return errors.New("twinrpc: ServeOptions.Load is required")
+		return errors.New("twin/rpc: ServeOptions.Load is required")
 	}
 	log := opts.Logger
 	if log == nil {
@@ -67,7 +67,7 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return fmt.Errorf("twinrpc: listen on %s: %w", listen, err)
+		return fmt.Errorf("twin/rpc: listen on %s: %w", listen, err)
 	}
 	addr := ln.Addr().String()
 
@@ -119,11 +119,11 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 		case err := <-loaded:
 			if err != nil {
 				_ = shutdown()
-				return fmt.Errorf("twinrpc: load bundle: %w", err)
+				return fmt.Errorf("twin/rpc: load bundle: %w", err)
 			}
 			loaded = nil
 		case err := <-served:
-			return fmt.Errorf("twinrpc: serve on %s: %w", addr, err)
+			return fmt.Errorf("twin/rpc: serve on %s: %w", addr, err)
 		case <-ctx.Done():
 			return shutdown()
 		}
@@ -133,12 +133,12 @@ func Serve(ctx context.Context, opts ServeOptions) error {
 func announce(opts ServeOptions, addr string) error {
 	if opts.AddrFile != "" {
 		if err := atomicfile.Write(opts.AddrFile, []byte(addr+"\n")); err != nil {
-			return fmt.Errorf("twinrpc: write addr file: %w", err)
+			return fmt.Errorf("twin/rpc: write addr file: %w", err)
 		}
 	}
 	if opts.Announce != nil {
 		if _, err := fmt.Fprintf(opts.Announce, "%s%s\n", ListenPrefix, addr); err != nil {
-			return fmt.Errorf("twinrpc: announce address: %w", err)
+			return fmt.Errorf("twin/rpc: announce address: %w", err)
 		}
 	}
 	if opts.OnListen != nil {

@@ -1,4 +1,4 @@
-package twinrpc
+package rpc
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"testing"
 
 	"github.com/doppel-dev/doppel/twin"
-	"github.com/doppel-dev/doppel/twinrpc/twinrpctest"
+	"github.com/doppel-dev/doppel/twin/rpc/rpctest"
 )
 
 func bankBundle(t testing.TB) []byte {
 	t.Helper()
-	data, err := twinrpctest.BankBundle()
+	data, err := rpctest.BankBundle()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package twinrpc
+package rpc
 
 import (
 	"context"

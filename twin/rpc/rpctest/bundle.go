@@ -1,5 +1,5 @@
-// Package twinrpctest provides a small real twin bundle for tests of code that runs twins.
-package twinrpctest
+// Package rpctest provides a small real twin bundle for tests of code that runs twins.
+package rpctest
 
 import (
 	"encoding/json"

@@ -1,5 +1,5 @@
-// Package twinrpc is the twin process's internal RPC: HTTP/1.1 JSON on loopback, its server, Serve and a typed Client.
-package twinrpc
+// Package rpc is the twin process's internal RPC: HTTP/1.1 JSON on loopback, its server, Serve and a typed Client.
+package rpc
 
 import (
 	"encoding/json"
@@ -160,18 +160,18 @@ type ErrorBody struct {
 // Sentinel errors. The client's errors wrap them (test with errors.Is); runtimes return errors wrapping the ones
 // they apply to (ErrUnknownTool, ErrBadArguments, ErrBadSpec, ErrNoAnswer, ErrDiverged, ErrUnknownSession) so the server answers the right code.
 var (
-	ErrBadRequest     = errors.New("twinrpc: bad request")
-	ErrNotReady       = errors.New("twinrpc: twin not ready")
-	ErrUnknownSession = errors.New("twinrpc: unknown session")
-	ErrUnknownTool    = errors.New("twinrpc: unknown tool")
-	ErrBadArguments   = errors.New("twinrpc: bad arguments")
-	ErrBadSpec        = errors.New("twinrpc: bad session spec")
-	ErrNoAnswer       = errors.New("twinrpc: no rung could answer")
-	ErrSessionExists  = errors.New("twinrpc: session exists")
-	ErrCallsMismatch  = errors.New("twinrpc: calls mismatch")
-	ErrDiverged       = errors.New("twinrpc: rebuilt session diverged from its journal")
-	ErrUnreachable    = errors.New("twinrpc: twin unreachable")
-	ErrInternal       = errors.New("twinrpc: twin internal error")
+	ErrBadRequest     = errors.New("twin/rpc: bad request")
+	ErrNotReady       = errors.New("twin/rpc: twin not ready")
+	ErrUnknownSession = errors.New("twin/rpc: unknown session")
+	ErrUnknownTool    = errors.New("twin/rpc: unknown tool")
+	ErrBadArguments   = errors.New("twin/rpc: bad arguments")
+	ErrBadSpec        = errors.New("twin/rpc: bad session spec")
+	ErrNoAnswer       = errors.New("twin/rpc: no rung could answer")
+	ErrSessionExists  = errors.New("twin/rpc: session exists")
+	ErrCallsMismatch  = errors.New("twin/rpc: calls mismatch")
+	ErrDiverged       = errors.New("twin/rpc: rebuilt session diverged from its journal")
+	ErrUnreachable    = errors.New("twin/rpc: twin unreachable")
+	ErrInternal       = errors.New("twin/rpc: twin internal error")
 )
 
 var codeErrors = map[string]error{

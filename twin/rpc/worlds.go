@@ -1,4 +1,4 @@
-package twinrpc
+package rpc
 
 import (
 	"context"
@@ -58,7 +58,7 @@ type AssertResult struct {
 const CodeBadExpectation = "bad_expectation"
 
 // ErrBadExpectation is the sentinel of CodeBadExpectation.
-var ErrBadExpectation = errors.New("twinrpc: bad expectation")
+var ErrBadExpectation = errors.New("twin/rpc: bad expectation")
 
 func init() {
 	codeErrors[CodeBadExpectation] = ErrBadExpectation
