@@ -238,21 +238,7 @@ func (d *doppel) buildShop(t *testing.T, hc *http.Client) string {
 	t.Helper()
 	do := func(method, path string, body []byte, out any) int {
 		t.Helper()
-		req, _ := http.NewRequest(method, d.url+path, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+d.key)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if out != nil && json.Unmarshal(b, out) != nil {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
-		}
-		return resp.StatusCode
+		return d.rest(t, hc, method, path, d.key, body, out)
 	}
 	var acc struct {
 		Accepted int
@@ -276,4 +262,28 @@ func (d *doppel) buildShop(t *testing.T, hc *http.Client) string {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// rest sends one REST request with bearer as the credential (a JSON body when body is not nil) and decodes the
+// answer into out when out is not nil; it answers the status.
+func (d *doppel) rest(t *testing.T, hc *http.Client, method, path, bearer string, body []byte, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, d.url+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && json.Unmarshal(b, out) != nil {
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, b)
+	}
+	return resp.StatusCode
 }
