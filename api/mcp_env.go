@@ -52,7 +52,8 @@ type envStartKey struct{}
 func (f *envFace) handler() http.Handler {
 	f.h = f.streamable(f.server)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c := mcpVersion(r, r.Header.Get(mcpVersionHeader) >= MCPStatelessVersion); c.stateless && c.method != mcpMethodDiscover {
+		// A stateless request's body is read for its id, which the refusal answers.
+		if c := mcpVersion(r, r.Header.Get(mcpVersionHeader) >= MCPStatelessVersion); c.stateless {
 			f.refuseStateless(w, r, c)
 			return
 		}
@@ -86,8 +87,9 @@ func (f *envFace) handler() http.Handler {
 }
 
 // refuseStateless answers a request of the stateless revision at an environment's own address, which opens a
-// doppel session per MCP session and so speaks only the session-based versions (its server/discover lists them):
-// the stateless revision reaches a session at the session's own address, which sessions.open answers.
+// doppel session per MCP session and so speaks only the session-based versions: -32022 with those versions (SEP-2575's
+// answer to a version a server does not serve, server/discover included, so a client falls back to initialize) and
+// how to reach the stateless revision: at a session's own address, which sessions.open answers.
 func (f *envFace) refuseStateless(w http.ResponseWriter, r *http.Request, c mcpRequest) {
 	slug := r.PathValue("slug")
 	detail := fmt.Sprintf("MCP %s is served per session: open a session (POST /v1/envs/%s/sessions, or the "+

@@ -216,7 +216,8 @@ func TestMCPVersionNegotiation(t *testing.T) {
 	code, out := p.rpc(t, envPath, p.key, api.MCPStatelessVersion, "server/discover", nil)
 	e, _ := out["error"].(map[string]any)
 	data, _ := e["data"].(map[string]any)
-	if code != http.StatusBadRequest || e["code"] != float64(mcp.CodeUnsupportedProtocolVersion) || !slices.Equal(strings2(data["supported"]), legacy) {
+	if code != http.StatusBadRequest || e["code"] != float64(mcp.CodeUnsupportedProtocolVersion) || out["id"] != float64(7) ||
+		!slices.Equal(strings2(data["supported"]), legacy) || !strings.Contains(str(e["message"]), "sessions_open") {
 		t.Fatalf("discover at the environment address: %d %v", code, out)
 	}
 	cs := p.connect(t, envPath+"?seed=3", p.key)
@@ -226,7 +227,7 @@ func TestMCPVersionNegotiation(t *testing.T) {
 	code, out = p.rpc(t, envPath, p.key, api.MCPStatelessVersion, "tools/list", nil)
 	e, _ = out["error"].(map[string]any)
 	data, _ = e["data"].(map[string]any)
-	if code != http.StatusBadRequest || e == nil || e["code"] != float64(mcp.CodeUnsupportedProtocolVersion) ||
+	if code != http.StatusBadRequest || e == nil || e["code"] != float64(mcp.CodeUnsupportedProtocolVersion) || out["id"] != float64(7) ||
 		!slices.Equal(strings2(data["supported"]), legacy) || data["requested"] != api.MCPStatelessVersion ||
 		!strings.Contains(str(e["message"]), "sessions_open") || !strings.Contains(str(e["message"]), "/sessions/{session_id}") {
 		t.Fatalf("a stateless request at the environment address: %d %v", code, out)
