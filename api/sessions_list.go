@@ -8,7 +8,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // ListSessionsInput is GET /v1/envs/{slug}/sessions.
@@ -53,45 +52,27 @@ func (sr *SessionRoutes) registerList(a huma.API, d *Deps) {
 		Tags:     []string{"sessions"},
 		Security: WorkspaceKeyAuth(),
 		Handler: func(ctx context.Context, in *ListSessionsInput) (*ListSessionsOutput, error) {
-			env, err := store.GetEnv(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.Slug)
-			if err != nil {
-				return nil, StoreError(err, "environment "+in.Slug)
-			}
-			// Sessions idle past their deadline are expired first, so the listing says so at once (a call would).
-			if err := sr.Plane.ExpireDue(ctx, env.ID, 0); err != nil {
-				return nil, err
-			}
-			rows, err := store.ListSessions(ctx, d.DB, env.ID, in.Status, in.Limit)
+			listed, err := sr.Plane.List(ctx, PrincipalFrom(ctx).Workspace.ID, in.Slug, in.Status, in.Limit)
 			if err != nil {
 				return nil, err
 			}
-			ids := make([]string, len(rows))
-			for i := range rows {
-				ids[i] = rows[i].ID
-			}
-			counts, last, err := store.CountSessionsCalls(ctx, d.DB, ids)
-			if err != nil {
-				return nil, err
-			}
-			out := &ListSessionsOutput{Body: make([]SessionSummary, 0, len(rows))}
-			at := make(map[string]int, len(rows))
-			for i := range rows {
-				at[rows[i].ID] = i
-				out.Body = append(out.Body, sessionSummary(&rows[i]))
-			}
-			for _, c := range counts {
-				s := &out.Body[at[c.SessionID]]
-				s.NCalls += c.N
-				s.NErrors += c.Errors
-				s.NDowngraded += c.Downgraded
-				s.Fidelity.add(c.Fidelity, c.N)
-			}
-			for _, l := range last {
-				s := &out.Body[at[l.SessionID]]
-				s.StateHash = l.StateHash
-				if l.CreatedAt.After(s.LastUsedAt) {
-					s.LastUsedAt = l.CreatedAt.UTC()
+			out := &ListSessionsOutput{Body: make([]SessionSummary, 0, len(listed))}
+			for i := range listed {
+				l := &listed[i]
+				s := sessionSummary(&l.Session)
+				for _, c := range l.Counts {
+					s.NCalls += c.N
+					s.NErrors += c.Errors
+					s.NDowngraded += c.Downgraded
+					s.Fidelity.add(c.Fidelity, c.N)
 				}
+				if l.Last != nil {
+					s.StateHash = l.Last.StateHash
+					if l.Last.CreatedAt.After(s.LastUsedAt) {
+						s.LastUsedAt = l.Last.CreatedAt.UTC()
+					}
+				}
+				out.Body = append(out.Body, s)
 			}
 			return out, nil
 		},

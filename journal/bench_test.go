@@ -14,7 +14,6 @@ import (
 	"github.com/doppel-dev/doppel/internal/latency"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/schema/schematest"
-	"github.com/doppel-dev/doppel/store"
 )
 
 func report(b *testing.B, lat []time.Duration, elapsed time.Duration, st Stats) {
@@ -34,7 +33,6 @@ type benchCase struct {
 	batch   int
 	workers int
 	tx      bool // explicit BEGIN … COMMIT around the batch's single INSERT
-	store   bool // store.AppendCalls (INSERT + one counters UPDATE per session in the batch)
 	calls   bool // NewCalls: the journal doppel runs (prepared single-row INSERTs in a transaction on SQLite)
 	noYield bool // the leader takes its batch without first yielding to submitters that are ready to run
 }
@@ -48,25 +46,18 @@ func (bc benchCase) writer(db *bun.DB) (*Writer[schema.Call], error) {
 
 func (bc benchCase) options(db bun.IDB) Options[schema.Call] {
 	o := Options[schema.Call]{DB: db, Insert: InsertCalls, MaxBatch: bc.batch, Linger: bc.linger, Workers: bc.workers, Direct: !bc.tx, NoYield: bc.noYield}
-	if bc.store {
-		o.Insert = func(ctx context.Context, db bun.IDB, calls []schema.Call) error {
-			return store.AppendCalls(ctx, db, calls, time.Hour)
-		}
-		o.Direct = true
-	}
 	return o
 }
 
 var benchCases = []benchCase{
-	{"nogroup", 0, 1, 1, false, false, false, false}, // one transaction per call: the baseline group commit beats
-	{"linger=0", 0, 256, 1, false, false, false, false},
-	{"linger=0/tx", 0, 256, 1, true, false, false, false},
-	{"linger=0/store", 0, 256, 1, false, true, false, false},
-	{"linger=0/calls", 0, 256, 1, false, false, true, false},
-	{"linger=1ms", time.Millisecond, 256, 1, false, false, false, false},
-	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false, false, false},
-	{"linger=0/workers=2", 0, 256, 2, false, false, false, false},
-	{"linger=0/calls/noyield", 0, 256, 1, false, false, true, true},
+	{"nogroup", 0, 1, 1, false, false, false}, // one transaction per call: the baseline group commit beats
+	{"linger=0", 0, 256, 1, false, false, false},
+	{"linger=0/tx", 0, 256, 1, true, false, false},
+	{"linger=0/calls", 0, 256, 1, false, true, false},
+	{"linger=1ms", time.Millisecond, 256, 1, false, false, false},
+	{"linger=2ms", 2 * time.Millisecond, 256, 1, false, false, false},
+	{"linger=0/workers=2", 0, 256, 2, false, false, false},
+	{"linger=0/calls/noyield", 0, 256, 1, false, true, true},
 }
 
 func benchDB(b *testing.B, driver string) (*bun.DB, []string) {

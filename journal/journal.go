@@ -27,7 +27,7 @@ type Options[T any] struct {
 	Insert InsertFunc[T]
 	// Direct runs Insert on DB itself instead of inside a transaction the Writer opens: for an Insert
 	// that is one statement (its own transaction, saving the BEGIN and COMMIT round trips) or that opens
-	// its own transaction (e.g. store.AppendCalls).
+	// its own transaction.
 	Direct bool
 	// MaxBatch closes a batch at this many records (default 256).
 	MaxBatch int

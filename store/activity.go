@@ -10,55 +10,6 @@ import (
 	"github.com/doppel-dev/doppel/schema"
 )
 
-// FidelityCount is a session's calls with one fidelity label: how many, how many the tool answered with its own
-// error, how many were downgraded.
-type FidelityCount struct {
-	Fidelity   string `bun:"fidelity"`
-	N          int64  `bun:"n"`
-	Errors     int64  `bun:"errors"`
-	Downgraded int64  `bun:"downgraded"`
-}
-
-// CountCalls counts a session's journaled calls per fidelity label, in label order.
-func CountCalls(ctx context.Context, db bun.IDB, sessionID string) ([]FidelityCount, error) {
-	var out []FidelityCount
-	err := db.NewSelect().Model((*schema.Call)(nil)).
-		ColumnExpr("fidelity, COUNT(*) AS n").
-		ColumnExpr("SUM(CASE WHEN error THEN 1 ELSE 0 END) AS errors").
-		ColumnExpr("SUM(CASE WHEN downgraded THEN 1 ELSE 0 END) AS downgraded").
-		Where("session_id = ?", sessionID).Group("fidelity").Order("fidelity").Scan(ctx, &out)
-	if err != nil {
-		return nil, fmt.Errorf("store: count calls of session %s: %w", sessionID, err)
-	}
-	return out, nil
-}
-
-// LastCall returns a session's last journaled call (its state hash and time only), nil when it has none.
-func LastCall(ctx context.Context, db bun.IDB, sessionID string) (*schema.Call, error) {
-	var last []schema.Call
-	if err := db.NewSelect().Model(&last).Column("state_hash", "created_at").Where("session_id = ?", sessionID).
-		Order("seq DESC").Limit(1).Scan(ctx); err != nil {
-		return nil, fmt.Errorf("store: last call of session %s: %w", sessionID, err)
-	}
-	if len(last) == 0 {
-		return nil, nil
-	}
-	return &last[0], nil
-}
-
-// LastActivity is when a session was last used: its last journaled call, else its last_used_at.
-func LastActivity(ctx context.Context, db bun.IDB, s *schema.Session) (time.Time, error) {
-	c, err := LastCall(ctx, db, s.ID)
-	if err != nil {
-		return time.Time{}, err
-	}
-	last := s.LastUsedAt
-	if c != nil && c.CreatedAt.After(last) {
-		last = c.CreatedAt
-	}
-	return last.UTC(), nil
-}
-
 // DueSessions returns open sessions whose recorded expiry is before now, oldest expiry first, at most limit.
 func DueSessions(ctx context.Context, db bun.IDB, now time.Time, limit int) ([]schema.Session, error) {
 	return DueSessionsOf(ctx, db, "", now, limit)

@@ -67,34 +67,6 @@ func BenchmarkInsertTraceBatch50(b *testing.B) {
 	})
 }
 
-// One group commit of 16 calls from one session.
-func BenchmarkAppendCalls16(b *testing.B) {
-	benchDrivers(b, func(b *testing.B, db *bun.DB) {
-		ws, _ := store.CreateWorkspace(ctx, db, "bench")
-		env, _ := store.UpsertEnvByProject(ctx, db, ws.ID, "bench")
-		s := &schema.Session{EnvID: env.ID}
-		if _, err := store.CreateSession(ctx, db, s); err != nil {
-			b.Fatal(err)
-		}
-		var lat latencies
-		seq := int64(0)
-		for b.Loop() {
-			group := make([]schema.Call, 16)
-			for i := range group {
-				seq++
-				group[i] = schema.Call{SessionID: s.ID, Seq: seq, Tool: "get_order", Arguments: []byte(`{"order_id":"#W123"}`),
-					Content: `{"order_id": "#W123", "status": "pending"}`, Fidelity: schema.FidelityBTwin, StateHash: "sha256:x"}
-			}
-			lat.time(func() {
-				if err := store.AppendCalls(ctx, db, group, time.Hour); err != nil {
-					b.Fatal(err)
-				}
-			})
-		}
-		lat.report(b, 16, "calls")
-	})
-}
-
 // Resolving a bearer workspace key (every authenticated request does this).
 func BenchmarkResolveKey(b *testing.B) {
 	benchDrivers(b, func(b *testing.B, db *bun.DB) {

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
@@ -171,7 +172,7 @@ func (p *Plane) checkIdle(ctx context.Context, s *schema.Session, l *liveSession
 		return nil
 	}
 	// This process has not seen the session used recently (or at all): ask the journal.
-	act, err := store.LastActivity(ctx, p.db, s)
+	act, err := journal.LastActivity(ctx, p.db, s)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin"
@@ -123,7 +124,7 @@ func (ep *Episode) doneReason(steps int64, tool string) string {
 func (p *Plane) lastTool(ctx context.Context, s *schema.Session, seq int64) (string, error) {
 	for depth := 0; seq > 0 && depth <= maxLineage; depth++ {
 		if seq > s.ForkedAt {
-			calls, err := store.ListCalls(ctx, p.db, s.ID, seq-1, 1)
+			calls, err := journal.ListCalls(ctx, p.db, s.ID, seq-1, 1)
 			if err != nil {
 				return "", err
 			}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin/rpc"
@@ -203,7 +204,7 @@ func twinError(err error) error {
 // lastSeq is the seq of a session's last call: its own last, or for a fork with none of its own yet the call it was
 // forked after.
 func (p *Plane) lastSeq(ctx context.Context, s *schema.Session) (int64, error) {
-	n, err := store.LastSeq(ctx, p.db, s.ID)
+	n, err := journal.LastSeq(ctx, p.db, s.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -255,7 +256,7 @@ func (p *Plane) lineage(ctx context.Context, s *schema.Session, upTo int64, dept
 		}
 		limit = int(upTo - s.ForkedAt)
 	}
-	calls, err := store.ListCalls(ctx, p.db, s.ID, s.ForkedAt, limit)
+	calls, err := journal.ListCalls(ctx, p.db, s.ID, s.ForkedAt, limit)
 	if err != nil {
 		return nil, err
 	}

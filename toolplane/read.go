@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/doppel-dev/doppel/events"
+	"github.com/doppel-dev/doppel/journal"
 	"github.com/doppel-dev/doppel/schema"
 	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/twin/rpc"
@@ -20,7 +21,7 @@ import (
 // its last use, when it expires, and its receipts.
 type State struct {
 	Session     *schema.Session
-	Counts      []store.FidelityCount
+	Counts      []journal.FidelityCount
 	NCalls      int64
 	NErrors     int64
 	NDowngraded int64
@@ -32,7 +33,7 @@ type State struct {
 
 // Read reports a session: calls, errors, fidelity mix, state hash, last use, expiry and receipts.
 func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
-	counts, err := store.CountCalls(ctx, p.db, s.ID)
+	counts, err := journal.CountCalls(ctx, p.db, s.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +46,7 @@ func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
 		st.NErrors += c.Errors
 		st.NDowngraded += c.Downgraded
 	}
-	last, err := store.LastCall(ctx, p.db, s.ID)
+	last, err := journal.LastCall(ctx, p.db, s.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func (p *Plane) Read(ctx context.Context, s *schema.Session) (*State, error) {
 
 // Transcript lists a session's calls in order: those after seq after, at most limit (0: all).
 func (p *Plane) Transcript(ctx context.Context, s *schema.Session, after int64, limit int) ([]schema.Call, error) {
-	return store.ListCalls(ctx, p.db, s.ID, after, limit)
+	return journal.ListCalls(ctx, p.db, s.ID, after, limit)
 }
 
 // Close ends a session: its token is refused at once and its world dropped. existed is true when it was open.
@@ -249,7 +250,7 @@ func (p *Plane) Reap(ctx context.Context, now time.Time, idle time.Duration, lim
 func (p *Plane) reap(ctx context.Context, due []schema.Session, now time.Time, idle time.Duration) (expired []string, extended int, err error) {
 	for i := range due {
 		s := &due[i]
-		last, err := store.LastActivity(ctx, p.db, s)
+		last, err := journal.LastActivity(ctx, p.db, s)
 		if err != nil {
 			return expired, extended, err
 		}
