@@ -190,6 +190,17 @@ func TestMCPSessionAddress(t *testing.T) {
 			t.Fatalf("another environment's address: %d %v", code, e)
 		}
 
+		// A fork answers its own address, where its world (the parent's after its calls) answers.
+		code, fork := p.do(http.MethodPost, "/v1/sessions/"+rest.ID+"/fork", rest.Token, map[string]any{})
+		forkAddr := p.srv.URL + "/mcp/envs/" + p.env.Slug + "/sessions/" + str(fork["sessionId"])
+		if code != http.StatusCreated || fork["mcp_url"] != forkAddr || fork["mcpUrl"] != forkAddr {
+			t.Fatalf("fork: %d %v, want mcp_url %s", code, fork, forkAddr)
+		}
+		if rc := readReceipts(t, connectAt(t, forkAddr, str(fork["token"]), "")); rc.SessionID != str(fork["sessionId"]) ||
+			rc.StateHash != str(fork["state_hash"]) {
+			t.Fatalf("the fork's receipts at its address: %+v, fork %v", rc, fork)
+		}
+
 		// A closed session's token is refused there, as on REST.
 		if code, out := p.do(http.MethodDelete, "/v1/sessions/"+rest.ID, rest.Token, nil); code >= 300 {
 			t.Fatalf("close: %d %v", code, out)

@@ -247,7 +247,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 		}
 		out := &OpenSessionOutput{Body: OpenAnswer{Many: make([]OpenSessionBodyOut, len(os))}}
 		for i, o := range os {
-			out.Body.Many[i] = openedOut(o, sessionMCPURL(sr.MCPBase, in.Slug, o.Session.ID))
+			out.Body.Many[i] = openedOut(o, sessionMCPURL(sr.MCPBase, o.Env, o.Session.ID))
 		}
 		return out, nil
 	}
@@ -255,7 +255,7 @@ func (sr *SessionRoutes) open(ctx context.Context, in *OpenSessionInput) (*OpenS
 	if err != nil {
 		return nil, err
 	}
-	one := openedOut(o, sessionMCPURL(sr.MCPBase, in.Slug, o.Session.ID))
+	one := openedOut(o, sessionMCPURL(sr.MCPBase, o.Env, o.Session.ID))
 	return &OpenSessionOutput{Body: OpenAnswer{One: &one}}, nil
 }
 

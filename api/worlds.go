@@ -121,15 +121,7 @@ func (sr *SessionRoutes) fork(d *Deps) func(context.Context, *ForkInput) (*ForkO
 			return nil, err
 		}
 		req := toolplaneForkRequest(p, at)
-		slug := ""
-		if sr.MCPBase != "" {
-			env, err := store.GetEnvByID(ctx, d.DB, p.Session.EnvID)
-			if err != nil {
-				return nil, StoreError(err, "environment of session "+p.Session.ID)
-			}
-			slug = env.Slug
-		}
-		mcpURL := func(o *toolplane.Opened) string { return sessionMCPURL(sr.MCPBase, slug, o.Session.ID) }
+		mcpURL := func(o *toolplane.Opened) string { return sessionMCPURL(sr.MCPBase, o.Env, o.Session.ID) }
 		if body.N != nil {
 			os, err := sr.Plane.ForkGroup(ctx, p.Session, req, *body.N)
 			if err != nil {

@@ -188,7 +188,7 @@ func (p *Plane) forkN(ctx context.Context, parent *schema.Session, req ForkReque
 	}
 	out := make([]*Opened, n)
 	for i, s := range ss {
-		out[i] = &Opened{Session: s, Token: tokens[i], Receipts: rc}
+		out[i] = &Opened{Session: s, Token: tokens[i], Receipts: rc, Env: env.Slug}
 	}
 	return out, nil
 }

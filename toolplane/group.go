@@ -128,7 +128,7 @@ func (p *Plane) OpenGroup(ctx context.Context, req OpenRequest, n int) ([]*Opene
 	p.mu.Lock()
 	for i, s := range ss {
 		p.live[s.ID] = &liveSession{calls: 0, lastUsed: s.CreatedAt}
-		out[i] = &Opened{Session: s, Token: tokens[i], Receipts: rc}
+		out[i] = &Opened{Session: s, Token: tokens[i], Receipts: rc, Env: pend.EnvSlug}
 	}
 	if te == nil && res.TwinAddr != "" && p.clients[buildID] == nil {
 		p.clients[buildID] = &twinEntry{c: rpc.Dial(res.TwinAddr, p.hc, p.locals)}

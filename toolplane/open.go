@@ -51,6 +51,7 @@ type Opened struct {
 	Session  *schema.Session
 	Token    string
 	Receipts rpc.Receipts
+	Env      string // the environment's slug
 }
 
 // DrawSeed draws a fresh world seed: a JSON-safe integer.
@@ -233,7 +234,7 @@ func (p *Plane) FinishOpen(ctx context.Context, pend *PendingOpen, res OpenedWor
 	if rc.Pinned == nil {
 		rc.Pinned = map[string][]string{}
 	}
-	return &Opened{Session: s, Token: token, Receipts: rc}, nil
+	return &Opened{Session: s, Token: token, Receipts: rc, Env: pend.EnvSlug}, nil
 }
 
 // createSession stores the session row and, with events on, its session.opened event in the same transaction.
