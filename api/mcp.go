@@ -22,7 +22,8 @@ import (
 
 // The MCP server (spec §1), on the official Go SDK's Streamable HTTP transport: the session-based versions
 // (2024-11-05 … 2025-11-25, MCP sessions with Mcp-Session-Id, ping and DELETE to end one) and the stateless revision
-// (2026-07-28: server/discover, no initialize, no MCP session; mcp_version.go). It has two faces:
+// (2026-07-28: server/discover, no initialize, no MCP session; mcp_version.go). It has two faces and an address per
+// session:
 //
 //   - /mcp, the workspace face: every registry verb is a tool, its input schema the verb's from the verb table. A
 //     tool call is served in process by the verb's REST route, as tRPC serves it, so credentials, validation and
@@ -33,8 +34,9 @@ import (
 //   - /mcp/envs/{slug}/sessions/{session_id}, one open doppel session's address (sessions.open answers it as
 //     mcp_url): the same tools, every version, stateless (mcp_session.go).
 //
-// Both take a workspace key (mk_live_…) or an MCP access token (mcp_at_…), which the OAuth 2.1 authorization server
-// in oauth.go issues; without one they answer 401 with WWW-Authenticate naming the protected resource metadata.
+// All take a workspace key (mk_live_…) or an MCP access token (mcp_at_…), which the OAuth 2.1 authorization server
+// in oauth.go issues, and a session's address also its session token (ms_…); without one they answer 401 with
+// WWW-Authenticate naming the protected resource metadata.
 
 // Keys of doppel's entries in MCP _meta objects.
 const (
