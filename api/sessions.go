@@ -201,9 +201,9 @@ type OpenSessionBodyOut struct {
 	Receipts  SessionReceipts `json:"receipts"`
 	ExpiresAt time.Time       `json:"expiresAt" doc:"When the session expires if unused (it moves with every call)."`
 	// Both.
-	Pinned map[string][]string `json:"pinned" doc:"Entity name → ids the seed instructions created or fixed."`
-	MCPURLA string             `json:"mcp_url,omitempty" doc:"The session's own MCP address (variant A name): the environment's tools in this session, over every MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the bearer." example:"https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef"`
-	MCPURL  string             `json:"mcpUrl,omitempty" doc:"The session's own MCP address (variant B name)." example:"https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef"`
+	Pinned  map[string][]string `json:"pinned" doc:"Entity name → ids the seed instructions created or fixed."`
+	MCPURLA string              `json:"mcp_url,omitempty" doc:"The session's own MCP address (variant A name): the environment's tools in this session, over every MCP version the server speaks, the stateless 2026-07-28 included, with the session token as the bearer." example:"https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef"`
+	MCPURL  string              `json:"mcpUrl,omitempty" doc:"The session's own MCP address (variant B name)." example:"https://doppel.example.com/mcp/envs/retail/sessions/ses_0123456789abcdef"`
 }
 
 // OpenSessionOutput is the 201 answer of a session open.
