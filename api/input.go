@@ -39,22 +39,34 @@ func checkURL(r *http.Request) *Envelope {
 	if err != nil {
 		return nil // huma reports a malformed query
 	}
-	names := make([]string, 0, len(q))
-	for name := range q {
-		names = append(names, name)
+	switch name, bad := badValues(q); {
+	case bad && name == "":
+		return Invalid("query", "a parameter name holds a NUL byte or bytes that are not UTF-8")
+	case bad:
+		return Invalid("query."+name, "must not hold a NUL byte or bytes that are not UTF-8")
+	}
+	return nil
+}
+
+// badValues finds, in name order, the first name of v that holds bad text (answered as "") or whose values do
+// (answered as the name); bad is false when every name and value is clean.
+func badValues(v url.Values) (name string, bad bool) {
+	names := make([]string, 0, len(v))
+	for n := range v {
+		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		if badText(name) {
-			return Invalid("query", "a parameter name holds a NUL byte or bytes that are not UTF-8")
+	for _, n := range names {
+		if badText(n) {
+			return "", true
 		}
-		for _, v := range q[name] {
-			if badText(v) {
-				return Invalid("query."+name, "must not hold a NUL byte or bytes that are not UTF-8")
+		for _, x := range v[n] {
+			if badText(x) {
+				return n, true
 			}
 		}
 	}
-	return nil
+	return "", false
 }
 
 var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}

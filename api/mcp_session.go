@@ -19,7 +19,6 @@ import (
 // client goes away: sessions.close (or its idle expiry) ends it, as on REST.
 type sessionFace struct {
 	*mcpDeps
-	h *mcp.StreamableHTTPHandler
 
 	mu    sync.Mutex
 	built map[string]*faceServer // build id → its server
@@ -42,7 +41,7 @@ func SessionMCPPath(slug, sessionID string) string {
 
 func (f *sessionFace) handler() http.Handler {
 	f.built = map[string]*faceServer{}
-	f.h = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		p := PrincipalFrom(r.Context())
 		if p == nil || p.Session == nil {
 			return nil
@@ -53,7 +52,7 @@ func (f *sessionFace) handler() http.Handler {
 		}
 		return fs.srv
 	}, &mcp.StreamableHTTPOptions{Stateless: true, Logger: f.logger})
-	return f.guardWith(f.authenticate, f.h)
+	return f.guardWith(f.authenticate, h)
 }
 
 // authenticate admits a request for the session its path names, of the environment its path names.

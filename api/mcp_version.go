@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -96,7 +95,7 @@ func versionSwitch(stateful, stateless http.Handler) http.Handler {
 // writeRPCError answers a JSON-RPC error for the request id with an HTTP status, as the SDK answers the refusals of
 // a request's transport (400 for a protocol version it does not serve).
 func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int64, message string, data any) {
-	if len(id) == 0 || strings.TrimSpace(string(id)) == "" {
+	if len(id) == 0 {
 		id = json.RawMessage("null")
 	}
 	raw, _ := json.Marshal(data)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 
 	"golang.org/x/oauth2"
@@ -24,22 +23,13 @@ func (o *oauthServer) parseForm(w http.ResponseWriter, r *http.Request) bool {
 		o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: expected a form: "+err.Error())
 		return false
 	}
-	names := make([]string, 0, len(r.PostForm))
-	for name := range r.PostForm {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if badText(name) {
-			o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: a field name holds a NUL byte or bytes that are not UTF-8")
-			return false
-		}
-		for _, v := range r.PostForm[name] {
-			if badText(v) {
-				o.fail(w, r, http.StatusBadRequest, "invalid_request", name+": must not hold a NUL byte or bytes that are not UTF-8")
-				return false
-			}
-		}
+	switch name, bad := badValues(r.PostForm); {
+	case bad && name == "":
+		o.fail(w, r, http.StatusBadRequest, "invalid_request", "body: a field name holds a NUL byte or bytes that are not UTF-8")
+		return false
+	case bad:
+		o.fail(w, r, http.StatusBadRequest, "invalid_request", name+": must not hold a NUL byte or bytes that are not UTF-8")
+		return false
 	}
 	return true
 }
