@@ -139,7 +139,7 @@ func (o *oauthServer) resource(raw string) (string, error) {
 	}
 	base := o.base()
 	u, err := url.Parse(raw)
-	if err != nil || !u.IsAbs() || u.Fragment != "" || u.User != nil {
+	if err != nil || !u.IsAbs() || strings.Contains(raw, "#") || u.User != nil {
 		return "", errors.New("resource must be an absolute URI without a fragment")
 	}
 	u.RawQuery, u.ForceQuery = "", false
@@ -244,7 +244,7 @@ func checkRedirectURI(raw string) error {
 	if err != nil || !u.IsAbs() {
 		return fmt.Errorf("%q is not an absolute URI", raw)
 	}
-	if u.Fragment != "" {
+	if strings.Contains(raw, "#") { // an empty fragment ("x:y#") is a fragment too, and u.Fragment is "" for it
 		return fmt.Errorf("%q has a fragment", raw)
 	}
 	switch strings.ToLower(u.Scheme) {

@@ -50,7 +50,7 @@ func (o *oauthServer) fetchClient(ctx context.Context, clientID string) (*schema
 		return nil, errors.New("this server does not fetch client metadata documents: register the client (" + oauthRegister + ")")
 	}
 	u, err := url.Parse(clientID)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.Path == "" || u.Path == "/" || u.Fragment != "" || u.User != nil {
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.Path == "" || u.Path == "/" || strings.Contains(clientID, "#") || u.User != nil {
 		return nil, errors.New("a client_id URL must be https with a path, no fragment and no user info")
 	}
 	if err := o.ClientMetadataGuard.CheckURL(ctx, clientID); err != nil {

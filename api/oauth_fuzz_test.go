@@ -85,6 +85,9 @@ func FuzzOAuth(f *testing.F) {
 		{4, "token=mcp_at_x&client_id=%FF"},
 		{2, strings.Replace(consent.Encode(), "client_id=", "client_id=%00", 1)},
 		{0, `{"redirect_uris":["http://127.0.0.1:7777/callback"],"client_name":"a\u0000b"}`},
+		// An empty fragment leaves url.URL.Fragment empty; the registration accepted it (CI's fuzzing).
+		{0, `{"redirect_uris":["com.example.app:/cb#"]}`},
+		{0, `{"redirect_uris":["http://127.0.0.1:7777/callback#"]}`},
 	}
 	for _, s := range seeds {
 		f.Add(uint8(s.route), []byte(s.body))
