@@ -85,7 +85,8 @@ func (p *parser) share(b []byte) string {
 	return s
 }
 
-// keyName answers a key of the collect body's objects as a string, without allocating one for the keys it knows.
+// keyName answers a key of the collect body's objects as a string, without allocating one for the keys it knows;
+// readFields names by it the keys an object's table does not hold (the table names its own).
 func keyName(key []byte) string {
 	switch string(key) { // compared without a conversion
 	case "role":
