@@ -7,10 +7,8 @@ import (
 )
 
 // skipContent reads a message's content (lean) without making a string of it, noting where it starts for
-// keepTexts.
+// keepTexts; the path names the content.
 func (p *parser) skipContent() error {
-	p.push("content")
-	defer p.pop()
 	c, err := p.peek()
 	if err != nil {
 		return err

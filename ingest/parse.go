@@ -85,7 +85,8 @@ func (p *parser) share(b []byte) string {
 	return s
 }
 
-// keyName answers a key of the collect body's objects as a string, without allocating one for the keys it knows.
+// keyName answers a key of the collect body's objects as a string, without allocating one for the keys it knows;
+// readFields names by it the keys an object's table does not hold (the table names its own).
 func keyName(key []byte) string {
 	switch string(key) { // compared without a conversion
 	case "role":
@@ -199,93 +200,38 @@ func (p *parser) parseBody(b *trace.Batch) {
 	}
 }
 
+// Field bits of the body.
 const (
 	bProject = 1 << iota
 	bTraces
 )
+
+var bodyFields = []field[trace.Batch]{
+	{name: "project", bit: bProject, str: func(b *trace.Batch) *string { return &b.Project }},
+	{name: "traces", bit: bTraces, read: asTraces},
+}
 
 func (p *parser) body(b *trace.Batch) error {
 	ok, _, err := p.open('{', false)
 	if err != nil || !ok {
 		return err
 	}
-	var seen, bad uint32
-	first := true
-	for {
-		key, end, err := p.nextKey(&first)
-		if err != nil {
-			return err
-		}
-		if end {
-			break
-		}
-		switch string(key) {
-		case "project":
-			if p.twice(&seen, bProject, "project") {
-				break
-			}
-			p.push("project")
-			s, ok, _, err := p.str(false)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			if ok {
-				b.Project = s
-			} else {
-				bad |= bProject
-			}
-		case "traces":
-			if p.twice(&seen, bTraces, "traces") {
-				break
-			}
-			p.push("traces")
-			ok, err := p.traces(b)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				bad |= bTraces
-			}
-		default:
-			p.push(string(key))
-			err := p.skip(1)
-			p.pop()
-			if err != nil {
-				return err
-			}
-		}
-		if p.stopped {
-			return errStop
-		}
+	st, err := readFields(p, b, bodyFields)
+	if err != nil {
+		return err
 	}
 	if p.lenient {
 		return nil
 	}
-	if bad&bProject == 0 {
+	if st.bad&bProject == 0 {
 		p.push("project")
 		p.checkProject(b.Project)
 		p.pop()
 	}
-	if bad&bTraces == 0 && len(b.Traces) == 0 {
+	if st.bad&bTraces == 0 && len(b.Traces) == 0 {
 		p.failField("traces", "is required and must hold at least one trace")
 	}
 	return nil
-}
-
-// twice reports a field given a second time in one object; the value is then skipped.
-func (p *parser) twice(seen *uint32, bit uint32, key string) bool {
-	if *seen&bit == 0 {
-		*seen |= bit
-		return false
-	}
-	p.push(key)
-	if err := p.skip(1); err == nil {
-		p.fail("is given twice")
-	}
-	p.pop()
-	return true
 }
 
 func (p *parser) traces(b *trace.Batch) (ok bool, err error) {
@@ -321,11 +267,18 @@ func (p *parser) traces(b *trace.Batch) (ok bool, err error) {
 	}
 }
 
+// Field bits of a trace.
 const (
 	tID = 1 << iota
 	tModel
 	tMessages
 )
+
+var traceFields = []field[trace.Trace]{
+	{name: "id", bit: tID, str: func(t *trace.Trace) *string { return &t.ID }},
+	{name: "model", bit: tModel, nullOK: true, str: func(t *trace.Trace) *string { return &t.Model }},
+	{name: "messages", bit: tMessages, read: asMessages},
+}
 
 func (p *parser) trace(t *trace.Trace, ti int) error {
 	ok, _, err := p.open('{', false)
@@ -333,70 +286,10 @@ func (p *parser) trace(t *trace.Trace, ti int) error {
 		return err
 	}
 	clear(p.callIDs)
-	var seen, bad uint32
-	first := true
-	for {
-		key, end, err := p.nextKey(&first)
-		if err != nil {
-			return err
-		}
-		if end {
-			break
-		}
-		switch string(key) {
-		case "id":
-			if p.twice(&seen, tID, "id") {
-				break
-			}
-			p.push("id")
-			s, ok, _, err := p.str(false)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			t.ID = s
-			if !ok {
-				bad |= tID
-			}
-		case "model":
-			if p.twice(&seen, tModel, "model") {
-				break
-			}
-			p.push("model")
-			s, ok, null, err := p.str(true)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			t.Model = s
-			if !ok && !null {
-				bad |= tModel
-			}
-		case "messages":
-			if p.twice(&seen, tMessages, "messages") {
-				break
-			}
-			p.push("messages")
-			ok, err := p.messages(t)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				bad |= tMessages
-			}
-		default:
-			p.push(string(key))
-			err := p.skip(1)
-			p.pop()
-			if err != nil {
-				return err
-			}
-		}
-		if p.stopped {
-			return errStop
-		}
+	st, err := readFields(p, t, traceFields)
+	if err != nil {
+		return err
 	}
-	p.checkTrace(t, bad, ti, false)
+	p.checkTrace(t, st.bad, ti, false)
 	return nil
 }

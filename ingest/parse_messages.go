@@ -53,136 +53,70 @@ const (
 	mText // content is a string, checked and not kept (Check)
 )
 
+// The two spellings of a message's aliased fields, as an error names them.
+const (
+	toolCallsNames  = "tool_calls, toolCalls"
+	toolCallIDNames = "tool_call_id, toolCallId"
+)
+
+var messageFields = []field[trace.Message]{
+	{name: "role", bit: mRole, str: func(m *trace.Message) *string { return &m.Role }},
+	{name: "content", bit: mContent, read: asContent},
+	{name: "name", bit: mName, nullOK: true, str: func(m *trace.Message) *string { return &m.Name }},
+	{name: "tool_calls", bit: kToolCalls, bad: mToolCalls, other: kToolCallsCamel, both: toolCallsNames, read: asToolCalls},
+	{name: "toolCalls", bit: kToolCallsCamel, bad: mToolCalls, other: kToolCalls, both: toolCallsNames, read: asToolCalls},
+	{name: "tool_call_id", bit: kToolCallID, bad: mToolCallID, other: kToolCallIDCamel, both: toolCallIDNames, nullOK: true,
+		str: func(m *trace.Message) *string { return &m.ToolCallID }},
+	{name: "toolCallId", bit: kToolCallIDCamel, bad: mToolCallID, other: kToolCallID, both: toolCallIDNames, nullOK: true,
+		str: func(m *trace.Message) *string { return &m.ToolCallID }},
+}
+
 func (p *parser) message(m *trace.Message) error {
 	ok, _, err := p.open('{', false)
 	if err != nil || !ok {
 		return err
 	}
-	var seen, bad, present uint32
-	first := true
-	for {
-		key, end, err := p.nextKey(&first)
-		if err != nil {
-			return err
-		}
-		if end {
-			break
-		}
-		switch k := keyName(key); k {
-		case "role":
-			if p.twice(&seen, mRole, k) {
-				break
-			}
-			p.push(k)
-			s, ok, _, err := p.str(false)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			m.Role = s
-			if !ok {
-				bad |= mRole
-			}
-		case "content":
-			if p.twice(&seen, mContent, k) {
-				break
-			}
-			present |= mContent
-			if p.lean {
-				if err := p.skipContent(); err != nil {
-					return err
-				}
-				break
-			}
-			keep := !p.textless || seen&mRole == 0 || m.Role == trace.RoleSystem
-			p.push(k)
-			b, ok, null, err := p.strBytes(true, keep)
-			p.pop()
-			switch {
-			case err != nil:
-				return err
-			case ok && !keep:
-				present |= mText
-			case ok:
-				s := p.share(b)
-				m.Content = &s
-			case !null:
-				bad |= mContent
-			}
-		case "name":
-			if p.twice(&seen, mName, k) {
-				break
-			}
-			p.push(k)
-			s, ok, null, err := p.str(true)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			m.Name = s
-			if !ok && !null {
-				bad |= mName
-			}
-		case "tool_calls", "toolCalls":
-			spell, other := uint32(kToolCalls), uint32(kToolCallsCamel)
-			if k == "toolCalls" {
-				spell, other = other, spell
-			}
-			if p.twice(&seen, spell, k) {
-				break
-			}
-			p.push(k)
-			var calls []trace.ToolCall
-			ok, err := p.toolCalls(&calls)
-			if err == nil && ok && seen&other != 0 && bad&mToolCalls == 0 && !slices.Equal(calls, m.ToolCalls) {
-				p.fail("differs from the other spelling given (tool_calls, toolCalls): give one")
-				ok = false
-			}
-			p.pop()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				bad |= mToolCalls
-			}
-			m.ToolCalls = calls
-		case "tool_call_id", "toolCallId":
-			spell, other := uint32(kToolCallID), uint32(kToolCallIDCamel)
-			if k == "toolCallId" {
-				spell, other = other, spell
-			}
-			if p.twice(&seen, spell, k) {
-				break
-			}
-			p.push(k)
-			s, ok, null, err := p.str(true)
-			if err == nil && ok && seen&other != 0 && bad&mToolCallID == 0 && s != m.ToolCallID {
-				p.fail("differs from the other spelling given (tool_call_id, toolCallId): give one")
-				ok = false
-			}
-			p.pop()
-			if err != nil {
-				return err
-			}
-			if ok {
-				m.ToolCallID = s
-			} else if !null {
-				bad |= mToolCallID
-			}
-		default:
-			p.push(k)
-			err := p.skip(1)
-			p.pop()
-			if err != nil {
-				return err
-			}
-		}
-		if p.stopped {
-			return errStop
-		}
+	st, err := readFields(p, m, messageFields)
+	if err != nil {
+		return err
 	}
-	p.checkMessage(m, bad, present, false)
+	p.checkMessage(m, st.bad, st.seen, false)
 	return nil
+}
+
+// content reads a message's content: a string or null. Lean, it only notes where the string starts (skipContent);
+// textless, it keeps only a system message's (or one whose role comes after it) and marks the others mText.
+func (p *parser) content(m *trace.Message, st *object) (bool, error) {
+	if p.lean {
+		return true, p.skipContent()
+	}
+	keep := !p.textless || st.seen&mRole == 0 || m.Role == trace.RoleSystem
+	b, ok, null, err := p.strBytes(true, keep)
+	switch {
+	case err != nil:
+		return false, err
+	case ok && !keep:
+		st.seen |= mText
+	case ok:
+		s := p.share(b)
+		m.Content = &s
+	}
+	return ok || null, nil
+}
+
+// messageToolCalls reads a message's tool calls (either spelling); when same, they must equal those of the other.
+func (p *parser) messageToolCalls(m *trace.Message, same bool) (bool, error) {
+	var calls []trace.ToolCall
+	ok, err := p.toolCalls(&calls)
+	if err != nil {
+		return false, err
+	}
+	if ok && same && !slices.Equal(calls, m.ToolCalls) {
+		p.differs(toolCallsNames)
+		ok = false
+	}
+	m.ToolCalls = calls
+	return ok, nil
 }
 
 func (p *parser) toolCalls(calls *[]trace.ToolCall) (bool, error) {
@@ -224,67 +158,28 @@ const (
 	cArguments
 )
 
+var toolCallFields = []field[trace.ToolCall]{
+	{name: "id", bit: cID, str: func(tc *trace.ToolCall) *string { return &tc.ID }},
+	{name: "type", bit: cType, nullOK: true, str: func(tc *trace.ToolCall) *string { return &tc.Type }},
+	{name: "function", bit: cFunction, read: asFunction},
+}
+
 func (p *parser) toolCall(tc *trace.ToolCall) error {
 	ok, _, err := p.open('{', false)
 	if err != nil || !ok {
 		return err
 	}
-	var seen, bad, present uint32
-	first := true
-	for {
-		key, end, err := p.nextKey(&first)
-		if err != nil {
-			return err
-		}
-		if end {
-			break
-		}
-		switch k := keyName(key); k {
-		case "id", "type":
-			bit := uint32(cID)
-			dst := &tc.ID
-			if k == "type" {
-				bit, dst = cType, &tc.Type
-			}
-			if p.twice(&seen, bit, k) {
-				break
-			}
-			p.push(k)
-			s, ok, null, err := p.str(k == "type")
-			p.pop()
-			if err != nil {
-				return err
-			}
-			*dst = s
-			if !ok && !(null && k == "type") {
-				bad |= bit
-			}
-		case "function":
-			if p.twice(&seen, cFunction, k) {
-				break
-			}
-			present |= cFunction
-			p.push(k)
-			fbad, err := p.function(&tc.Function)
-			p.pop()
-			if err != nil {
-				return err
-			}
-			bad |= fbad
-		default:
-			p.push(k)
-			err := p.skip(1)
-			p.pop()
-			if err != nil {
-				return err
-			}
-		}
-		if p.stopped {
-			return errStop
-		}
+	st, err := readFields(p, tc, toolCallFields)
+	if err != nil {
+		return err
 	}
-	p.checkToolCall(tc, bad, present)
+	p.checkToolCall(tc, st.bad, st.seen)
 	return nil
+}
+
+var functionFields = []field[trace.Function]{
+	{name: "name", bit: cName, str: func(f *trace.Function) *string { return &f.Name }},
+	{name: "arguments", bit: cArguments, read: asArguments},
 }
 
 // function reads a tool call's function object; it answers the bits of fields already reported.
@@ -293,54 +188,8 @@ func (p *parser) function(f *trace.Function) (uint32, error) {
 	if err != nil || !ok {
 		return cFunction, err
 	}
-	var seen, bad uint32
-	first := true
-	for {
-		key, end, err := p.nextKey(&first)
-		if err != nil {
-			return bad, err
-		}
-		if end {
-			return bad, nil
-		}
-		switch k := keyName(key); k {
-		case "name", "arguments":
-			bit := uint32(cName)
-			dst := &f.Name
-			if k == "arguments" {
-				bit, dst = cArguments, &f.Arguments
-			}
-			if p.twice(&seen, bit, k) {
-				break
-			}
-			p.push(k)
-			var s string
-			var ok bool
-			if k == "arguments" {
-				s, ok, err = p.arguments()
-			} else {
-				s, ok, _, err = p.str(false)
-			}
-			p.pop()
-			if err != nil {
-				return bad, err
-			}
-			*dst = s
-			if !ok {
-				bad |= bit
-			}
-		default:
-			p.push(k)
-			err := p.skip(1)
-			p.pop()
-			if err != nil {
-				return bad, err
-			}
-		}
-		if p.stopped {
-			return bad, errStop
-		}
-	}
+	st, err := readFields(p, f, functionFields)
+	return st.bad, err
 }
 
 // arguments reads function.arguments, which must be a string; a JSON object or array given directly
