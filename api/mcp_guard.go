@@ -16,7 +16,6 @@ import (
 
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // resourceMetadataURL is the protected resource metadata (RFC 9728) of the resource r addresses, at the
@@ -91,7 +90,7 @@ func (m *mcpDeps) guardWith(authenticate func(*http.Request) (*Principal, error)
 			WriteError(w, r, err)
 			return
 		}
-		if !store.HasEntitlement(p.Workspace, schema.EntitlementMCP) {
+		if !p.Workspace.HasEntitlement(schema.EntitlementMCP) {
 			WriteError(w, r, Forbidden(AccessDenied, "this workspace is not entitled to the MCP server (entitlement mcp)"))
 			return
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/doppel-dev/doppel/query"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // Defaults of the per-workspace query rate limit (query.rate_per_second, query.burst).
@@ -192,7 +191,7 @@ func (qr *QueryRoutes) Register(a huma.API, d *Deps) {
 
 func (qr *QueryRoutes) query(ctx context.Context, in *QueryInput) (*QueryOutput, error) {
 	p := PrincipalFrom(ctx)
-	if !store.HasEntitlement(p.Workspace, schema.EntitlementQuery) {
+	if !p.Workspace.HasEntitlement(schema.EntitlementQuery) {
 		return nil, Forbidden(AccessDenied, "this workspace is not entitled to queries (entitlement query)")
 	}
 	if ok, wait := qr.allow(p.Workspace.ID); !ok {

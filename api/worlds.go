@@ -3,13 +3,11 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -194,7 +192,7 @@ type DiffOutput struct {
 func (sr *SessionRoutes) diff(d *Deps) func(context.Context, *DiffInput) (*DiffOutput, error) {
 	return func(ctx context.Context, in *DiffInput) (*DiffOutput, error) {
 		p := PrincipalFrom(ctx)
-		against, err := againstSession(ctx, d, p, "query.against", in.Against)
+		against, err := sr.againstSession(ctx, p, "query.against", in.Against)
 		if err != nil {
 			return nil, err
 		}
@@ -223,14 +221,11 @@ func (sr *SessionRoutes) diff(d *Deps) func(context.Context, *DiffInput) (*DiffO
 
 // againstSession resolves the session to compare with: the caller's workspace's; with a session token, only the
 // session's parent or a fork of it.
-func againstSession(ctx context.Context, d *Deps, p *Principal, field, id string) (*schema.Session, error) {
+func (sr *SessionRoutes) againstSession(ctx context.Context, p *Principal, field, id string) (*schema.Session, error) {
 	if id == "" {
 		return nil, nil
 	}
-	s, err := store.GetSession(ctx, d.DB, p.Workspace.ID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, NotFound("session %s not found", id)
-	}
+	s, err := sr.Plane.Session(ctx, p.Workspace.ID, id)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +298,7 @@ type AssertOutput struct {
 func (sr *SessionRoutes) assert(d *Deps) func(context.Context, *AssertInput) (*AssertOutput, error) {
 	return func(ctx context.Context, in *AssertInput) (*AssertOutput, error) {
 		p := PrincipalFrom(ctx)
-		against, err := againstSession(ctx, d, p, "body.against", in.Body.Against)
+		against, err := sr.againstSession(ctx, p, "body.against", in.Body.Against)
 		if err != nil {
 			return nil, err
 		}

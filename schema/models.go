@@ -3,6 +3,7 @@ package schema
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -75,6 +76,16 @@ type Workspace struct {
 	Entitlements string `bun:"entitlements,notnull"`
 	// CardOnFile says a payment card is on file: a plan whose limits a card lifts then meters past them.
 	CardOnFile bool `bun:"card_on_file,notnull"`
+}
+
+// HasEntitlement reports whether the workspace holds entitlement e (EntitlementMCP, EntitlementQuery).
+func (w *Workspace) HasEntitlement(e string) bool {
+	for _, have := range strings.Split(w.Entitlements, ",") {
+		if have == e {
+			return true
+		}
+	}
+	return false
 }
 
 // Entitlements a workspace may hold (an admin sets them).

@@ -45,16 +45,6 @@ func JoinEntitlements(es []string) (string, error) {
 	return strings.Join(out, ","), nil
 }
 
-// HasEntitlement reports whether ws holds entitlement e.
-func HasEntitlement(ws *schema.Workspace, e string) bool {
-	for _, have := range strings.Split(ws.Entitlements, ",") {
-		if have == e {
-			return true
-		}
-	}
-	return false
-}
-
 // UpdateWorkspace applies c to workspace id and returns the workspace as it now is. Nothing is written when any
 // field is invalid.
 func UpdateWorkspace(ctx context.Context, db bun.IDB, id string, c WorkspaceChange) (*schema.Workspace, error) {

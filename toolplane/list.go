@@ -50,3 +50,12 @@ func (p *Plane) List(ctx context.Context, workspaceID, slug, status string, limi
 	}
 	return out, nil
 }
+
+// Session answers a session of the workspace, whatever its status.
+func (p *Plane) Session(ctx context.Context, workspaceID, id string) (*schema.Session, error) {
+	s, err := store.GetSession(ctx, p.db, workspaceID, id)
+	if err != nil {
+		return nil, notFoundOr(err, "session "+id)
+	}
+	return s, nil
+}
