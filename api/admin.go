@@ -4,19 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/uptrace/bun"
 
-	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // SchemeAdminKey names the admin credential (config admin.key), the only one the admin verbs take.
@@ -121,6 +117,10 @@ type WorkspaceIDInput struct {
 }
 
 func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
+	svc := &control.Workspaces{DB: d.DB}
+	if u.Source != nil {
+		svc.Plans = &u.Source.Plans
+	}
 	d.Auth.admin = newAdminKey(u.AdminKey)
 	Declare(a, Verb[CreateWorkspaceInput, CreateWorkspaceOutput]{
 		Name:    "admin.workspaces.create",
@@ -133,39 +133,12 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 		Tags:     []string{"admin"},
 		Security: AdminAuth(),
 		Handler: func(ctx context.Context, in *CreateWorkspaceInput) (*CreateWorkspaceOutput, error) {
-			ch, err := u.change(&in.Body.WorkspaceFields)
+			ws, k, plain, err := svc.Create(ctx, in.Body.Name, in.Body.WorkspaceFields.settings())
 			if err != nil {
 				return nil, err
 			}
-			if ch.Entitlements == nil {
-				// The plan's entitlements (the default plan's when none is named), else every one.
-				named := ""
-				if ch.Plan != nil {
-					named = *ch.Plan
-				}
-				_, plan := u.Source.Plans.Of(&schema.Workspace{Plan: named})
-				ch.Entitlements = plan.Entitlements
-			}
-			var out CreatedWorkspace
-			err = d.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-				ws, err := store.CreateWorkspace(ctx, tx, in.Body.Name)
-				if err != nil {
-					return err
-				}
-				if ws, err = store.UpdateWorkspace(ctx, tx, ws.ID, ch); err != nil {
-					return err
-				}
-				k, plain, err := store.CreateKey(ctx, tx, ws.ID, cred.KindWorkspace, "first key")
-				if err != nil {
-					return err
-				}
-				out = CreatedWorkspace{Workspace: workspaceOut(ws), Key: CreatedKey{KeyInfo: KeyInfoOf(k), Key: plain}}
-				return nil
-			})
-			if err != nil {
-				return nil, adminStoreError(err, "workspace")
-			}
-			return &CreateWorkspaceOutput{Body: out}, nil
+			return &CreateWorkspaceOutput{Body: CreatedWorkspace{Workspace: workspaceOut(ws),
+				Key: CreatedKey{KeyInfo: KeyInfoOf(k), Key: plain}}}, nil
 		},
 	})
 	Declare(a, Verb[UpdateWorkspaceInput, WorkspaceOutput]{
@@ -178,13 +151,9 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 		Tags:     []string{"admin"},
 		Security: AdminAuth(),
 		Handler: func(ctx context.Context, in *UpdateWorkspaceInput) (*WorkspaceOutput, error) {
-			ch, err := u.change(&in.Body)
+			ws, err := svc.Update(ctx, in.WorkspaceID, in.Body.settings())
 			if err != nil {
 				return nil, err
-			}
-			ws, err := store.UpdateWorkspace(ctx, d.DB, in.WorkspaceID, ch)
-			if err != nil {
-				return nil, adminStoreError(err, "workspace "+in.WorkspaceID)
 			}
 			if u.Gate != nil {
 				u.Gate.Forget(ws.ID)
@@ -202,7 +171,7 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 		Tags:        []string{"admin"},
 		Security:    AdminAuth(),
 		Handler: func(ctx context.Context, _ *struct{}) (*ListWorkspacesOutput, error) {
-			wss, err := store.ListWorkspaces(ctx, d.DB)
+			wss, err := svc.List(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -222,9 +191,9 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 		Tags:        []string{"admin"},
 		Security:    AdminAuth(),
 		Handler: func(ctx context.Context, in *WorkspaceIDInput) (*UsageOutput, error) {
-			ws, err := store.GetWorkspace(ctx, d.DB, in.WorkspaceID)
+			ws, err := svc.Get(ctx, in.WorkspaceID)
 			if err != nil {
-				return nil, StoreError(err, "workspace "+in.WorkspaceID)
+				return nil, err
 			}
 			r, err := u.Source.Read(ctx, ws, u.now())
 			if err != nil {
@@ -235,31 +204,7 @@ func (u *UsageRoutes) registerAdmin(a huma.API, d *Deps) {
 	})
 }
 
-// change checks an admin's fields: a plan must be configured (or "" for the default).
-func (u *UsageRoutes) change(f *WorkspaceFields) (store.WorkspaceChange, error) {
-	if f.Plan != nil && *f.Plan != "" && !u.Source.Plans.Has(*f.Plan) {
-		names := make([]string, 0, len(u.Source.Plans.ByName))
-		for n := range u.Source.Plans.ByName {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return store.WorkspaceChange{}, Invalid("body.plan", "no plan "+*f.Plan+" is configured; plans: "+strings.Join(names, ", "))
-	}
-	for i, e := range f.Entitlements {
-		if e != schema.EntitlementMCP && e != schema.EntitlementQuery {
-			return store.WorkspaceChange{}, Invalid("body.entitlements["+strconv.Itoa(i)+"]", "expected one of mcp, query")
-		}
-	}
-	ch := store.WorkspaceChange{Plan: f.Plan, Access: f.Access, CardOnFile: f.CardOnFile}
-	if f.Entitlements != nil {
-		ch.Entitlements = f.Entitlements
-	}
-	return ch, nil
-}
-
-func adminStoreError(err error, what string) error {
-	if errors.Is(err, store.ErrInvalid) {
-		return Invalid("body", strings.TrimPrefix(err.Error(), "store: "))
-	}
-	return StoreError(err, what)
+// settings are the fields as the workspaces service takes them.
+func (f *WorkspaceFields) settings() control.WorkspaceFields {
+	return control.WorkspaceFields{Plan: f.Plan, Access: f.Access, Entitlements: f.Entitlements, CardOnFile: f.CardOnFile}
 }

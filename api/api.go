@@ -313,6 +313,11 @@ func RequestID(ctx context.Context) string {
 	return ""
 }
 
+// requestLogger is loggerFrom with the request's id, for services that log on a request's behalf.
+func requestLogger(ctx context.Context) *slog.Logger {
+	return loggerFrom(ctx).With(slog.String("request_id", RequestID(ctx)))
+}
+
 func loggerFrom(ctx context.Context) *slog.Logger {
 	if ri, ok := ctx.Value(reqKey{}).(*reqInfo); ok {
 		return ri.logger

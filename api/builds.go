@@ -15,22 +15,17 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/infer"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 )
 
-// BuildStarter starts the build workflow for a queued build row.
-type BuildStarter interface {
-	StartBuild(ctx context.Context, workspaceID, envID, buildID string) (workflowID string, err error)
-}
-
 // BuildRoutes serve the multipart build route, build status and reports, and tools' handler source.
 type BuildRoutes struct {
 	Blobs   blob.Store
-	Starter BuildStarter
+	Starter control.BuildStarter
 	// MaxUploadBytes bounds a build upload (default 32 MiB); larger answers 413.
 	MaxUploadBytes int64
 	// Bundles caches decoded bundles (nil: a cache over Blobs is made).
@@ -147,6 +142,8 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 	}
 	topts.Scheduler = nil
 	br.traces = &collect{opts: topts, deps: d}
+	envs := &control.Envs{DB: d.DB}
+	builds := &control.Builds{DB: d.DB, Blobs: br.Blobs, Starter: br.Starter, Log: requestLogger}
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.start",
 		Metadata:    map[string]any{MetaVerb: false}, // plain HTTP (spec §1): a multipart upload, not a verb
@@ -170,12 +167,12 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  br.MaxUploadBytes,
 		Middlewares:   huma.Middlewares{limitBody(br.MaxUploadBytes), removeFormFiles},
-	}, func(ctx context.Context, in *StartBuildInput) (*StartBuildOutput, error) {
+	}, mapped(func(ctx context.Context, in *StartBuildInput) (*StartBuildOutput, error) {
 		defer closeParts(in.RawBody.Data())
 		p := PrincipalFrom(ctx)
-		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+		env, err := envs.Lookup(ctx, p.Workspace.ID, in.Slug)
 		if err != nil {
-			return nil, StoreError(err, "environment "+in.Slug)
+			return nil, err
 		}
 		up, err := readBuildForm(in.RawBody, func(field, id string) (*schema.Upload, []byte, error) {
 			return readUpload(ctx, d.DB, br.Blobs, p.Workspace.ID, id, field)
@@ -186,25 +183,15 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		if err := br.collectTraces(ctx, env, in.RawBody); err != nil {
 			return nil, err
 		}
-		b := &schema.Build{EnvID: env.ID, WorkspaceID: env.WorkspaceID, Status: schema.BuildQueued, Stage: "queued"}
-		if err := br.queueBuild(ctx, d, env, up, b); err != nil {
-			return nil, err
-		}
-		wid, err := br.Starter.StartBuild(ctx, env.WorkspaceID, env.ID, b.ID)
+		b, err := builds.Start(ctx, env, up)
 		if err != nil {
-			b.Status, b.Stage, b.Error = schema.BuildFailed, "failed", "could not start: "+err.Error()
-			_ = store.UpdateBuild(ctx, d.DB, b, "status", "stage", "error")
-			return nil, Unavailable("temporal: %v", err)
-		}
-		b.WorkflowID = wid
-		if err := store.UpdateBuild(ctx, d.DB, b, "workflow_id"); err != nil {
 			return nil, err
 		}
 		return &StartBuildOutput{Status: http.StatusAccepted, Body: BuildStarted{
-			BuildID: b.ID, BuildIDB: b.ID, Status: b.Status, Env: env.Slug, WorkflowID: wid,
+			BuildID: b.ID, BuildIDB: b.ID, Status: b.Status, Env: env.Slug, WorkflowID: b.WorkflowID,
 			Poll: "/v1/envs/" + env.Slug + "/builds/" + b.ID,
 		}}, nil
-	})
+	}))
 	defaultEncodings(a.OpenAPI().Paths["/v1/envs/{slug}/builds"].Post)
 
 	huma.Register(a, huma.Operation{
@@ -215,13 +202,8 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		Description: "The environment's builds, newest first (at most 100).",
 		Tags:        []string{"builds"},
 		Security:    WorkspaceKeyAuth(),
-	}, func(ctx context.Context, in *SlugInput) (*ListBuildsOutput, error) {
-		p := PrincipalFrom(ctx)
-		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
-		if err != nil {
-			return nil, StoreError(err, "environment "+in.Slug)
-		}
-		bs, err := store.ListBuilds(ctx, d.DB, env.ID, 100)
+	}, mapped(func(ctx context.Context, in *SlugInput) (*ListBuildsOutput, error) {
+		bs, err := builds.List(ctx, PrincipalFrom(ctx).Workspace.ID, in.Slug)
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +212,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			out.Body = append(out.Body, *BuildSummaryOf(&bs[i]))
 		}
 		return out, nil
-	})
+	}))
 
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.get",
@@ -240,8 +222,8 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 		Description: "Status, stage and progress (0–1) of a build; the summary once it finished; the reason when it failed.",
 		Tags:        []string{"builds"},
 		Security:    WorkspaceKeyAuth(),
-	}, func(ctx context.Context, in *BuildIDInput) (*BuildDetailOutput, error) {
-		env, b, err := lookupBuild(ctx, d, in)
+	}, mapped(func(ctx context.Context, in *BuildIDInput) (*BuildDetailOutput, error) {
+		env, b, err := builds.Get(ctx, PrincipalFrom(ctx).Workspace.ID, in.Slug, in.BuildID)
 		if err != nil {
 			return nil, err
 		}
@@ -257,7 +239,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			det.StartedAt = &t
 		}
 		return &BuildDetailOutput{Body: det}, nil
-	})
+	}))
 
 	huma.Register(a, huma.Operation{
 		OperationID: "builds.report",
@@ -268,8 +250,8 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			"rung and agreement with the recorded answers. 409 while the build has not succeeded.",
 		Tags:     []string{"builds"},
 		Security: WorkspaceKeyAuth(),
-	}, func(ctx context.Context, in *BuildIDInput) (*BuildReportOutput, error) {
-		_, b, err := lookupBuild(ctx, d, in)
+	}, mapped(func(ctx context.Context, in *BuildIDInput) (*BuildReportOutput, error) {
+		_, b, err := builds.Get(ctx, PrincipalFrom(ctx).Workspace.ID, in.Slug, in.BuildID)
 		if err != nil {
 			return nil, err
 		}
@@ -288,7 +270,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			return nil, err
 		}
 		return out, nil
-	})
+	}))
 
 	huma.Register(a, huma.Operation{
 		OperationID: "tools.source",
@@ -299,13 +281,8 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			"readable, and the starting point for code you upload to override it.",
 		Tags:     []string{"tools"},
 		Security: WorkspaceKeyAuth(),
-	}, func(ctx context.Context, in *ToolSourceInput) (*ToolSourceOutput, error) {
-		p := PrincipalFrom(ctx)
-		env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
-		if err != nil {
-			return nil, StoreError(err, "environment "+in.Slug)
-		}
-		b, err := activeBuild(ctx, d.DB, env)
+	}, mapped(func(ctx context.Context, in *ToolSourceInput) (*ToolSourceOutput, error) {
+		env, b, err := envs.Active(ctx, PrincipalFrom(ctx).Workspace.ID, in.Slug)
 		if err != nil {
 			return nil, err
 		}
@@ -320,7 +297,7 @@ func (br *BuildRoutes) Register(a huma.API, d *Deps) {
 			}
 		}
 		return nil, NotFound("tool %q is not in environment %s", in.Name, env.Slug)
-	})
+	}))
 }
 
 // limitBody answers 413 for a body over max bytes, whether or not it declares its length. Huma's own MaxBodyBytes
@@ -373,19 +350,6 @@ func closeParts(f *BuildForm) {
 	}
 }
 
-func lookupBuild(ctx context.Context, d *Deps, in *BuildIDInput) (*schema.Environment, *schema.Build, error) {
-	p := PrincipalFrom(ctx)
-	env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
-	if err != nil {
-		return nil, nil, StoreError(err, "environment "+in.Slug)
-	}
-	b, err := store.GetBuild(ctx, d.DB, p.Workspace.ID, in.BuildID)
-	if err != nil || b.EnvID != env.ID {
-		return nil, nil, NotFound("build %s not found in environment %s", in.BuildID, env.Slug)
-	}
-	return env, b, nil
-}
-
 func (br *BuildRoutes) getJSON(ctx context.Context, key string, v any) error {
 	if key == "" {
 		return nil
@@ -403,7 +367,7 @@ func (br *BuildRoutes) getJSON(ctx context.Context, key string, v any) error {
 
 // readBuildForm turns the multipart parts into an upload (nil when the form carries none), validating each part on
 // its own; a 422 names the part (tools, code.<tool>, config). The inputs they make with the environment's current
-// ones are validated as a whole by queueBuild.
+// ones are validated as a whole by control.Builds.Start.
 func readBuildForm(form huma.MultipartFormFiles[BuildForm], uploaded uploadReader) (*infer.Upload, error) {
 	f := form.Data()
 	up := &infer.Upload{}
@@ -426,7 +390,7 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm], uploaded uploadReade
 			return nil, Invalid("body.tools", "is not JSON")
 		}
 		if _, err := infer.ParseToolDefs(data); err != nil {
-			return nil, Invalid("body.tools", trimBadInput(err))
+			return nil, Invalid("body.tools", control.TrimBadInput(err))
 		}
 		up.Tools, empty = data, false
 	}
@@ -481,8 +445,4 @@ func readBuildForm(form huma.MultipartFormFiles[BuildForm], uploaded uploadReade
 		return nil, nil
 	}
 	return up, nil
-}
-
-func trimBadInput(err error) string {
-	return strings.TrimPrefix(err.Error(), infer.ErrBadInput.Error()+": ")
 }

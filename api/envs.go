@@ -2,14 +2,13 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // EnvSummary is an environment as GET /v1/envs lists it (spec §2.1, plus headline, twin state and times).
@@ -88,6 +87,7 @@ type GetEnvOutput struct {
 }
 
 func registerEnvs(a huma.API, d *Deps) {
+	svc := &control.Envs{DB: d.DB}
 	Declare(a, Verb[struct{}, ListEnvsOutput]{
 		Name:        "envs.list",
 		Method:      http.MethodGet,
@@ -98,7 +98,7 @@ func registerEnvs(a huma.API, d *Deps) {
 		Security:    WorkspaceKeyAuth(),
 		Handler: func(ctx context.Context, _ *struct{}) (*ListEnvsOutput, error) {
 			p := PrincipalFrom(ctx)
-			envs, err := store.ListEnvs(ctx, d.DB, p.Workspace.ID)
+			envs, err := svc.List(ctx, p.Workspace.ID)
 			if err != nil {
 				return nil, err
 			}
@@ -121,9 +121,9 @@ func registerEnvs(a huma.API, d *Deps) {
 		Security: WorkspaceKeyAuth(),
 		Handler: func(ctx context.Context, in *SlugInput) (*GetEnvOutput, error) {
 			p := PrincipalFrom(ctx)
-			env, err := store.GetEnv(ctx, d.DB, p.Workspace.ID, in.Slug)
+			env, active, err := svc.Get(ctx, p.Workspace.ID, in.Slug)
 			if err != nil {
-				return nil, StoreError(err, "environment "+in.Slug)
+				return nil, err
 			}
 			out := &GetEnvOutput{Body: EnvDetail{EnvSummary: EnvSummaryOf(env)}}
 			if d.TwinState != nil {
@@ -133,14 +133,8 @@ func registerEnvs(a huma.API, d *Deps) {
 					loggerFrom(ctx).WarnContext(ctx, "live twin state", "env", env.ID, "error", err)
 				}
 			}
-			if env.ActiveBuildID != "" {
-				b, err := store.GetBuild(ctx, d.DB, p.Workspace.ID, env.ActiveBuildID)
-				switch {
-				case err == nil:
-					out.Body.ActiveBuild = BuildSummaryOf(b)
-				case !errors.Is(err, store.ErrNotFound):
-					return nil, err
-				}
+			if active != nil {
+				out.Body.ActiveBuild = BuildSummaryOf(active)
 			}
 			return out, nil
 		},

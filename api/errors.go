@@ -252,6 +252,9 @@ func planeEnvelope(pe *toolplane.Error) *Envelope {
 	case toolplane.NotFound:
 		return NotFound("%s", pe.Detail)
 	case toolplane.Invalid:
+		if pe.Field == "" { // a whole input refused (a store rule), no one field to name
+			return NewError(http.StatusUnprocessableEntity, pe.Detail)
+		}
 		return Invalid(pe.Field, pe.Detail)
 	case toolplane.NotReady:
 		return NotReady("%s", pe.Detail)

@@ -7,9 +7,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/doppel-dev/doppel/cred"
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // KeyInfo is a key as listed: never its plaintext.
@@ -71,6 +70,7 @@ type RevokeKeyOutput struct {
 }
 
 func registerKeys(a huma.API, d *Deps) {
+	keys := &control.Keys{DB: d.DB}
 	Declare(a, Verb[CreateKeyInput, CreateKeyOutput]{
 		Name:    "keys.create",
 		Method:  http.MethodPost,
@@ -83,18 +83,11 @@ func registerKeys(a huma.API, d *Deps) {
 		Status:   http.StatusCreated,
 		Handler: func(ctx context.Context, in *CreateKeyInput) (*CreateKeyOutput, error) {
 			p := PrincipalFrom(ctx)
-			var k *schema.APIKey
-			var plain string
-			var err error
-			if in.Body.Kind == schema.KeyKindMCP {
-				// An MCP token derives from the key that mints it and ends with it (docs/credentials.md).
-				k, plain, err = store.DeriveKey(ctx, d.DB, p.Key, cred.KindMCP, in.Body.Name)
-			} else {
-				// A workspace key is a peer of the one that minted it, so keys can be rotated.
-				k, plain, err = store.CreateKey(ctx, d.DB, p.Workspace.ID, cred.KindWorkspace, in.Body.Name)
-			}
+			// An MCP token derives from the key that mints it and ends with it; a workspace key is a peer of it
+			// (docs/credentials.md).
+			k, plain, err := keys.Create(ctx, p.Key, p.Workspace.ID, in.Body.Kind, in.Body.Name)
 			if err != nil {
-				return nil, StoreError(err, "key")
+				return nil, err
 			}
 			return &CreateKeyOutput{Body: CreatedKey{KeyInfo: KeyInfoOf(k), Key: plain}}, nil
 		},
@@ -110,13 +103,13 @@ func registerKeys(a huma.API, d *Deps) {
 		Security:    WorkspaceKeyAuth(),
 		Handler: func(ctx context.Context, _ *struct{}) (*ListKeysOutput, error) {
 			p := PrincipalFrom(ctx)
-			keys, err := store.ListKeys(ctx, d.DB, p.Workspace.ID)
+			ks, err := keys.List(ctx, p.Workspace.ID)
 			if err != nil {
 				return nil, err
 			}
-			out := &ListKeysOutput{Body: make([]KeyInfo, 0, len(keys))}
-			for i := range keys {
-				out.Body = append(out.Body, KeyInfoOf(&keys[i]))
+			out := &ListKeysOutput{Body: make([]KeyInfo, 0, len(ks))}
+			for i := range ks {
+				out.Body = append(out.Body, KeyInfoOf(&ks[i]))
 			}
 			return out, nil
 		},
@@ -134,9 +127,9 @@ func registerKeys(a huma.API, d *Deps) {
 		Security: WorkspaceKeyAuth(),
 		Handler: func(ctx context.Context, in *KeyIDInput) (*RevokeKeyOutput, error) {
 			p := PrincipalFrom(ctx)
-			k, err := store.RevokeKey(ctx, d.DB, p.Workspace.ID, in.ID)
+			k, err := keys.Revoke(ctx, p.Workspace.ID, in.ID)
 			if err != nil {
-				return nil, StoreError(err, "key "+in.ID)
+				return nil, err
 			}
 			d.Auth.forgetKeys()
 			return &RevokeKeyOutput{Body: KeyInfoOf(k)}, nil

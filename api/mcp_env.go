@@ -15,9 +15,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/faults"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin/rpc"
 )
@@ -111,11 +111,7 @@ func (f *envFace) prepare(r *http.Request) (*envStart, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := store.GetEnv(ctx, f.db, p.Workspace.ID, slug)
-	if err != nil {
-		return nil, StoreError(err, "environment "+slug)
-	}
-	build, err := activeBuild(ctx, f.db, env)
+	env, build, err := (&control.Envs{DB: f.db}).Active(ctx, p.Workspace.ID, slug)
 	if err != nil {
 		return nil, err
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/uptrace/bun"
 
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/cred"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 )
 
@@ -83,16 +83,12 @@ func (o *OpenEnvRoutes) guard(next func(http.ResponseWriter, *http.Request, *oeE
 			return
 		}
 		slug := r.PathValue("slug")
-		env, err := store.GetEnv(ctx, o.db, p.Workspace.ID, slug)
+		env, build, err := (&control.Envs{DB: o.db}).Active(ctx, p.Workspace.ID, slug)
 		if err != nil {
-			WriteError(w, r, StoreError(err, "environment "+slug))
-			return
-		}
-		e := &oeEnv{principal: p, env: env}
-		if e.build, err = activeBuild(ctx, o.db, env); err != nil {
 			WriteError(w, r, err)
 			return
 		}
+		e := &oeEnv{principal: p, env: env, build: build}
 		b, err := o.Plane.Bundles().Get(ctx, e.build)
 		if err != nil {
 			WriteError(w, r, err)

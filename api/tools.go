@@ -11,8 +11,8 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/uptrace/bun"
 
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/toolplane"
 	"github.com/doppel-dev/doppel/twin"
 )
@@ -199,19 +199,8 @@ func sortTools(ts []twin.Tool) {
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
 }
 
-// activeBuild returns an environment's active build, or a 409 notReady when it has none yet.
-func activeBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (*schema.Build, error) {
-	if env.ActiveBuildID == "" {
-		return nil, NotReady("environment %s has no build yet (status %s)", env.Slug, env.Status)
-	}
-	b, err := store.GetBuild(ctx, db, env.WorkspaceID, env.ActiveBuildID)
-	if err != nil {
-		return nil, StoreError(err, "build "+env.ActiveBuildID)
-	}
-	return b, nil
-}
-
 func registerTools(a huma.API, db *bun.DB, bundles *toolplane.Bundles, model bool) {
+	envs := &control.Envs{DB: db}
 	Declare(a, Verb[ListToolsInput, ListToolsOutput]{
 		Name:    "envs.tools",
 		Method:  http.MethodGet,
@@ -226,11 +215,7 @@ func registerTools(a huma.API, db *bun.DB, bundles *toolplane.Bundles, model boo
 		Errors:   []int{http.StatusConflict, http.StatusServiceUnavailable},
 		Handler: func(ctx context.Context, in *ListToolsInput) (*ListToolsOutput, error) {
 			p := PrincipalFrom(ctx)
-			env, err := store.GetEnv(ctx, db, p.Workspace.ID, in.Slug)
-			if err != nil {
-				return nil, StoreError(err, "environment "+in.Slug)
-			}
-			build, err := activeBuild(ctx, db, env)
+			_, build, err := envs.Active(ctx, p.Workspace.ID, in.Slug)
 			if err != nil {
 				return nil, err
 			}

@@ -87,6 +87,18 @@ func Declare[I, O any](a huma.API, v Verb[I, O]) {
 	}
 }
 
+// mapped gives the refusals of a handler registered with huma.Register (not a verb) their envelopes, as Declare
+// does for verbs.
+func mapped[I, O any](h func(context.Context, *I) (*O, error)) func(context.Context, *I) (*O, error) {
+	return func(ctx context.Context, in *I) (*O, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return nil, mapError(err)
+		}
+		return out, nil
+	}
+}
+
 // mapError gives a domain refusal (the tool plane's) its envelope; other errors pass unchanged.
 func mapError(err error) error {
 	var pe *toolplane.Error

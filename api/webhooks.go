@@ -3,34 +3,27 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/events"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 	"github.com/doppel-dev/doppel/webhook"
 )
 
 // eventTypeEnum is the enum of subscribable event types (webhook.test is sent only by webhooks.test).
 const eventTypeEnum = "build.succeeded,build.failed,env.ready,twin.ready,twin.stopped,session.opened,session.closed,session.expired"
 
-// DeliveryStarter starts a recorded delivery's workflow (wfclient.Webhooks is one); reason is logged on its
-// attempts (test, redeliver).
-type DeliveryStarter interface {
-	StartDelivery(ctx context.Context, deliveryID, reason string) error
-}
-
 // WebhookRoutes serve the webhook verbs and the event list.
 type WebhookRoutes struct {
 	// Guard checks endpoint URLs against server-side request forgery when they are created or changed.
 	Guard *webhook.Guard
-	// Deliveries starts test sends and redeliveries (nil: those answer 503).
-	Deliveries DeliveryStarter
+	// Deliveries starts test sends and redeliveries (wfclient.Webhooks is one; nil: those answer 503).
+	Deliveries control.DeliveryStarter
 }
 
 // WebhookEndpoint is an endpoint as listed: never its secret.
@@ -183,6 +176,11 @@ type ListEventsOutput struct {
 
 // Register adds the webhook verbs and events.list.
 func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
+	svc := &control.Webhooks{DB: d.DB, Log: loggerFrom}
+	if wr.Guard != nil { // a nil *webhook.Guard in the interface would not read as "not configured"
+		svc.Guard = wr.Guard
+	}
+	svc.Deliveries = wr.Deliveries
 	tags := []string{"webhooks"}
 	Declare(a, Verb[CreateWebhookInput, CreateWebhookOutput]{
 		Name: "webhooks.create", Method: http.MethodPost, Path: "/v1/webhooks", Tags: tags, Security: WorkspaceKeyAuth(),
@@ -194,14 +192,9 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 			"The signing secret is in this answer only. Deliveries are at least once: retried with exponential backoff for " +
 			"webhooks.retry_window (24 h), the same `webhook-id` on every attempt.",
 		Handler: func(ctx context.Context, in *CreateWebhookInput) (*CreateWebhookOutput, error) {
-			p := PrincipalFrom(ctx)
-			if err := wr.checkURL(ctx, in.Body.URL); err != nil {
+			ep, err := svc.Create(ctx, PrincipalFrom(ctx).Workspace.ID, in.Body.URL, in.Body.Description, in.Body.Events)
+			if err != nil {
 				return nil, err
-			}
-			ep := &schema.WebhookEndpoint{WorkspaceID: p.Workspace.ID, URL: in.Body.URL, Description: in.Body.Description,
-				EventTypes: strings.Join(in.Body.Events, ","), Secret: webhook.NewSecret()}
-			if err := store.CreateEndpoint(ctx, d.DB, ep); err != nil {
-				return nil, StoreError(err, "webhook endpoint")
 			}
 			return &CreateWebhookOutput{Body: CreatedWebhook{WebhookEndpoint: endpointOf(ep), Secret: ep.Secret}}, nil
 		},
@@ -211,7 +204,7 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 		Name: "webhooks.list", Method: http.MethodGet, Path: "/v1/webhooks", Tags: tags, Security: WorkspaceKeyAuth(),
 		Summary: "List webhook endpoints", Description: "The workspace's endpoints, oldest first; never their secrets.",
 		Handler: func(ctx context.Context, _ *struct{}) (*ListWebhooksOutput, error) {
-			eps, err := store.ListEndpoints(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID)
+			eps, err := svc.List(ctx, PrincipalFrom(ctx).Workspace.ID)
 			if err != nil {
 				return nil, err
 			}
@@ -228,30 +221,10 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 		Summary:     "Update a webhook endpoint",
 		Description: "Replaces the fields given: url (checked as at create), events, description, disabled. The secret stays.",
 		Handler: func(ctx context.Context, in *UpdateWebhookInput) (*WebhookOutput, error) {
-			ep, err := store.GetEndpoint(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.ID)
+			ep, err := svc.Update(ctx, PrincipalFrom(ctx).Workspace.ID, in.ID, control.EndpointChange{URL: in.Body.URL,
+				Events: in.Body.Events, Description: in.Body.Description, Disabled: in.Body.Disabled})
 			if err != nil {
-				return nil, StoreError(err, "webhook endpoint "+in.ID)
-			}
-			var cols []string
-			if u := in.Body.URL; u != nil {
-				if err := wr.checkURL(ctx, *u); err != nil {
-					return nil, err
-				}
-				ep.URL, cols = *u, append(cols, "url")
-			}
-			if e := in.Body.Events; e != nil {
-				ep.EventTypes, cols = strings.Join(*e, ","), append(cols, "event_types")
-			}
-			if s := in.Body.Description; s != nil {
-				ep.Description, cols = *s, append(cols, "description")
-			}
-			if b := in.Body.Disabled; b != nil {
-				ep.Disabled, cols = *b, append(cols, "disabled")
-			}
-			if len(cols) > 0 {
-				if err := store.UpdateEndpoint(ctx, d.DB, ep, cols...); err != nil {
-					return nil, StoreError(err, "webhook endpoint "+in.ID)
-				}
+				return nil, err
 			}
 			return &WebhookOutput{Body: endpointOf(ep)}, nil
 		},
@@ -262,12 +235,8 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 		Summary:     "Delete a webhook endpoint",
 		Description: "Deletes the endpoint and its delivery log; pending deliveries stop. Another workspace's endpoint answers 404.",
 		Handler: func(ctx context.Context, in *WebhookIDInput) (*DeleteWebhookOutput, error) {
-			existed, err := store.DeleteEndpoint(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.ID)
-			if err != nil {
+			if err := svc.Delete(ctx, PrincipalFrom(ctx).Workspace.ID, in.ID); err != nil {
 				return nil, err
-			}
-			if !existed {
-				return nil, NotFound("webhook endpoint %s not found", in.ID)
 			}
 			out := &DeleteWebhookOutput{}
 			out.Body.Existed = true
@@ -281,21 +250,11 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 		Summary:     "Send a test event",
 		Description: "Records a `webhook.test` event for this endpoint only and delivers it like any other (signed, retried, logged).",
 		Handler: func(ctx context.Context, in *WebhookIDInput) (*DeliveryQueuedOutput, error) {
-			if wr.Deliveries == nil {
-				return nil, Unavailable("webhook delivery is not configured")
-			}
-			ep, err := store.GetEndpoint(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.ID)
-			if err != nil {
-				return nil, StoreError(err, "webhook endpoint "+in.ID)
-			}
-			if ep.Disabled {
-				return nil, Conflict("webhook endpoint %s is disabled: enable it (webhooks.update) to send it events", ep.ID)
-			}
-			dl, err := store.RecordTestEvent(ctx, d.DB, ep)
+			dl, err := svc.Test(ctx, PrincipalFrom(ctx).Workspace.ID, in.ID)
 			if err != nil {
 				return nil, err
 			}
-			return wr.start(ctx, dl, "test")
+			return queued(dl), nil
 		},
 	})
 
@@ -304,15 +263,11 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 		Summary:     "List an endpoint's deliveries",
 		Description: "Deliveries newest first, each with its status and every attempt's HTTP status, latency and error.",
 		Handler: func(ctx context.Context, in *ListDeliveriesInput) (*ListDeliveriesOutput, error) {
-			ep, err := store.GetEndpoint(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.ID)
-			if err != nil {
-				return nil, StoreError(err, "webhook endpoint "+in.ID)
-			}
-			ds, err := store.ListDeliveries(ctx, d.DB, ep.ID, in.Before, in.Limit)
+			ds, err := svc.ListDeliveries(ctx, PrincipalFrom(ctx).Workspace.ID, in.ID, in.Before, in.Limit)
 			if err != nil {
 				return nil, err
 			}
-			return deliveriesOf(ctx, d, ds)
+			return deliveriesOf(ds), nil
 		},
 	})
 
@@ -323,22 +278,11 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 		Description: "Sends a finished delivery (succeeded or failed) again, with the same `webhook-id`, through a fresh retry " +
 			"window. A delivery still pending answers 409: its retries continue.",
 		Handler: func(ctx context.Context, in *RedeliverInput) (*DeliveryQueuedOutput, error) {
-			if wr.Deliveries == nil {
-				return nil, Unavailable("webhook delivery is not configured")
-			}
-			ws := PrincipalFrom(ctx).Workspace.ID
-			dl, err := store.GetDelivery(ctx, d.DB, ws, in.DeliveryID)
-			if err != nil || dl.EndpointID != in.ID {
-				return nil, NotFound("delivery %s not found on webhook endpoint %s", in.DeliveryID, in.ID)
-			}
-			reset, err := store.ResetDelivery(ctx, d.DB, ws, dl.ID)
+			dl, err := svc.Redeliver(ctx, PrincipalFrom(ctx).Workspace.ID, in.ID, in.DeliveryID)
 			if err != nil {
 				return nil, err
 			}
-			if !reset {
-				return nil, Conflict("delivery %s is pending: its retries continue", dl.ID)
-			}
-			return wr.start(ctx, dl, "redeliver")
+			return queued(dl), nil
 		},
 	})
 
@@ -351,7 +295,7 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 			if in.Type != "" && !events.Known(in.Type) {
 				return nil, Invalid("query.type", "unknown event type; one of "+eventTypeEnum+", webhook.test")
 			}
-			evs, err := store.ListEvents(ctx, d.DB, PrincipalFrom(ctx).Workspace.ID, in.Type, in.Before, in.Limit)
+			evs, err := svc.ListEvents(ctx, PrincipalFrom(ctx).Workspace.ID, in.Type, in.Before, in.Limit)
 			if err != nil {
 				return nil, err
 			}
@@ -364,57 +308,26 @@ func (wr *WebhookRoutes) Register(a huma.API, d *Deps) {
 	})
 }
 
-func (wr *WebhookRoutes) checkURL(ctx context.Context, u string) error {
-	if wr.Guard == nil {
-		return Unavailable("webhooks are not configured")
-	}
-	if err := wr.Guard.CheckURL(ctx, u); err != nil {
-		return Invalid("body.url", err.Error())
-	}
-	return nil
-}
-
-func (wr *WebhookRoutes) start(ctx context.Context, dl *schema.WebhookDelivery, reason string) (*DeliveryQueuedOutput, error) {
-	if err := wr.Deliveries.StartDelivery(ctx, dl.ID, reason); err != nil {
-		// Recorded: the sweeper starts it later.
-		loggerFrom(ctx).WarnContext(ctx, "webhooks: start delivery", "delivery", dl.ID, "error", err)
-	}
+// queued is the answer of a delivery recorded and started.
+func queued(dl *schema.WebhookDelivery) *DeliveryQueuedOutput {
 	return &DeliveryQueuedOutput{Status: http.StatusAccepted, Body: DeliveryQueued{DeliveryID: dl.ID, EventID: dl.EventID,
-		Status: schema.DeliveryPending}}, nil
+		Status: schema.DeliveryPending}}
 }
 
-func deliveriesOf(ctx context.Context, d *Deps, ds []schema.WebhookDelivery) (*ListDeliveriesOutput, error) {
-	ids := make([]string, 0, len(ds))
-	for _, x := range ds {
-		ids = append(ids, x.ID)
-	}
-	attempts, err := store.ListAttempts(ctx, d.DB, ids)
-	if err != nil {
-		return nil, err
-	}
+func deliveriesOf(ds []control.Delivery) *ListDeliveriesOutput {
 	out := &ListDeliveriesOutput{Body: make([]WebhookDelivery, 0, len(ds))}
-	types := map[string]string{}
 	for _, x := range ds {
-		if _, ok := types[x.EventID]; !ok {
-			ev, err := store.GetEvent(ctx, d.DB, x.EventID)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return nil, err
-			}
-			if ev != nil {
-				types[x.EventID] = ev.Type
-			}
-		}
-		w := WebhookDelivery{ID: x.ID, EventID: x.EventID, EventType: types[x.EventID], Status: x.Status, Attempts: x.Attempts,
+		w := WebhookDelivery{ID: x.ID, EventID: x.EventID, EventType: x.EventType, Status: x.Status, Attempts: x.Attempts,
 			LastStatusCode: x.LastStatusCode, LastError: x.LastError, CreatedAt: x.CreatedAt.UTC(), Log: []WebhookAttempt{}}
 		if x.FinishedAt != nil {
 			t := x.FinishedAt.UTC()
 			w.FinishedAt = &t
 		}
-		for _, at := range attempts[x.ID] {
+		for _, at := range x.Log {
 			w.Log = append(w.Log, WebhookAttempt{N: at.N, Reason: at.Reason, StatusCode: at.StatusCode, LatencyMs: at.LatencyMs,
 				Error: at.Error, At: at.CreatedAt.UTC()})
 		}
 		out.Body = append(out.Body, w)
 	}
-	return out, nil
+	return out
 }

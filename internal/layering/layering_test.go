@@ -31,6 +31,8 @@ func TestImportRules(t *testing.T) {
 		{"query/flow", []string{"api", "driver", "worker", "journal", "workflows/wfclient"}},
 		{"activities", []string{"api", "toolplane", "workflows", "workflows/wfclient", "query", "query/flow"}},
 		{"toolplane", []string{"api", "driver", "worker", "activities", "workflows", "workflows/wfclient", "query", "query/flow"}},
+		// the control plane's services: transports call them; they reach the database, never a transport or Temporal
+		{"control", []string{"api", "driver", "worker", "activities", "workflows", "workflows/wfclient", "query", "query/flow", "journal"}},
 		{"query", []string{"api", "activities", "workflows", "workflows/wfclient", "query/flow", "driver", "worker", "journal", "llm"}},
 		{"jsonvalue", nil}, // imports nothing of doppel
 		{"faults", nil},    // fault draws are pure: a seed and a call index in, a fault out
