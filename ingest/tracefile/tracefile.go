@@ -42,9 +42,9 @@ const DefaultMaxTraceBytes = 64 << 20
 
 // Errors a Reader wraps, for errors.Is; their texts are in the errors themselves.
 var (
-	ErrEmpty    = errors.New("the file is empty")
-	ErrNotJSON  = errors.New("not a trace file")
-	ErrNoTraces = errors.New("the file holds no traces")
+	ErrEmpty        = errors.New("the file is empty")
+	ErrNotTraceFile = errors.New("not a trace file")
+	ErrNoTraces     = errors.New("the file holds no traces")
 	// ErrProjectLater is NewReader's answer, with Options.FindProject, for a collect body whose project field
 	// does not come before its traces when the source cannot be read again (it is no io.Seeker).
 	ErrProjectLater = errors.New("the project field does not come before the traces")
@@ -181,7 +181,7 @@ func (r *Reader) start() error {
 		return r.fields(true)
 	}
 	return fmt.Errorf("%w: line %d starts with %q; want a collect body {\"project\", \"traces\"}, a JSON array of traces, or JSON Lines of traces",
-		ErrNotJSON, r.line, c)
+		ErrNotTraceFile, r.line, c)
 }
 
 // firstKey peeks at the first field name of the object the reader is at, without consuming anything ("" when
