@@ -41,11 +41,11 @@ func (c *collect) fromUpload(ctx context.Context, ws string, body []byte) ([]byt
 	if ref.Project == nil {
 		return nil, Invalid("body.project", "required")
 	}
-	_, data, err := readUpload(ctx, c.deps.DB, c.opts.Blobs, ws, *ref.Upload, "body.upload")
+	up, data, err := readUpload(ctx, c.deps.DB, c.opts.Blobs, ws, *ref.Upload, "body.upload")
 	if err != nil {
 		return nil, err
 	}
-	out, err := uploadedBody(ref.Project, data)
+	out, err := uploadedBody(ref.Project, up.Filename, data)
 	if err != nil {
 		return nil, Invalid("body.upload", err.Error())
 	}
@@ -57,9 +57,10 @@ func (c *collect) fromUpload(ctx context.Context, ws string, body []byte) ([]byt
 
 // uploadedBody reads an uploaded trace file as doppel collect reads a file (ingest/tracefile: a collect body, a
 // JSON array of traces, or traces one after another) into the collect body of its traces for project (raw JSON:
-// collect's decoder says what is wrong with it). The file's own project, if any, is project's to replace.
-func uploadedBody(project json.RawMessage, data []byte) ([]byte, error) {
-	rd, err := tracefile.NewReader(bytes.NewReader(data), tracefile.Options{})
+// collect's decoder says what is wrong with it). The file's own project, if any, is project's to replace; its
+// name's extension counts as a file's does (.jsonl, .ndjson).
+func uploadedBody(project json.RawMessage, filename string, data []byte) ([]byte, error) {
+	rd, err := tracefile.NewReader(bytes.NewReader(data), tracefile.Options{Name: filename})
 	if err != nil {
 		return nil, err
 	}
@@ -88,12 +89,12 @@ func (br *BuildRoutes) collectTraces(ctx context.Context, env *schema.Environmen
 	}
 	for i, id := range form.Form.Value["traces_upload"] {
 		field := fmt.Sprintf("body.traces_upload[%d]", i)
-		_, data, err := readUpload(ctx, br.traces.deps.DB, br.traces.opts.Blobs, env.WorkspaceID, strings.TrimSpace(id), field)
+		up, data, err := readUpload(ctx, br.traces.deps.DB, br.traces.opts.Blobs, env.WorkspaceID, strings.TrimSpace(id), field)
 		if err != nil {
 			return err
 		}
 		project, _ := json.Marshal(env.Name)
-		body, err := uploadedBody(project, data)
+		body, err := uploadedBody(project, up.Filename, data)
 		if err != nil {
 			return Invalid(field, err.Error())
 		}

@@ -39,6 +39,9 @@ func TestTraceFileParity(t *testing.T) {
 		{"concatenated objects", "a.json", pretty + strings.ReplaceAll(pretty, "p1", "p2"), 2, ""},
 		{"bom body", "a.json", "\xef\xbb\xbf" + `{"project":"x","traces":[` + tr("a") + `]}`, 1, ""},
 		{"bom jsonl", "a.jsonl", "\xef\xbb\xbf" + tr("a") + "\n" + tr("b"), 2, ""},
+		// By its name, a line of a .jsonl file is a trace, even one that looks like a collect body.
+		{"jsonl of a body", "a.jsonl", `{"project":"x","traces":[` + tr("a") + `]}`, 0, ""},
+		{"the same body in a .json file", "a.json", `{"project":"x","traces":[` + tr("a") + `]}`, 1, ""},
 		{"empty", "a.json", "\n", 0, "the file is empty"},
 		{"not json", "a.csv", "id,messages\n", 0, "not a trace file: line 1 starts with 'i'"},
 		{"bad line 3", "a.jsonl", tr("a") + "\n" + tr("b") + "\n{\"id\": x}\n", 0, "trace #3 (line 3): invalid character 'x'"},
