@@ -2,6 +2,7 @@ package tracefile
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -270,4 +271,47 @@ func TestMaxTraceBytes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkReader reads a 4 MB file of 2,000 traces in each layout; "json.Decoder" is the reader doppel collect
+// used before, on the same JSON Lines, for scale.
+func BenchmarkReader(b *testing.B) {
+	tr := `{"id":"t%d","messages":[{"role":"user","content":"` + strings.Repeat("where is my order? ", 100) + `"}]}`
+	var lines, arr bytes.Buffer
+	arr.WriteString(`{"project":"p","traces":[`)
+	for i := range 2000 {
+		fmt.Fprintf(&lines, tr+"\n", i)
+		if i > 0 {
+			arr.WriteByte(',')
+		}
+		fmt.Fprintf(&arr, tr, i)
+	}
+	arr.WriteString("]}")
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"body", arr.Bytes()}, {"jsonl", lines.Bytes()}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if _, err := readAll(bytes.NewReader(c.data), Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("json.Decoder", func(b *testing.B) {
+		b.SetBytes(int64(lines.Len()))
+		for b.Loop() {
+			dec := json.NewDecoder(bytes.NewReader(lines.Bytes()))
+			for {
+				var raw json.RawMessage
+				if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 }
