@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,15 +11,14 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/doppel-dev/doppel/collector"
 	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/ingest/tracefile"
 )
 
 // Defaults of CollectOptions.
@@ -37,8 +35,9 @@ type CollectOptions struct {
 	Endpoint string
 	// Key is the workspace key.
 	Key string
-	// Files are read in order; "-" is standard input. Each file is one of:
-	//   - a collect body, {"project": …, "traces": [...]} (the traces are streamed, not loaded whole);
+	// Files are read in order; "-" is standard input. Each file is one of tracefile's layouts, streamed (not
+	// loaded whole) by tracefile.Reader, as uploads are read by the server:
+	//   - a collect body, {"project": …, "traces": [...]};
 	//   - a JSON array of traces;
 	//   - traces one after another: JSONL (one per line) or concatenated JSON objects.
 	// The format is told by the first byte and, for an object, its first field name. Each trace is in any format
@@ -302,206 +301,46 @@ func (r *collectRun) flush(ctx context.Context) error {
 	}
 }
 
-// errProjectLater reports a collect body whose project comes after its traces.
-var errProjectLater = errors.New("the project field comes after the traces")
-
 func (r *collectRun) file(ctx context.Context, name string) error {
 	var src io.Reader
-	var seeker io.ReadSeeker
 	if name == "-" {
-		src = r.opts.Stdin
+		src = struct{ io.Reader }{r.opts.Stdin} // read once: a project after the traces must be passed
 	} else {
 		f, err := os.Open(name)
 		if err != nil {
 			return fmt.Errorf("collect: %w", err)
 		}
 		defer f.Close()
-		src, seeker = f, f
+		src = f
 	}
-	br := bufio.NewReaderSize(src, 1<<20)
-	kind, err := sniff(br, name)
+	project := r.opts.Project
+	rd, err := tracefile.NewReader(src, tracefile.Options{Name: name, FindProject: project == ""})
+	if errors.Is(err, tracefile.ErrProjectLater) {
+		return fmt.Errorf("collect: %s: %w; pass the project explicitly", name, err)
+	}
 	if err != nil {
 		return fmt.Errorf("collect: %s: %w", name, err)
 	}
-	switch kind {
-	case kindArray:
-		return r.array(ctx, name, br)
-	case kindStream:
-		return r.stream(ctx, name, br)
-	}
-	project := r.opts.Project
-	err = r.body(ctx, name, br, project)
-	if !errors.Is(err, errProjectLater) {
-		return err
-	}
-	if seeker == nil {
-		return fmt.Errorf("collect: %s: %w; pass the project explicitly", name, err)
-	}
-	// Find the project first, then read the file again.
-	if _, err := seeker.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("collect: %s: %w", name, err)
-	}
-	if project, err = findProject(bufio.NewReaderSize(seeker, 1<<20)); err != nil {
-		return fmt.Errorf("collect: %s: %w", name, err)
-	}
-	if _, err := seeker.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("collect: %s: %w", name, err)
-	}
-	br.Reset(seeker)
-	if _, err := sniff(br, name); err != nil {
-		return fmt.Errorf("collect: %s: %w", name, err)
-	}
-	return r.body(ctx, name, br, project)
-}
-
-const (
-	kindBody = iota
-	kindArray
-	kindStream
-)
-
-// sniff tells a file's format from its first bytes (skipping a UTF-8 byte order mark).
-func sniff(br *bufio.Reader, name string) (int, error) {
-	if b, err := br.Peek(3); err == nil && string(b) == "\xef\xbb\xbf" {
-		br.Discard(3)
-	}
-	for n := 64; ; n = min(n*4, br.Size()) {
-		b, err := br.Peek(n)
-		if rest := bytes.TrimLeft(b, " \t\r\n"); len(rest) > 0 {
-			switch rest[0] {
-			case '[':
-				return kindArray, nil
-			case '{':
-				if ext := strings.ToLower(filepath.Ext(name)); ext == ".jsonl" || ext == ".ndjson" {
-					return kindStream, nil
-				}
-				key, ok := firstKey(rest[1:])
-				if ok && (key == "project" || key == "traces") {
-					return kindBody, nil
-				}
-				if ok || err != nil || n == br.Size() {
-					return kindStream, nil // the stream reader reports what is wrong, if anything
-				}
-				continue
-			default:
-				return 0, fmt.Errorf("not JSON: starts with %q (want a collect body, an array of traces or JSONL)", rest[0])
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return 0, errors.New("the file is empty")
-		}
-		if err != nil {
-			return 0, err
-		}
-		if n == br.Size() {
-			return 0, errors.New("no JSON value in the first megabyte")
-		}
-	}
-}
-
-// firstKey reads the first field name of an object from b (just after its '{').
-func firstKey(b []byte) (string, bool) {
-	b = bytes.TrimLeft(b, " \t\r\n")
-	if len(b) == 0 || b[0] != '"' {
-		return "", len(b) > 0
-	}
-	end := bytes.IndexByte(b[1:], '"')
-	if end < 0 {
-		return "", false
-	}
-	return string(b[1 : 1+end]), true
-}
-
-// body streams a collect body's traces; the project given wins over the body's own.
-func (r *collectRun) body(ctx context.Context, name string, br *bufio.Reader, project string) error {
-	dec := json.NewDecoder(br)
-	if err := expectDelim(dec, '{'); err != nil {
-		return fmt.Errorf("collect: %s: %w", name, err)
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("collect: %s: %w", name, err)
-		}
-		switch key, _ := tok.(string); key {
-		case "project":
-			var p string
-			if err := dec.Decode(&p); err != nil {
-				return fmt.Errorf("collect: %s: project: %w", name, err)
-			}
-			if project == "" {
-				project = p
-			}
-		case "traces":
-			if project == "" {
-				return errProjectLater
-			}
-			if err := r.traceArray(ctx, name, dec, project, "traces"); err != nil {
-				return err
-			}
-		default:
-			var skip json.RawMessage
-			if err := dec.Decode(&skip); err != nil {
-				return fmt.Errorf("collect: %s: %s: %w", name, key, err)
-			}
-		}
-	}
-	if err := expectDelim(dec, '}'); err != nil {
-		return fmt.Errorf("collect: %s: %w", name, err)
-	}
 	if project == "" {
-		return fmt.Errorf("collect: %s: the body names no project; pass one", name)
-	}
-	return nil
-}
-
-func (r *collectRun) array(ctx context.Context, name string, br *bufio.Reader) error {
-	if r.opts.Project == "" {
-		return fmt.Errorf("collect: %s is an array of traces and names no project: pass one", name)
-	}
-	dec := json.NewDecoder(br)
-	return r.traceArray(ctx, name, dec, r.opts.Project, "")
-}
-
-// traceArray reads an array of traces from dec, starting at its '['.
-func (r *collectRun) traceArray(ctx context.Context, name string, dec *json.Decoder, project, field string) error {
-	if err := expectDelim(dec, '['); err != nil {
-		return fmt.Errorf("collect: %s: %s: %w", name, field, err)
-	}
-	for i := 0; dec.More(); i++ {
-		label := fmt.Sprintf("%s: %s[%d]", name, field, i)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return fmt.Errorf("collect: %s: %w", label, err)
+		switch rd.Layout() {
+		case tracefile.Array:
+			return fmt.Errorf("collect: %s is an array of traces and names no project: pass one", name)
+		case tracefile.Stream:
+			return fmt.Errorf("collect: %s holds bare traces (JSON lines) and names no project: pass one", name)
 		}
-		if err := r.trace(ctx, project, raw, label); err != nil {
-			return err
+		if project = rd.Project(); project == "" {
+			return fmt.Errorf("collect: %s: the body names no project; pass one", name)
 		}
 	}
-	if err := expectDelim(dec, ']'); err != nil {
-		return fmt.Errorf("collect: %s: %s: %w", name, field, err)
-	}
-	return nil
-}
-
-// stream reads traces given one after another (JSONL, or concatenated objects).
-func (r *collectRun) stream(ctx context.Context, name string, br *bufio.Reader) error {
-	if r.opts.Project == "" {
-		return fmt.Errorf("collect: %s holds bare traces (JSON lines) and names no project: pass one", name)
-	}
-	dec := json.NewDecoder(br)
-	for i := 1; ; i++ {
-		at := dec.InputOffset()
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
+	for {
+		t, err := rd.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
-		label := fmt.Sprintf("%s: trace #%d (byte %d)", name, i, at)
 		if err != nil {
-			return fmt.Errorf("collect: %s: %w", label, err)
+			return fmt.Errorf("collect: %s: %w", name, err)
 		}
-		if err := r.trace(ctx, r.opts.Project, raw, label); err != nil {
+		if err := r.trace(ctx, project, t.Raw, name+": "+t.Label); err != nil {
 			return err
 		}
 	}
@@ -534,62 +373,6 @@ func (r *collectRun) trace(ctx context.Context, project string, raw []byte, labe
 		return fmt.Errorf("collect: %s: %w", label, err)
 	}
 	return r.add(ctx, project, t.ID, enc.Bytes(), label)
-}
-
-func expectDelim(dec *json.Decoder, want json.Delim) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != want {
-		return fmt.Errorf("want %q, found %v", string(want), tok)
-	}
-	return nil
-}
-
-// findProject reads a collect body's top-level project field, stepping over other fields token by
-// token so that a large traces array is not held in memory.
-func findProject(br *bufio.Reader) (string, error) {
-	dec := json.NewDecoder(br)
-	if err := expectDelim(dec, '{'); err != nil {
-		return "", err
-	}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", err
-		}
-		if tok == "project" {
-			var p string
-			if err := dec.Decode(&p); err != nil {
-				return "", fmt.Errorf("project: %w", err)
-			}
-			return p, nil
-		}
-		if err := skipValue(dec); err != nil {
-			return "", err
-		}
-	}
-	return "", errors.New("the body names no project; pass one")
-}
-
-func skipValue(dec *json.Decoder) error {
-	depth := 0
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
-			return nil
-		}
-	}
 }
 
 func (r *collectRun) progress(stop <-chan struct{}) {

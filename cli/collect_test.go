@@ -194,9 +194,13 @@ func TestCollectFormats(t *testing.T) {
 		{"project after traces", "t.json", `{"traces":[` + trc("a") + `,` + trc("b") + `],"extra":{"x":[1]},"project":"Late"}`, "", "", 2, "late", ""},
 		{"project after traces on stdin", "-", "", "", `{"traces":[` + trc("a") + `],"project":"Late"}`, 0, "", "pass the project explicitly"},
 		{"stdin jsonl", "-", "", "Piped", trc("a") + "\n" + trc("b"), 2, "piped", ""},
-		{"not json", "t.json", "id,messages\n", "", "", 0, "", "not JSON"},
+		{"not json", "t.json", "id,messages\n", "", "", 0, "", "not a trace file: line 1 starts with 'i'"},
 		{"empty", "t.json", " \n", "", "", 0, "", "empty"},
-		{"broken json", "t.jsonl", trc("a") + "\n{\"id\":", "P", "", 0, "", "trace #2"},
+		{"broken json", "t.jsonl", trc("a") + "\n{\"id\":", "P", "", 0, "", "trace #2 (line 2)"},
+		{"bad line", "t.jsonl", trc("a") + "\n" + trc("b") + "\n{\"id\": x}\n", "P", "", 0, "", "trace #3 (line 3): invalid character 'x'"},
+		{"trailing data after a body", "t.json", `{"project":"P","traces":[` + trc("a") + `]} x`, "", "", 0, "", "'x' after the collect body"},
+		{"no traces", "t.json", `{"project":"P","traces":[]}`, "", "", 0, "", "the file holds no traces"},
+		{"crlf jsonl with a bom", "t.jsonl", "\xef\xbb\xbf" + trc("a") + "\r\n\r\n" + trc("b") + "\r\n", "P", "", 2, "p", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -233,7 +237,7 @@ func TestCollectInvalidTrace(t *testing.T) {
 	s, url := newServer(t)
 	_, err := Collect(context.Background(), opts(url, file))
 	var ie *ingest.Error
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "t.json: traces[3]: messages[0].role: must be one of") {
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "t.json: traces[3] (line 1): messages[0].role: must be one of") {
 		t.Fatalf("Collect = %v, want the field error of traces[3]", err)
 	}
 	if len(s.traces["p"]) != 3 {
@@ -248,7 +252,7 @@ func TestCollectInvalidTrace(t *testing.T) {
 	if err != nil || res.Skipped != 1 || res.Traces != 4 || len(s.traces["p"]) != 4 {
 		t.Fatalf("SkipInvalid: %+v, %v", res, err)
 	}
-	if !strings.Contains(out.String(), "skipped "+file+": traces[3]: messages[0].role") {
+	if !strings.Contains(out.String(), "skipped "+file+": traces[3] (line 1): messages[0].role") {
 		t.Errorf("output %q", out.String())
 	}
 }

@@ -40,6 +40,8 @@ func TestImportRules(t *testing.T) {
 		{"events", nil},    // event types and payloads: recorded by store, activities, toolplane; shown by api
 		{"webhook", nil},   // signing, the SSRF guard and the sender: no database, no Temporal
 		{"telemetry", nil}, // metrics and tracing: every layer may be handed it, so it imports none
+		// trace files are read alike by the CLI and the API: an io.Reader in, traces out
+		{"ingest/tracefile", nil},
 		// OTLP decoding is pure: bodies in, spans out
 		{"otlp", []string{"api", "activities", "workflows", "toolplane", "store", "schema", "driver", "worker", "journal", "blob"}},
 		// build inputs are read and written by the API and by activities alike
