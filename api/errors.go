@@ -262,6 +262,8 @@ func planeEnvelope(pe *toolplane.Error) *Envelope {
 		return Conflict("%s", pe.Detail)
 	case toolplane.BadGateway:
 		return NewError(http.StatusBadGateway, pe.Detail)
+	case toolplane.TooLarge:
+		return TooLarge("%s", pe.Detail)
 	}
 	return Unavailable("%s", pe.Detail)
 }

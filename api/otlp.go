@@ -13,14 +13,10 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/uptrace/bun"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
-	"github.com/doppel-dev/doppel/ingest"
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/otlp"
-	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
-	"github.com/doppel-dev/doppel/trace"
 )
 
 // Paths and headers of OTLP ingest.
@@ -155,10 +151,11 @@ func (t *TraceIngest) export(ctx context.Context, p *Principal, project string, 
 		return nil, t.fail(TooLarge("the export holds spans of %d conversations, more than the limit of %d a request; export in smaller batches",
 			len(convs), t.opts.Collect.MaxTraces))
 	}
-	envs, err := t.stage(ctx, p.Workspace.ID, ex)
+	spans := &control.Spans{DB: t.deps.DB, MaxEnvBytes: t.opts.Collect.MaxEnvBytes, Log: t.logger}
+	envs, err := spans.Stage(ctx, p.Workspace.ID, ex)
 	if err != nil {
 		var e *Envelope
-		if errors.As(err, &e) {
+		if errors.As(mapError(err), &e) {
 			return nil, t.fail(e)
 		}
 		if ctx.Err() != nil {
@@ -203,101 +200,6 @@ func partialMessage(ex *otlp.Extracted) string {
 			"cannot be assembled: raise OTEL_ATTRIBUTE_COUNT_LIMIT (OpenInference flattens every message into attributes)", ex.Truncated))
 	}
 	return strings.Join(parts, ". ")
-}
-
-// stage writes the extracted spans, every project's environment made on its first spans, in one transaction, and
-// answers the environments that gained spans. A project whose environment would pass MaxEnvBytes fails it all.
-func (t *TraceIngest) stage(ctx context.Context, ws string, ex *otlp.Extracted) ([]string, error) {
-	if len(ex.Projects) == 0 {
-		return nil, nil // nothing to stage: no span of it records a conversation
-	}
-	var envs []string
-	var full *Envelope
-	var langs []ingest.Agent
-	err := t.deps.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		envs, full, langs = envs[:0], nil, langs[:0]
-		for _, pr := range ex.Projects {
-			env, err := store.UpsertEnvByProject(ctx, tx, ws, pr.Name)
-			if err != nil {
-				return err
-			}
-			rows := make([]schema.StagedSpan, len(pr.Spans))
-			var size int64
-			for i, s := range pr.Spans {
-				rows[i] = schema.StagedSpan{EnvID: env.ID, TraceID: s.TraceID, SpanID: s.SpanID, ParentID: s.Parent,
-					ConversationID: s.Conversation, Bytes: int64(len(s.Data)), Span: s.Data}
-				size += int64(len(s.Data))
-			}
-			if env.CollectedBytes+size > t.opts.Collect.MaxEnvBytes {
-				full = TooLarge("environment %s holds %d collected bytes; the %d bytes of this export's spans would pass its cap of %d",
-					env.Slug, env.CollectedBytes, size, t.opts.Collect.MaxEnvBytes)
-				return errEnvFull
-			}
-			added, err := store.StageSpans(ctx, tx, rows)
-			if err != nil {
-				return err
-			}
-			if added > 0 {
-				envs = append(envs, env.ID)
-				var a ingest.Agent
-				if env.Framework == "" || env.Language == "" { // what the spans tell, where the environment knows nothing yet
-					a = agentOf(pr)
-				}
-				langs = append(langs, a)
-			}
-		}
-		return nil
-	})
-	if errors.Is(err, errEnvFull) {
-		return nil, full
-	}
-	if err != nil {
-		return nil, err
-	}
-	t.noteAgents(ctx, envs, langs)
-	return envs, nil
-}
-
-// agentOf tells a project's framework and language from its instrumentation scopes and SDK language.
-func agentOf(pr otlp.Project) ingest.Agent {
-	lang := pr.Language
-	switch lang {
-	case "nodejs", "webjs":
-		lang = "javascript"
-	case "dotnet":
-		lang = "csharp"
-	}
-	// The spans' texts are not read for it: the scopes name instrumentations (langchain, llama_index, …).
-	return ingest.Detect(&trace.Batch{}, ingest.Hints{UserAgent: strings.Join(pr.Scopes, " "), Language: lang})
-}
-
-// noteAgents records what the spans tell of an environment's agent where the environment knows nothing yet. It is
-// best effort: a failure is logged.
-func (t *TraceIngest) noteAgents(ctx context.Context, envs []string, agents []ingest.Agent) {
-	for i, id := range envs {
-		a := agents[i]
-		if a.Framework == "" && a.Language == "" {
-			continue
-		}
-		env, err := store.GetEnvByID(ctx, t.deps.DB, id)
-		if err != nil {
-			continue
-		}
-		var cols []string
-		if env.Framework == "" && a.Framework != "" {
-			env.Framework = a.Framework
-			cols = append(cols, "framework")
-		}
-		if env.Language == "" && a.Language != "" {
-			env.Language = a.Language
-			cols = append(cols, "language")
-		}
-		if len(cols) > 0 {
-			if err := store.UpdateEnv(ctx, t.deps.DB, env, cols...); err != nil {
-				t.logger(ctx).WarnContext(ctx, "traces: note agent", slog.String("env", id), slog.Any("error", err))
-			}
-		}
-	}
 }
 
 // serveHTTP is POST /v1/traces: OTLP/HTTP, protobuf or JSON, gzip or not. It answers as OTLP/HTTP specifies, in

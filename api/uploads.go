@@ -21,8 +21,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/doppel-dev/doppel/blob"
+	"github.com/doppel-dev/doppel/control"
 	"github.com/doppel-dev/doppel/schema"
-	"github.com/doppel-dev/doppel/store"
 )
 
 // Defaults of UploadRoutes.
@@ -135,15 +135,11 @@ func (ur *UploadRoutes) handle(w http.ResponseWriter, r *http.Request, d *Deps) 
 		return nil, Invalid("body.file", "no file part: send one or more parts named file, each with a filename")
 	}
 	out := &UploadsAccepted{}
-	err = d.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		for i := range files {
-			if err := store.CreateUpload(ctx, tx, &files[i].row); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
+	rows := make([]*schema.Upload, len(files))
+	for i := range files {
+		rows[i] = &files[i].row
+	}
+	if err := (&control.Uploads{DB: d.DB}).Record(ctx, rows); err != nil {
 		return nil, err
 	}
 	for _, f := range files {
@@ -216,12 +212,9 @@ func safeName(s string) string {
 // readUpload returns a workspace's upload and its content; a missing one (or another workspace's) is a 422 at
 // field, which referenced it.
 func readUpload(ctx context.Context, db bun.IDB, blobs blob.Store, ws, id, field string) (*schema.Upload, []byte, error) {
-	u, err := store.GetUpload(ctx, db, ws, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, Invalid(field, "upload "+id+" not found")
-	}
+	u, err := (&control.Uploads{DB: db}).Get(ctx, ws, id, field)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, mapError(err)
 	}
 	rc, err := blobs.Get(ctx, u.BlobKey)
 	if err != nil {

@@ -241,6 +241,7 @@ const (
 	Conflict                    // the request conflicts with the state, e.g. a broken session (409)
 	Unavailable                 // a dependency (twin, Temporal, blob store) is not answering (503)
 	BadGateway                  // an upstream the request needed (the model endpoint) failed or refused (502)
+	TooLarge                    // over a size cap, e.g. an environment's collected bytes (413)
 )
 
 // Error is a refusal of the tool plane.
