@@ -70,11 +70,13 @@ type TraceIngest struct {
 	opts    TracesOptions
 	deps    *Deps
 	limiter *keyedLimiter
+	spans   *control.Spans
 }
 
 func newTraceIngest(opts TracesOptions, d *Deps) *TraceIngest {
 	opts.Collect = opts.Collect.withDefaults()
 	t := &TraceIngest{opts: opts, deps: d}
+	t.spans = &control.Spans{DB: d.DB, MaxEnvBytes: opts.Collect.MaxEnvBytes, Log: t.logger}
 	if opts.Collect.RatePerSecond > 0 {
 		t.limiter = newKeyedLimiter(opts.Collect.RatePerSecond, opts.Collect.RateBurst, opts.Collect.Now)
 	}
@@ -151,8 +153,7 @@ func (t *TraceIngest) export(ctx context.Context, p *Principal, project string, 
 		return nil, t.fail(TooLarge("the export holds spans of %d conversations, more than the limit of %d a request; export in smaller batches",
 			len(convs), t.opts.Collect.MaxTraces))
 	}
-	spans := &control.Spans{DB: t.deps.DB, MaxEnvBytes: t.opts.Collect.MaxEnvBytes, Log: t.logger}
-	envs, err := spans.Stage(ctx, p.Workspace.ID, ex)
+	envs, err := t.spans.Stage(ctx, p.Workspace.ID, ex)
 	if err != nil {
 		var e *Envelope
 		if errors.As(mapError(err), &e) {

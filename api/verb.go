@@ -70,13 +70,7 @@ func Declare[I, O any](a huma.API, v Verb[I, O]) {
 		OperationID: v.Name, Method: v.Method, Path: v.Path, Summary: v.Summary, Description: v.Description,
 		Tags: v.Tags, Security: v.Security, DefaultStatus: v.Status, Errors: v.Errors, Responses: v.Responses,
 		Metadata: meta, SkipValidateBody: v.FastBody,
-	}, func(ctx context.Context, in *I) (*O, error) {
-		out, err := v.Handler(ctx, in)
-		if err != nil {
-			return nil, mapError(err)
-		}
-		return out, nil
-	})
+	}, mapped(v.Handler))
 	if v.FastBody {
 		// The operation huma registered shares meta: checkBodyStrings finds the checker there.
 		fb, err := newFastBody(a, registered(a, v.Method, v.Path))
@@ -87,8 +81,8 @@ func Declare[I, O any](a huma.API, v Verb[I, O]) {
 	}
 }
 
-// mapped gives the refusals of a handler registered with huma.Register (not a verb) their envelopes, as Declare
-// does for verbs.
+// mapped gives a handler's domain refusals their envelopes: every verb's (Declare), and those of the few routes
+// registered with huma.Register directly.
 func mapped[I, O any](h func(context.Context, *I) (*O, error)) func(context.Context, *I) (*O, error) {
 	return func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)

@@ -37,18 +37,18 @@ type Builds struct {
 
 // List answers the environment's builds, newest first (at most 100).
 func (s *Builds) List(ctx context.Context, workspaceID, slug string) ([]schema.Build, error) {
-	env, err := store.GetEnv(ctx, s.DB, workspaceID, slug)
+	env, err := envBySlug(ctx, s.DB, workspaceID, slug)
 	if err != nil {
-		return nil, storeError(err, "environment "+slug)
+		return nil, err
 	}
 	return store.ListBuilds(ctx, s.DB, env.ID, 100)
 }
 
 // Get answers a build of the environment slug, with the environment.
 func (s *Builds) Get(ctx context.Context, workspaceID, slug, id string) (*schema.Environment, *schema.Build, error) {
-	env, err := store.GetEnv(ctx, s.DB, workspaceID, slug)
+	env, err := envBySlug(ctx, s.DB, workspaceID, slug)
 	if err != nil {
-		return nil, nil, storeError(err, "environment "+slug)
+		return nil, nil, err
 	}
 	b, err := store.GetBuild(ctx, s.DB, workspaceID, id)
 	if err != nil || b.EnvID != env.ID {

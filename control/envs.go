@@ -24,9 +24,9 @@ func (e *Envs) List(ctx context.Context, workspaceID string) ([]schema.Environme
 // Get answers the environment slug of the workspace and its active build (nil when it has none, or when that
 // build's row is gone).
 func (e *Envs) Get(ctx context.Context, workspaceID, slug string) (*schema.Environment, *schema.Build, error) {
-	env, err := store.GetEnv(ctx, e.DB, workspaceID, slug)
+	env, err := envBySlug(ctx, e.DB, workspaceID, slug)
 	if err != nil {
-		return nil, nil, storeError(err, "environment "+slug)
+		return nil, nil, err
 	}
 	if env.ActiveBuildID == "" {
 		return env, nil, nil
@@ -43,7 +43,12 @@ func (e *Envs) Get(ctx context.Context, workspaceID, slug string) (*schema.Envir
 
 // Lookup answers the environment slug of the workspace.
 func (e *Envs) Lookup(ctx context.Context, workspaceID, slug string) (*schema.Environment, error) {
-	env, err := store.GetEnv(ctx, e.DB, workspaceID, slug)
+	return envBySlug(ctx, e.DB, workspaceID, slug)
+}
+
+// envBySlug answers the environment slug of the workspace, or NotFound naming it.
+func envBySlug(ctx context.Context, db bun.IDB, workspaceID, slug string) (*schema.Environment, error) {
+	env, err := store.GetEnv(ctx, db, workspaceID, slug)
 	if err != nil {
 		return nil, storeError(err, "environment "+slug)
 	}
@@ -57,15 +62,15 @@ func (e *Envs) Active(ctx context.Context, workspaceID, slug string) (*schema.En
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := ActiveBuild(ctx, e.DB, env)
+	b, err := activeBuild(ctx, e.DB, env)
 	if err != nil {
 		return nil, nil, err
 	}
 	return env, b, nil
 }
 
-// ActiveBuild answers env's active build; an environment with no build yet is not ready.
-func ActiveBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (*schema.Build, error) {
+// activeBuild answers env's active build; an environment with no build yet is not ready.
+func activeBuild(ctx context.Context, db bun.IDB, env *schema.Environment) (*schema.Build, error) {
 	if env.ActiveBuildID == "" {
 		return nil, &toolplane.Error{Kind: toolplane.NotReady,
 			Detail: "environment " + env.Slug + " has no build yet (status " + env.Status + ")"}
